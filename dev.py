@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""The project's two set-up-and-run commands; needs nothing but Python 3.10+.
+
+    python3 dev.py test [pytest args]   # make .venv, install the package with its test extra, run the suite
+    python3 dev.py demo                 # make .venv, run the quickstart notebook headless into build/
+    python3 dev.py bench                # run every benchmark in benchmarks/ and print its ratios
+
+The virtual environment is made once in ``.venv`` and re-synced only when pyproject.toml, setup.py or
+constraints.txt change. torch is pinned by constraints.txt to the CPU build the tests use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+EXTRAS = "test,tutorials,tensorboard"
+
+
+def _fingerprint() -> str:
+    """Hash of the files that decide what is installed."""
+    digest = hashlib.sha256(EXTRAS.encode())
+    for name in ("pyproject.toml", "setup.py", "constraints.txt"):
+        digest.update((ROOT / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def ensure_venv() -> Path:
+    """Create .venv and install the package (editable) with its extras, unless already up to date."""
+    stamp = VENV / f".installed-{_fingerprint()}"
+    if stamp.exists():
+        return PYTHON
+    if not PYTHON.exists():
+        print(f"[dev] creating virtual environment in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    print("[dev] installing notebook-accel with its test extras (torch pinned by constraints.txt)", flush=True)
+    pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    # torch first, alone and pinned, so nothing can pull the CUDA build in its place.
+    subprocess.run([*pip, "-c", str(ROOT / "constraints.txt"), "torch"], check=True, cwd=ROOT)
+    subprocess.run([*pip, "-c", str(ROOT / "constraints.txt"), "-e", f".[{EXTRAS}]"], check=True, cwd=ROOT)
+    for old in VENV.glob(".installed-*"):
+        old.unlink()
+    stamp.touch()
+    return PYTHON
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch ``test``, ``demo`` or ``bench``."""
+    if not argv or argv[0] not in {"test", "demo", "bench"}:
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, rest = argv[0], argv[1:]
+    python = str(ensure_venv())
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if command == "test":
+        return subprocess.run([python, "-m", "pytest", *rest], cwd=ROOT, env=env).returncode
+    if command == "demo":
+        return subprocess.run([python, str(ROOT / "tools" / "demo.py"), *rest], cwd=ROOT, env=env).returncode
+    code = 0
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        print(f"[dev] {script.relative_to(ROOT)}", flush=True)
+        code |= subprocess.run([python, str(script), *rest], cwd=ROOT, env=env).returncode
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,79 @@
+"""notebook-accel: Jupyter-first distributed training for PyTorch.
+
+One cell forks a worker per device from the live kernel (:func:`notebook_launcher`), each runs your training
+function under torch.distributed with an accelerate-compatible :class:`Accelerator`, and a dashboard under the
+cell shows the run. ``from accelerate import Accelerator`` becomes ``from notebook_accel import Accelerator``.
+
+Public names are loaded on first use, so ``import notebook_accel`` is cheap, touches no CUDA and loads no UI
+code (ipywidgets, IPython.display and matplotlib stay out of the worker processes).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "notebook_launcher": "notebook_accel.launcher",
+    "WorkerError": "notebook_accel.launcher",
+    "LaunchTimeoutError": "notebook_accel.launcher",
+    "Accelerator": "notebook_accel.accelerator",
+    "DistributedType": "notebook_accel.state",
+    "PartialState": "notebook_accel.state",
+    "DataLoaderConfiguration": "notebook_accel.plugins",
+    "ProjectConfiguration": "notebook_accel.plugins",
+    "GradientAccumulationPlugin": "notebook_accel.plugins",
+    "DistributedDataParallelKwargs": "notebook_accel.plugins",
+    "GradScalerKwargs": "notebook_accel.plugins",
+    "InitProcessGroupKwargs": "notebook_accel.plugins",
+    "set_seed": "notebook_accel.utils",
+    "skip_first_batches": "notebook_accel.data",
+    "Config": "notebook_accel.config",
+    "ConfigError": "notebook_accel.config",
+    "load_config": "notebook_accel.config",
+    "CheckpointError": "notebook_accel.checkpointing",
+    "progress": "notebook_accel.progress",
+    "NotebookAccelError": "notebook_accel.errors",
+    "LaunchError": "notebook_accel.errors",
+    "CudaInitializedError": "notebook_accel.errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first access (PEP 562)."""
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'notebook_accel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """Public names, for tab completion."""
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from notebook_accel.accelerator import Accelerator
+    from notebook_accel.checkpointing import CheckpointError
+    from notebook_accel.config import Config, ConfigError, load_config
+    from notebook_accel.data import skip_first_batches
+    from notebook_accel.errors import CudaInitializedError, LaunchError, NotebookAccelError
+    from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
+    from notebook_accel.plugins import (
+        DataLoaderConfiguration,
+        DistributedDataParallelKwargs,
+        GradientAccumulationPlugin,
+        GradScalerKwargs,
+        InitProcessGroupKwargs,
+        ProjectConfiguration,
+    )
+    from notebook_accel.progress import progress
+    from notebook_accel.state import DistributedType, PartialState
+    from notebook_accel.utils import set_seed

@@ -1,0 +1,138 @@
+"""The worker's end of the event channel.
+
+Each launched worker owns one :class:`EventWriter` around the write end of a pipe whose read end the
+launcher watches in the kernel. The writer is installed for the worker's lifetime (:func:`install`) and found
+by the code that reports things (the Accelerator's ``log``, progress, the launcher's worker body) through
+:func:`current`. Outside a launched worker (a script, ``torchrun``, the kernel itself) :func:`current` is
+``None`` and reporting code simply does not send.
+
+Two ways to send:
+
+- :meth:`EventWriter.send`: at once, for rare events whose order matters (started, finished, failed).
+- :meth:`EventWriter.post`: batched, for frequent ones (metrics, progress). A post is a deque append (well
+  under a microsecond); a daemon thread flushes the batch every ``flush_interval`` seconds, so logging at
+  every training step costs almost nothing and the kernel still sees values within a fraction of a second.
+
+On the wire each message is a ``list`` of events; :func:`read_events` undoes that on the kernel side.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from multiprocessing.connection import Connection
+from typing import Any
+
+from notebook_accel.events import Event
+
+__all__ = ["EventWriter", "current", "install", "uninstall", "read_events"]
+
+_current: EventWriter | None = None
+
+
+class EventWriter:
+    """Sends events from a worker to the kernel through ``conn``.
+
+    Args:
+        conn: the write end of a ``multiprocessing.Pipe(duplex=False)``.
+        flush_interval: seconds between flushes of posted (batched) events.
+
+    Example:
+        >>> import multiprocessing as mp
+        >>> from notebook_accel.events import Log
+        >>> reader, conn = mp.Pipe(duplex=False)
+        >>> writer = EventWriter(conn)
+        >>> writer.send(Log(0, "stdout", "hello"))
+        >>> read_events(reader)
+        [Log(rank=0, stream='stdout', text='hello')]
+        >>> writer.close()
+    """
+
+    def __init__(self, conn: Connection, flush_interval: float = 0.1) -> None:
+        self._conn = conn
+        self._pending: deque[Event] = deque()
+        self._send_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._interval = flush_interval
+        self._thread: threading.Thread | None = None
+
+    def send(self, event: Event) -> None:
+        """Send ``event`` now, after any posted events (so order is kept). Raises if it cannot be pickled."""
+        batch = self._drain()
+        batch.append(event)
+        self._write(batch)
+
+    def post(self, event: Event) -> None:
+        """Queue ``event``; it is sent within ``flush_interval`` seconds."""
+        self._pending.append(event)
+        if self._thread is None:
+            self._start_flusher()
+
+    def flush(self) -> None:
+        """Send every posted event now."""
+        batch = self._drain()
+        if batch:
+            self._write(batch)
+
+    def close(self) -> None:
+        """Flush, stop the flusher thread and close the pipe. Safe to call twice."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self.flush()
+        except (OSError, EOFError):
+            pass
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        self._conn.close()
+
+    def _drain(self) -> list[Event]:
+        """Take every queued event, oldest first."""
+        out: list[Event] = []
+        pending = self._pending
+        while pending:
+            out.append(pending.popleft())
+        return out
+
+    def _write(self, batch: list[Any]) -> None:
+        """Send one message; the lock keeps the flusher thread and the caller from interleaving bytes."""
+        with self._send_lock:
+            self._conn.send(batch)
+
+    def _start_flusher(self) -> None:
+        """Start the daemon thread that sends posted events every interval."""
+        self._thread = threading.Thread(target=self._flush_loop, name="notebook-accel-events", daemon=True)
+        self._thread.start()
+
+    def _flush_loop(self) -> None:
+        """Body of the flusher thread."""
+        while not self._closed.wait(self._interval):
+            try:
+                self.flush()
+            except (OSError, EOFError):
+                return
+
+
+def current() -> EventWriter | None:
+    """The writer of this worker, or ``None`` outside a launched worker."""
+    return _current
+
+
+def install(writer: EventWriter) -> None:
+    """Make ``writer`` this process's channel (called once by the launcher's worker body after the fork)."""
+    global _current
+    _current = writer
+
+
+def uninstall() -> EventWriter | None:
+    """Forget the installed writer (it is returned, not closed). A forked child calls this first of all."""
+    global _current
+    writer, _current = _current, None
+    return writer
+
+
+def read_events(conn: Connection) -> list[Event]:
+    """Receive one message on the kernel side and return its events (raises ``EOFError`` when closed)."""
+    message = conn.recv()
+    return list(message) if isinstance(message, list) else [message]

@@ -1,0 +1,206 @@
+"""The one module that reads and writes environment variables.
+
+A launched worker learns who it is from the environment, the same variables ``torchrun`` sets (``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), plus a few of ours
+that carry launch choices into the worker's :class:`~notebook_accel.Accelerator` (device, mixed precision,
+gradient accumulation). Everything else in the package asks this module rather than ``os.environ``, so the
+whole contract is visible here.
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+__all__ = [
+    "LaunchEnvironment",
+    "CONFIG_FILE_VAR",
+    "cuda_visible_devices",
+    "config_file_path",
+    "hf_home",
+    "patched_environ",
+]
+
+RANK = "RANK"
+LOCAL_RANK = "LOCAL_RANK"
+WORLD_SIZE = "WORLD_SIZE"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+DEVICE = "NOTEBOOK_ACCEL_DEVICE"
+MIXED_PRECISION = "NOTEBOOK_ACCEL_MIXED_PRECISION"
+GRADIENT_ACCUMULATION_STEPS = "NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS"
+LAUNCHED = "NOTEBOOK_ACCEL_LAUNCHED"
+CONFIG_FILE_VAR = "NOTEBOOK_ACCEL_CONFIG_FILE"
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+OMP_NUM_THREADS = "OMP_NUM_THREADS"
+HF_HOME = "HF_HOME"
+XDG_CACHE_HOME = "XDG_CACHE_HOME"
+
+
+def _int_or(environ: Mapping[str, str], name: str, default: int | None) -> int | None:
+    """Read an integer variable; a missing or empty one gives ``default``."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as e:
+        raise ValueError(
+            f"environment variable {name}={raw!r} is not an integer; unset it or set it to a whole number"
+        ) from e
+
+
+@dataclass(frozen=True)
+class LaunchEnvironment:
+    """Who this process is in a run, as the environment says.
+
+    Built with :meth:`from_environ` in a worker (or under ``torchrun``, or in a plain single process, where
+    every field takes its default); written into a worker's environment by the launcher with
+    :meth:`to_environ`.
+
+    Attributes:
+        rank: global rank of this process (``RANK``), 0 in a single process.
+        local_rank: rank on this machine (``LOCAL_RANK``).
+        world_size: number of processes in the run (``WORLD_SIZE``).
+        local_world_size: number of processes on this machine (``LOCAL_WORLD_SIZE``).
+        master_addr: rendezvous address (``MASTER_ADDR``), ``None`` when unset.
+        master_port: rendezvous port (``MASTER_PORT``), ``None`` when unset.
+        device: the device the launcher chose (``"cpu"``, ``"cuda:1"``), ``None`` when not launched by us.
+        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"`` from the launcher or config, else ``None``.
+        gradient_accumulation_steps: from the launch config, else ``None``.
+        launched: True inside a process started by :func:`notebook_accel.notebook_launcher`.
+
+    Example:
+        >>> env = LaunchEnvironment.from_environ({"RANK": "1", "WORLD_SIZE": "2"})
+        >>> (env.rank, env.world_size, env.is_distributed)
+        (1, 2, True)
+    """
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    master_addr: str | None = None
+    master_port: int | None = None
+    device: str | None = None
+    mixed_precision: str | None = None
+    gradient_accumulation_steps: int | None = None
+    launched: bool = False
+
+    @property
+    def is_distributed(self) -> bool:
+        """True when more than one process takes part."""
+        return self.world_size > 1
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> LaunchEnvironment:
+        """Read the variables from ``environ`` (default ``os.environ``)."""
+        env = os.environ if environ is None else environ
+        world_size = _int_or(env, WORLD_SIZE, 1) or 1
+        rank = _int_or(env, RANK, 0) or 0
+        return cls(
+            rank=rank,
+            local_rank=_int_or(env, LOCAL_RANK, rank) or 0,
+            world_size=world_size,
+            local_world_size=_int_or(env, LOCAL_WORLD_SIZE, world_size) or 1,
+            master_addr=env.get(MASTER_ADDR) or None,
+            master_port=_int_or(env, MASTER_PORT, None),
+            device=env.get(DEVICE) or None,
+            mixed_precision=env.get(MIXED_PRECISION) or None,
+            gradient_accumulation_steps=_int_or(env, GRADIENT_ACCUMULATION_STEPS, None),
+            launched=env.get(LAUNCHED, "") == "1",
+        )
+
+    def to_environ(self) -> dict[str, str]:
+        """The variables that describe this process, for a worker's ``os.environ``."""
+        out = {
+            RANK: str(self.rank),
+            LOCAL_RANK: str(self.local_rank),
+            WORLD_SIZE: str(self.world_size),
+            LOCAL_WORLD_SIZE: str(self.local_world_size),
+        }
+        if self.master_addr is not None:
+            out[MASTER_ADDR] = self.master_addr
+        if self.master_port is not None:
+            out[MASTER_PORT] = str(self.master_port)
+        if self.device is not None:
+            out[DEVICE] = self.device
+        if self.mixed_precision is not None:
+            out[MIXED_PRECISION] = self.mixed_precision
+        if self.gradient_accumulation_steps is not None:
+            out[GRADIENT_ACCUMULATION_STEPS] = str(self.gradient_accumulation_steps)
+        if self.launched:
+            out[LAUNCHED] = "1"
+        return out
+
+    def apply(self, environ: MutableMapping[str, str] | None = None) -> None:
+        """Write :meth:`to_environ` into ``environ`` (default ``os.environ``), removing our stale variables."""
+        env = os.environ if environ is None else environ
+        for name in (MASTER_ADDR, MASTER_PORT, DEVICE, MIXED_PRECISION, GRADIENT_ACCUMULATION_STEPS, LAUNCHED):
+            env.pop(name, None)
+        env.update(self.to_environ())
+
+
+def cuda_visible_devices(environ: Mapping[str, str] | None = None) -> list[str] | None:
+    """The entries of ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs), or ``None`` when it is unset.
+
+    An empty value means no GPU is visible and gives ``[]``. Entries after an invalid one are ignored by
+    CUDA itself; we keep them all and let the caller validate against the real device count.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(CUDA_VISIBLE_DEVICES)
+    if raw is None:
+        return None
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def config_file_path(environ: Mapping[str, str] | None = None) -> str | None:
+    """The config file named by ``NOTEBOOK_ACCEL_CONFIG_FILE``, or ``None`` when unset."""
+    env = os.environ if environ is None else environ
+    return env.get(CONFIG_FILE_VAR) or None
+
+
+def hf_home(environ: Mapping[str, str] | None = None) -> str:
+    """Hugging Face's home folder: ``$HF_HOME``, else ``$XDG_CACHE_HOME/huggingface``, else ``~/.cache/huggingface``."""
+    env = os.environ if environ is None else environ
+    if env.get(HF_HOME):
+        return env[HF_HOME]
+    return os.path.join(env.get(XDG_CACHE_HOME) or os.path.expanduser("~/.cache"), "huggingface")
+
+
+def get(name: str, default: str | None = None) -> str | None:
+    """Read any variable (for the few modules that need one not listed above; prefer a named helper)."""
+    return os.environ.get(name, default)
+
+
+@contextmanager
+def patched_environ(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, for ``None``, remove) variables for the duration of a ``with`` block, then restore them.
+
+    Used by the in-process (``num_processes=1``) launch so the kernel's environment is left as it was.
+    """
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def set_var(name: str, value: str) -> None:
+    """Set one variable in this process (worker set-up: thread counts, NVML check)."""
+    os.environ[name] = value

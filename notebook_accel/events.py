@@ -1,0 +1,141 @@
+"""Events: the only contract between the workers and whatever shows a run (dashboard, console, tests).
+
+Workers send small picklable dataclasses through their channel (:mod:`notebook_accel.channel`); the
+launcher in the kernel turns the workers' captured output into :class:`Log` events itself, adds the
+events it alone can see (a worker that died without a word), and hands every event to a :class:`Sink`.
+
+A sink sees, in order: ``start(info)`` once, ``handle(event)`` for each event, ``finish(outcome)`` once,
+whatever happened (success, a failing rank, a timeout or the stop button).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, Union, runtime_checkable
+
+__all__ = [
+    "Started",
+    "Log",
+    "Metrics",
+    "Progress",
+    "Finished",
+    "Failed",
+    "Exited",
+    "Event",
+    "RunInfo",
+    "RunOutcome",
+    "Sink",
+]
+
+
+@dataclass(frozen=True)
+class Started:
+    """A worker is up: its rank, process id and device (``"cpu"``, ``"cuda:0"``)."""
+
+    rank: int
+    pid: int
+    device: str
+
+
+@dataclass(frozen=True)
+class Log:
+    """Whole lines a worker wrote to ``stream`` (no trailing newline; several lines joined by ``\\n``)."""
+
+    rank: int
+    stream: Literal["stdout", "stderr"]
+    text: str
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Scalar values logged by a worker at ``step`` (``None`` when the user gave no step)."""
+
+    rank: int
+    step: int | None
+    values: dict[str, float]
+    time: float
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A loop's position: ``n`` of ``total`` items done (``total`` is ``None`` when unknown)."""
+
+    rank: int
+    n: int
+    total: int | None
+    desc: str
+    time: float
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A worker's function returned ``value`` (only rank 0's value is sent; others send ``None``)."""
+
+    rank: int
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A worker's function raised: the exception's type name, message and the user's traceback text."""
+
+    rank: int
+    exc_type: str
+    message: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class Exited:
+    """Made by the launcher: a worker process ended with ``exit_code`` (negative: killed by a signal)."""
+
+    rank: int
+    exit_code: int
+    signal_name: str | None = None
+
+
+Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What is being launched, given to :meth:`Sink.start`."""
+
+    num_processes: int
+    devices: tuple[str, ...]
+    backend: str
+    function_name: str
+    mixed_precision: str = "no"
+    start_time: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended, given to :meth:`Sink.finish`.
+
+    ``status`` is ``"finished"``, ``"failed"``, ``"timeout"`` or ``"interrupted"``; ``error`` is the one-line
+    summary of what went wrong (empty on success); ``failed_ranks`` lists the ranks that failed.
+    """
+
+    status: Literal["finished", "failed", "timeout", "interrupted"]
+    elapsed: float
+    error: str = ""
+    failed_ranks: tuple[int, ...] = field(default_factory=tuple)
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Receives a run's events in the kernel. Implementations: the console sink, the dashboard, test sinks.
+
+    A sink must be quick (it runs on the launcher's supervising loop) and must not raise; the launcher
+    treats a sink error as a bug in the sink, reports it once and carries on without it.
+    """
+
+    def start(self, info: RunInfo) -> None:
+        """Called once before the first event."""
+
+    def handle(self, event: Event) -> None:
+        """Called for each event, in arrival order."""
+
+    def finish(self, outcome: RunOutcome) -> None:
+        """Called once at the end, whatever happened."""

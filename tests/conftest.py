@@ -1,0 +1,51 @@
+"""Fixtures shared by the whole suite.
+
+Every test is checked, after it ends, for what it left behind: child processes, changed environment
+variables, or an initialised torch.distributed process group. A leak fails the test that caused it, not
+a later one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import child_pids, free_port
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks() -> Iterator[None]:
+    """Fail a test that leaves child processes, environment changes or a process group behind."""
+    env_before = dict(os.environ)
+    children_before = set(child_pids())
+    yield
+    problems: list[str] = []
+    deadline = time.monotonic() + 5.0
+    leaked = set(child_pids()) - children_before
+    while leaked and time.monotonic() < deadline:  # a reaped child can take a moment to vanish from /proc
+        time.sleep(0.05)
+        leaked = set(child_pids()) - children_before
+    if leaked:
+        problems.append(f"child processes left running: {sorted(leaked)}")
+    env_after = dict(os.environ)
+    if env_after != env_before:
+        changed = sorted(k for k in set(env_before) | set(env_after) if env_before.get(k) != env_after.get(k))
+        os.environ.clear()
+        os.environ.update(env_before)
+        problems.append(f"environment variables changed: {changed}")
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+        problems.append("a torch.distributed process group was left initialised")
+    if problems:
+        pytest.fail("test leaked: " + "; ".join(problems))
+
+
+@pytest.fixture
+def port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    return free_port()
