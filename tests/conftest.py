@@ -17,10 +17,18 @@ import pytest
 from tests.helpers import child_pids, free_port
 
 
+_IGNORED_VARS = {"PYTEST_CURRENT_TEST"}
+
+
+def _environ() -> dict[str, str]:
+    """The environment, less the variables pytest itself changes during a test."""
+    return {k: v for k, v in os.environ.items() if k not in _IGNORED_VARS}
+
+
 @pytest.fixture(autouse=True)
 def _no_leaks() -> Iterator[None]:
     """Fail a test that leaves child processes, environment changes or a process group behind."""
-    env_before = dict(os.environ)
+    env_before = _environ()
     children_before = set(child_pids())
     yield
     problems: list[str] = []
@@ -31,11 +39,14 @@ def _no_leaks() -> Iterator[None]:
         leaked = set(child_pids()) - children_before
     if leaked:
         problems.append(f"child processes left running: {sorted(leaked)}")
-    env_after = dict(os.environ)
+    env_after = _environ()
     if env_after != env_before:
         changed = sorted(k for k in set(env_before) | set(env_after) if env_before.get(k) != env_after.get(k))
-        os.environ.clear()
-        os.environ.update(env_before)
+        for name in changed:
+            if name in env_before:
+                os.environ[name] = env_before[name]
+            else:
+                os.environ.pop(name, None)
         problems.append(f"environment variables changed: {changed}")
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
