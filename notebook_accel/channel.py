@@ -51,16 +51,17 @@ class EventWriter:
     def __init__(self, conn: Connection, flush_interval: float = 0.1) -> None:
         self._conn = conn
         self._pending: deque[Event] = deque()
-        self._send_lock = threading.Lock()
+        self._send_lock = threading.RLock()  # re-entrant: send/flush hold it around _drain + _write
         self._closed = threading.Event()
         self._interval = flush_interval
         self._thread: threading.Thread | None = None
 
     def send(self, event: Event) -> None:
         """Send ``event`` now, after any posted events (so order is kept). Raises if it cannot be pickled."""
-        batch = self._drain()
-        batch.append(event)
-        self._write(batch)
+        with self._send_lock:  # drain and write together: a concurrent flush can neither reorder nor race
+            batch = self._drain()
+            batch.append(event)
+            self._write(batch)
 
     def post(self, event: Event) -> None:
         """Queue ``event``; it is sent within ``flush_interval`` seconds."""
@@ -70,9 +71,10 @@ class EventWriter:
 
     def flush(self) -> None:
         """Send every posted event now."""
-        batch = self._drain()
-        if batch:
-            self._write(batch)
+        with self._send_lock:
+            batch = self._drain()
+            if batch:
+                self._write(batch)
 
     def close(self) -> None:
         """Flush, stop the flusher thread and close the pipe. Safe to call twice."""

@@ -174,6 +174,47 @@ def hf_home(environ: Mapping[str, str] | None = None) -> str:
     return os.path.join(env.get(XDG_CACHE_HOME) or os.path.expanduser("~/.cache"), "huggingface")
 
 
+XDG_CONFIG_HOME = "XDG_CONFIG_HOME"
+
+
+def config_home(environ: Mapping[str, str] | None = None) -> str:
+    """The user's configuration folder: ``$XDG_CONFIG_HOME``, else ``~/.config`` (our config file lives below)."""
+    env = os.environ if environ is None else environ
+    return env.get(XDG_CONFIG_HOME) or os.path.expanduser("~/.config")
+
+
+def launch_choices(
+    *, device: str | None = None, mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None
+) -> dict[str, str]:
+    """Our variables that carry launch choices to a launched script's Accelerator (``notebook-accel launch``).
+
+    Only the choices given (not ``None``) appear; ``torchrun`` adds the rank variables itself.
+
+    Example:
+        >>> launch_choices(mixed_precision="bf16")
+        {'NOTEBOOK_ACCEL_MIXED_PRECISION': 'bf16'}
+    """
+    out: dict[str, str] = {}
+    if device is not None:
+        out[DEVICE] = device
+    if mixed_precision is not None:
+        out[MIXED_PRECISION] = mixed_precision
+    if gradient_accumulation_steps is not None:
+        out[GRADIENT_ACCUMULATION_STEPS] = str(gradient_accumulation_steps)
+    return out
+
+
+def environ_with(values: Mapping[str, str | None]) -> dict[str, str]:
+    """A copy of ``os.environ`` with ``values`` set (``None`` removes one), for a child process's ``env=``."""
+    out = dict(os.environ)
+    for name, value in values.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
+    return out
+
+
 def get(name: str, default: str | None = None) -> str | None:
     """Read any variable (for the few modules that need one not listed above; prefer a named helper)."""
     return os.environ.get(name, default)

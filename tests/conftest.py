@@ -17,7 +17,7 @@ import pytest
 from tests.helpers import child_pids, free_port
 
 
-_IGNORED_VARS = {"PYTEST_CURRENT_TEST"}
+_IGNORED_VARS = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}  # torch sets the latter on first optimizer use
 
 
 def _environ() -> dict[str, str]:

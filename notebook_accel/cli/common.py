@@ -1,0 +1,40 @@
+"""What the subcommands share: exit codes, the usage error, messages on stderr, and config loading."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from notebook_accel.config import Config, find_config_file, load_config
+from notebook_accel.errors import NotebookAccelError
+
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "UsageError", "error", "active_config"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(NotebookAccelError, ValueError):
+    """A command was called in a way that cannot work (the message says how to call it); exit code 2."""
+
+
+def error(message: str) -> None:
+    """Print ``notebook-accel: error: <message>`` on stderr."""
+    print(f"notebook-accel: error: {message}", file=sys.stderr, flush=True)
+
+
+def active_config(config_file: str | None) -> tuple[Config, Path | None]:
+    """The config a command uses: ``--config_file`` if given, else the default file, else built-in defaults.
+
+    Returns:
+        The config and the file it came from (``None`` for the built-in defaults).
+
+    Raises:
+        ConfigError: the file is missing or invalid.
+    """
+    path = Path(config_file).expanduser() if config_file else find_config_file()
+    if path is None:
+        return Config(), None
+    return load_config(path), path

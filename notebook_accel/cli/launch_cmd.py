@@ -1,0 +1,151 @@
+"""``notebook-accel launch``: run a script on N processes through ``torch.distributed.run`` (torchrun).
+
+The config (``--config_file`` or the default file) is read first and the flags override it. The config's
+fields become torchrun's flags (``--nproc_per_node``, ``--nnodes``, ``--node_rank``, ``--master_addr``,
+``--master_port``, or ``--rdzv_backend``/``--rdzv_endpoint`` for c10d and etcd); ``gpu_ids`` becomes
+``CUDA_VISIBLE_DEVICES``; mixed precision, accumulation and ``use_cpu`` reach the script's ``Accelerator``
+through the variables of :func:`notebook_accel.environment.launch_choices`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from typing import Any
+
+from notebook_accel import environment
+from notebook_accel.cli.common import EXIT_FAILED, EXIT_OK, UsageError, active_config, error
+from notebook_accel.cli.process import run_child
+from notebook_accel.config import Config
+
+__all__ = ["register", "torchrun_command", "child_environment", "launch"]
+
+DEFAULT_PORT = 29500
+_INT_FLAGS = ("num_processes", "gradient_accumulation_steps", "num_machines", "machine_rank", "main_process_port")
+
+
+def _flag(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
+    """Add ``--name`` with its dashed alias ``--name-with-dashes`` (accelerate accepts both)."""
+    names = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
+    parser.add_argument(*names, dest=name, **kwargs)
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``launch`` subcommand."""
+    parser = commands.add_parser(
+        "launch",
+        help="run a script on several processes (through torch.distributed.run)",
+        description="Run SCRIPT on several processes through torch.distributed.run. Flags override the config "
+        "file; options go before SCRIPT, everything after it is passed to the script.",
+    )
+    _flag(parser, "config_file", metavar="FILE", help="config file (default: the default config, if any)")
+    for name in _INT_FLAGS:
+        _flag(parser, name, type=int, metavar="N")
+    _flag(parser, "mixed_precision", choices=["no", "fp16", "bf16"])
+    _flag(parser, "gpu_ids", metavar="IDS", help="'all' or GPU indices such as 0,1")
+    _flag(parser, "main_process_ip", metavar="HOST")
+    _flag(parser, "rdzv_backend", choices=["static", "c10d", "etcd", "etcd-v2"])
+    parser.add_argument("--cpu", action="store_true", default=None, help="run on CPU even when GPUs are present")
+    _flag(parser, "dry_run", action="store_true", help="print the command and the variables, run nothing")
+    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    parser.set_defaults(run=launch)
+
+
+def _free_port() -> int:
+    """A TCP port that was free a moment ago (bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def torchrun_command(config: Config, script: str, script_args: list[str], port: int | None = None) -> list[str]:
+    """The ``python -m torch.distributed.run ...`` command line for ``config``.
+
+    Args:
+        config: the merged config.
+        script, script_args: what to run.
+        port: the rendezvous port to use on a single machine when the config has none (or 0); a free one is
+            picked when not given.
+
+    Raises:
+        UsageError: port 0 (free port) on several machines, which cannot agree on a random port.
+    """
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(config.processes_per_machine),
+           "--nnodes", str(config.num_machines)]
+    if config.num_machines == 1:
+        chosen = config.main_process_port or port or _free_port()
+        cmd += ["--node_rank", "0", "--master_addr", config.main_process_ip or "127.0.0.1",
+                "--master_port", str(chosen)]
+    else:
+        if config.main_process_port == 0:
+            raise UsageError("main_process_port 0 (pick a free port) only works on one machine; every machine must "
+                             f"use the same port, so give one such as --main_process_port {DEFAULT_PORT}")
+        port_ = config.main_process_port or DEFAULT_PORT
+        if config.rdzv_backend == "static":
+            cmd += ["--node_rank", str(config.machine_rank), "--master_addr", str(config.main_process_ip),
+                    "--master_port", str(port_)]
+        else:
+            cmd += ["--rdzv_backend", config.rdzv_backend, "--rdzv_endpoint", f"{config.main_process_ip}:{port_}",
+                    "--rdzv_id", "notebook-accel"]
+    return [*cmd, script, *script_args]
+
+
+def child_environment(config: Config) -> dict[str, str | None]:
+    """The variables to set for the launched processes (``None`` keeps the current value).
+
+    Raises:
+        UsageError: ``gpu_ids`` names a GPU beyond the ones ``CUDA_VISIBLE_DEVICES`` leaves visible.
+    """
+    # only choices that differ from the Accelerator's own defaults, so a script's explicit arguments meet no
+    # surprise variables
+    out: dict[str, str | None] = dict(environment.launch_choices(
+        device="cpu" if config.use_cpu else None,
+        mixed_precision=None if config.mixed_precision == "no" else config.mixed_precision,
+        gradient_accumulation_steps=None if config.gradient_accumulation_steps == 1 else
+        config.gradient_accumulation_steps,
+    ))
+    ids = config.gpu_id_list
+    if ids is not None and not config.use_cpu:
+        visible = environment.cuda_visible_devices()
+        if visible is not None:
+            missing = [i for i in ids if i >= len(visible)]
+            if missing:
+                raise UsageError(f"gpu_ids {config.gpu_ids!r} names GPU(s) {missing} but CUDA_VISIBLE_DEVICES="
+                                 f"{','.join(visible)!r} leaves only {len(visible)} visible; use indices below "
+                                 f"{len(visible)}")
+            out[environment.CUDA_VISIBLE_DEVICES] = ",".join(visible[i] for i in ids)
+        else:
+            out[environment.CUDA_VISIBLE_DEVICES] = config.gpu_ids
+    return out
+
+
+def merged_config(args: argparse.Namespace) -> Config:
+    """The config file overridden by the flags given on the command line."""
+    config, _ = active_config(args.config_file)
+    return config.override(
+        **{name: getattr(args, name) for name in (*_INT_FLAGS, "mixed_precision", "gpu_ids", "main_process_ip",
+                                                   "rdzv_backend")},
+        use_cpu=args.cpu,
+    )
+
+
+def launch(args: argparse.Namespace) -> int:
+    """Run the ``launch`` subcommand."""
+    config = merged_config(args)
+    if not args.dry_run and not os.path.isfile(args.script):
+        raise UsageError(f"no script at {args.script!r}; give the path of a Python file (options go before it)")
+    cmd = torchrun_command(config, args.script, list(args.script_args))
+    variables = child_environment(config)
+    if args.dry_run:
+        print(" ".join(cmd))
+        for name, value in sorted(variables.items()):
+            print(f"{name}={value}")
+        return EXIT_OK
+    code, _ = run_child(cmd, environment.environ_with(variables))
+    if code != 0:
+        error(f"the run failed: torch.distributed.run exited with code {code} (see the output above)")
+        return EXIT_FAILED
+    return EXIT_OK

@@ -1,0 +1,90 @@
+"""How launch maps a config to torch.distributed.run's flags and the workers' variables (in process, no run)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pytest
+
+from notebook_accel.cli.common import UsageError
+from notebook_accel.cli.launch_cmd import child_environment, torchrun_command
+from notebook_accel.cli.process import run_child
+from notebook_accel.cli.test_cmd import sanity_check
+from notebook_accel.config import Config
+
+HEAD = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def test_single_machine_uses_loopback_and_the_given_free_port() -> None:
+    cmd = torchrun_command(Config(num_processes=2, use_cpu=True), "s.py", ["--x"], port=31234)
+    assert cmd == [*HEAD, "--nproc_per_node", "2", "--nnodes", "1", "--node_rank", "0", "--master_addr",
+                   "127.0.0.1", "--master_port", "31234", "s.py", "--x"]
+
+
+def test_single_machine_picks_a_free_port_for_0_and_keeps_a_fixed_one() -> None:
+    free = torchrun_command(Config(main_process_port=0), "s.py", [])
+    port = int(free[free.index("--master_port") + 1])
+    assert 0 < port < 65536
+    fixed = torchrun_command(Config(main_process_port=29555, main_process_ip="10.0.0.2"), "s.py", [])
+    assert fixed[fixed.index("--master_addr") + 1:fixed.index("--master_port") + 2] == ["10.0.0.2", "--master_port",
+                                                                                        "29555"]
+
+
+def test_static_multi_machine_flags() -> None:
+    config = Config(num_processes=8, num_machines=2, machine_rank=1, main_process_ip="10.0.0.1")
+    cmd = torchrun_command(config, "s.py", [])
+    assert cmd[3:] == ["--nproc_per_node", "4", "--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1",
+                       "--master_port", "29500", "s.py"]
+
+
+def test_c10d_multi_machine_flags() -> None:
+    config = Config(num_processes=4, num_machines=2, main_process_ip="h", main_process_port=1234, rdzv_backend="c10d")
+    cmd = torchrun_command(config, "s.py", [])
+    assert cmd[3:] == ["--nproc_per_node", "2", "--nnodes", "2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                       "h:1234", "--rdzv_id", "notebook-accel", "s.py"]
+
+
+def test_free_port_on_several_machines_is_refused() -> None:
+    config = Config(num_processes=2, num_machines=2, main_process_ip="h", main_process_port=0)
+    with pytest.raises(UsageError, match="only works on one machine"):
+        torchrun_command(config, "s.py", [])
+
+
+def test_variables_carry_only_non_default_choices() -> None:
+    assert child_environment(Config()) == {}
+    assert child_environment(Config(use_cpu=True, mixed_precision="bf16", gradient_accumulation_steps=2)) == {
+        "NOTEBOOK_ACCEL_DEVICE": "cpu", "NOTEBOOK_ACCEL_MIXED_PRECISION": "bf16",
+        "NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS": "2"}
+
+
+def test_gpu_ids_become_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert child_environment(Config(gpu_ids="1,3", num_processes=2)) == {"CUDA_VISIBLE_DEVICES": "1,3"}
+    assert child_environment(Config(gpu_ids="all", num_processes=2)) == {}
+    assert child_environment(Config(gpu_ids="1", use_cpu=True)) == {"NOTEBOOK_ACCEL_DEVICE": "cpu"}
+
+
+def test_gpu_ids_are_relative_to_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert child_environment(Config(gpu_ids="0,2", num_processes=2)) == {"CUDA_VISIBLE_DEVICES": "4,6"}
+    with pytest.raises(UsageError, match=r"names GPU\(s\) \[3\] but CUDA_VISIBLE_DEVICES='4,5,6' leaves only 3"):
+        child_environment(Config(gpu_ids="3"))
+
+
+@pytest.mark.timeout(60)
+def test_run_child_timeout_stops_the_process_group() -> None:
+    code, output = run_child([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"],
+                             {}, timeout=2.0, capture=True)
+    assert code == 124 and "started" in output
+
+
+def test_run_child_returns_the_exit_code() -> None:
+    assert run_child([sys.executable, "-c", "raise SystemExit(7)"], {}, capture=True) == (7, "")
+
+
+@pytest.mark.timeout(60)
+def test_sanity_check_reports_a_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sanity_check(argparse.Namespace(num_processes=2, timeout=0.01)) == 1
+    out = capsys.readouterr().out
+    assert "notebook-accel test: FAILED - the 2-process check timed out" in out

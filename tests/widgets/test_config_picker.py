@@ -1,0 +1,207 @@
+"""The config picker, headless: set control values, check .config and the inline messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from notebook_accel import hardware
+from notebook_accel.config import Config, ConfigError, load_config, resolve_config, save_config
+from notebook_accel.hardware import GpuInfo
+from notebook_accel.widgets.config_picker import ConfigPicker
+
+A100 = [GpuInfo(i, "NVIDIA A100-SXM4-80GB", 80 * 2**30, (8, 0)) for i in range(2)]
+T4 = [GpuInfo(0, "Tesla T4", 15 * 2**30, (7, 5))]
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep the user's real config files out of the picker's default lookup."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("NOTEBOOK_ACCEL_CONFIG_FILE", raising=False)
+
+
+def test_cpu_machine_defaults_to_one_cpu_process() -> None:
+    picker = ConfigPicker(cpu_count=4, gpus=[])
+    assert picker.config == Config(num_processes=1, use_cpu=True)
+    assert picker.device.options == ("CPU",)
+    assert list(picker.mixed_precision.options) == ["no", "bf16"]
+    assert picker.processes.max == 4
+    assert "4 cores" in picker.hardware_info.value and "none detected" in picker.hardware_info.value
+    assert picker.problems == [] and "✓ 1 process(es) on CPU" in picker.message.value
+
+
+def test_gpu_machine_shows_gpus_and_uses_all_of_them() -> None:
+    picker = ConfigPicker(cpu_count=8, gpus=A100)
+    assert "NVIDIA A100-SXM4-80GB, 80.0 GiB" in picker.hardware_info.value
+    config = picker.config
+    assert (config.num_processes, config.gpu_ids, config.distributed_type) == (2, "all", "MULTI_GPU")
+    assert list(picker.mixed_precision.options) == ["no", "fp16", "bf16"]
+
+
+def test_processes_are_bounded_by_the_selected_gpus() -> None:
+    picker = ConfigPicker(cpu_count=8, gpus=A100)
+    picker.processes.value = 5
+    assert picker.processes.value == 2
+    picker.gpus.value = (1,)
+    assert picker.processes.max == 1 and picker.processes.value == 1
+    assert (picker.config.gpu_ids, picker.config.num_processes) == ("1", 1)
+
+
+def test_precision_choices_follow_the_hardware() -> None:
+    picker = ConfigPicker(cpu_count=8, gpus=T4)
+    assert list(picker.mixed_precision.options) == ["no", "fp16"]  # no bf16 before compute capability 8.0
+    picker.mixed_precision.value = "fp16"
+    picker.device.value = "CPU"
+    assert list(picker.mixed_precision.options) == ["no", "bf16"]
+    assert picker.mixed_precision.value == "no"  # fp16 is not offered on CPU
+    assert picker.config.use_cpu and picker.config.mixed_precision == "no"
+
+
+def test_effective_batch_size_is_shown() -> None:
+    picker = ConfigPicker(cpu_count=8, gpus=A100)
+    assert "set a batch size" in picker.effective.value
+    picker.batch_size.value = 16
+    picker.accumulation.value = 4
+    assert picker.config.effective_batch_size == 128
+    assert "<b>128</b> = 16 per device × 2 processes × 4 accumulation steps" in picker.effective.value
+
+
+def test_invalid_combinations_show_messages_instead_of_raising() -> None:
+    picker = ConfigPicker(cpu_count=8, gpus=A100)
+    picker.machines.value = 2  # no address of the main machine, port 0
+    picker.machine_rank.value = 3
+    problems = picker.problems
+    assert any("main_process_ip: required" in p for p in problems)
+    assert any("machine_rank: got 3" in p for p in problems)
+    assert any("port: 0" in p for p in problems)
+    assert "⚠" in picker.message.value and "main_process_ip" in picker.message.value
+    with pytest.raises(ConfigError) as info:
+        picker.config  # noqa: B018
+    assert info.value.problems == problems
+    picker.main_ip.value = "10.0.0.1"
+    picker.port.value = 29500
+    picker.machine_rank.value = 1
+    config = picker.config
+    assert (config.num_processes, config.num_machines, config.machine_rank) == (4, 2, 1)
+    assert picker.problems == []
+
+
+def test_no_gpu_selected_is_a_message() -> None:
+    picker = ConfigPicker(cpu_count=8, gpus=A100)
+    picker.gpus.value = ()
+    assert picker.problems == ["GPUs: select at least one GPU, or choose CPU"]
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    picker = ConfigPicker(cpu_count=8, gpus=A100, path=tmp_path / "c.yaml")
+    picker.mixed_precision.value = "bf16"
+    picker.accumulation.value = 2
+    picker.save_button.click()
+    assert load_config(tmp_path / "c.yaml") == picker.config
+    assert picker.messages == [f"saved to {tmp_path / 'c.yaml'}"]
+    other = ConfigPicker(cpu_count=8, gpus=A100, path=tmp_path / "c.yaml")
+    other.load_button.click()
+    assert other.config == picker.config
+    assert other.messages[0] == f"loaded {tmp_path / 'c.yaml'}"
+
+
+def test_load_keeps_fields_the_form_does_not_show(tmp_path: Path) -> None:
+    path = save_config(Config(num_processes=2, use_cpu=True, rdzv_backend="c10d", debug=True,
+                              extra={"fsdp_config": {}}), tmp_path / "c.yaml")
+    picker = ConfigPicker(path, cpu_count=4, gpus=[])
+    assert (picker.config.rdzv_backend, picker.config.debug, picker.config.extra) == ("c10d", True, {"fsdp_config": {}})
+
+
+def test_loading_a_bigger_machines_config_adjusts_with_notes(tmp_path: Path) -> None:
+    path = save_config(Config(num_processes=8, gpu_ids="0,1,2,3,4,5,6,7", mixed_precision="fp16"), tmp_path / "c.yaml")
+    picker = ConfigPicker(cpu_count=2, gpus=[])
+    picker.load(path)
+    notes = " | ".join(picker.messages)
+    assert "asks for GPUs but none was detected" in notes
+    assert "8 processes per machine asked, 2 possible here" in notes
+    assert "'fp16' is not supported here" in notes
+    assert picker.config == Config(num_processes=2, use_cpu=True)
+
+
+def test_loading_missing_gpus_leaves_them_out(tmp_path: Path) -> None:
+    path = save_config(Config(num_processes=1, gpu_ids="1,5"), tmp_path / "c.yaml")
+    picker = ConfigPicker(path, cpu_count=2, gpus=A100)
+    assert picker.config.gpu_ids == "1"
+
+
+def test_bad_file_on_the_load_button_is_a_message(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("num_process: 2\n")
+    picker = ConfigPicker(cpu_count=2, gpus=[], path=bad)
+    picker.load_button.click()
+    assert any("load failed" in m and "did you mean 'num_processes'" in m for m in picker.messages)
+    assert picker.config == Config(num_processes=1, use_cpu=True)  # the form is unchanged
+    with pytest.raises(ConfigError):
+        picker.load()
+    picker.path.value = " "
+    picker.save_button.click()
+    assert picker.messages == ["save failed: file: no path given; type one in the File field"]
+
+
+def test_invalid_form_cannot_be_saved(tmp_path: Path) -> None:
+    picker = ConfigPicker(cpu_count=2, gpus=[], path=tmp_path / "c.yaml")
+    picker.machines.value = 2
+    picker.save_button.click()
+    assert not (tmp_path / "c.yaml").exists()
+    assert any(m.startswith("save failed") for m in picker.messages)
+
+
+def test_default_config_file_is_the_starting_point(tmp_path: Path) -> None:
+    save_config(Config(num_processes=2, use_cpu=True, mixed_precision="bf16"),
+                tmp_path / "xdg" / "notebook_accel" / "config.yaml")
+    picker = ConfigPicker(cpu_count=4, gpus=[])
+    assert picker.config == Config(num_processes=2, use_cpu=True, mixed_precision="bf16")
+
+
+def test_broken_default_file_is_a_note_not_an_error(tmp_path: Path) -> None:
+    broken = tmp_path / "xdg" / "notebook_accel" / "config.yaml"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("num_processes: [\n")
+    picker = ConfigPicker(cpu_count=4, gpus=[])
+    assert picker.messages[0].startswith("default config not used: YAML syntax error at line")
+    assert picker.config == Config(num_processes=1, use_cpu=True)
+
+
+def test_resolve_config_accepts_the_picker() -> None:
+    picker = ConfigPicker(cpu_count=4, gpus=[])
+    picker.processes.value = 2
+    assert resolve_config(picker) == Config(num_processes=2, use_cpu=True)
+
+
+def test_building_the_picker_does_not_initialise_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real detection (NVML / nvidia-smi) runs; any call into the CUDA runtime would fail the test."""
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the config picker called into the CUDA runtime")
+
+    for name in ("init", "_lazy_init", "device_count", "is_available", "get_device_properties", "get_device_name"):
+        monkeypatch.setattr(torch.cuda, name, forbidden)
+    hardware._physical_gpus.cache_clear()
+    picker = ConfigPicker()
+    assert picker.config.num_processes >= 1
+    assert not torch.cuda.is_initialized()
+
+
+def test_hardware_is_detected_when_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hardware, "detect_gpus", lambda: list(A100))
+    monkeypatch.setattr(hardware, "cpu_count", lambda: 6)
+    picker = ConfigPicker()
+    assert "6 cores" in picker.hardware_info.value and "GPU 1" in picker.hardware_info.value
+    assert picker.config.num_processes == 2
+
+
+def test_resolve_config_of_an_invalid_picker_raises_its_problems() -> None:
+    picker = ConfigPicker(cpu_count=4, gpus=[])
+    picker.machines.value = 2
+    with pytest.raises(ConfigError) as info:
+        resolve_config(picker)
+    assert info.value.problems == picker.problems

@@ -1,0 +1,330 @@
+"""The config picker: a form in a notebook cell that builds a :class:`~notebook_accel.config.Config`.
+
+It shows the detected hardware (CPU cores; GPUs with name and memory, found through NVML / nvidia-smi by
+:mod:`notebook_accel.hardware`, never through the CUDA runtime, so a later launch can still fork) and offers only
+what the hardware can do: processes bounded by the chosen devices, mixed-precision modes the devices support.
+Combinations that cannot work (several machines without the main machine's address, a machine rank out of range,
+no GPU selected) show an inline message under the form instead of raising; ``.config`` raises the same problems
+as a :class:`~notebook_accel.config.ConfigError`.
+
+``notebook_launcher(train, config=picker)`` uses ``picker.config``; Save and Load write and read a YAML file.
+The process count in the form is per machine; ``Config.num_processes`` counts all machines (accelerate's meaning).
+Settings the form does not show (``rdzv_backend``, accelerate's extra sections, ...) are kept from the loaded config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Union
+
+import ipywidgets as w
+
+from notebook_accel import hardware
+from notebook_accel.config import Config, ConfigError, default_config_path, load_config, resolve_config, save_config
+from notebook_accel.config.machine import config_for_machine, precision_choices
+from notebook_accel.hardware import GpuInfo
+
+__all__ = ["ConfigPicker"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+_GPU, _CPU = "GPU", "CPU"
+_MAX_STEPS = 1_000_000
+_STYLE = {"description_width": "190px"}
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB"
+
+
+def _int_box(description: str, value: int, low: int, high: int) -> w.BoundedIntText:
+    return w.BoundedIntText(value=min(max(value, low), high), min=low, max=high, description=description,
+                            style=_STYLE)
+
+
+class ConfigPicker(w.VBox):
+    """A form that builds a :class:`Config` from controls, showing this machine's hardware.
+
+    Args:
+        config: the starting config: a :class:`Config`, a path, or ``None`` for the default config file (see
+            :mod:`notebook_accel.config.locate`), or one process per GPU (one CPU process) when there is none.
+        path: the file the Save and Load buttons use (default: :func:`default_config_path`).
+        cpu_count, gpus: the hardware to offer; detected (without initialising CUDA) when not given.
+
+    Attributes:
+        device, gpus, processes, mixed_precision, accumulation, batch_size, port, machines, machine_rank,
+        main_ip, path: the controls (ipywidgets), public so code and tests can set them.
+        effective: the effective batch size line; message: the inline problems or the summary.
+
+    Example:
+        >>> picker = ConfigPicker()            # doctest: +SKIP
+        >>> picker                             # shows the form in the cell   # doctest: +SKIP
+        >>> notebook_launcher(train, config=picker)   # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: Config | PathLike | None = None,
+        *,
+        path: PathLike | None = None,
+        cpu_count: int | None = None,
+        gpus: Sequence[GpuInfo] | None = None,
+    ) -> None:
+        self._cpus = hardware.cpu_count() if cpu_count is None else cpu_count
+        self._gpus: list[GpuInfo] = hardware.detect_gpus() if gpus is None else list(gpus)
+        self._applying = False
+        self._notes: list[str] = []
+        self._problems: list[str] = []
+        self._config: Config | None = None
+        self._build_controls(path)
+        super().__init__(children=self._layout())
+        start, note = self._starting_config(config)
+        self._base = start
+        self._apply(start, [note] if note else [])
+
+    # ----------------------------------------------------------------- public API
+    @property
+    def config(self) -> Config:
+        """The config the form describes.
+
+        Raises:
+            ConfigError: the form's values do not fit together (the same lines the inline message shows).
+        """
+        if self._config is None:
+            raise ConfigError(self._problems)
+        return self._config
+
+    @property
+    def problems(self) -> list[str]:
+        """Why the form's values do not make a valid config (empty when :attr:`config` works)."""
+        return list(self._problems)
+
+    @property
+    def messages(self) -> list[str]:
+        """The lines under the form: notes from the last load, then the current problems (empty when all is well)."""
+        return [*self._notes, *self._problems]
+
+    def save(self, path: PathLike | None = None) -> Path:
+        """Write the config to ``path`` (default: the path field) and return the path written.
+
+        Raises:
+            ConfigError: the form is invalid or the file cannot be written.
+        """
+        target = self._target(path)
+        written = save_config(self.config, target)
+        self._notes = [f"saved to {written}"]
+        self._show()
+        return written
+
+    def load(self, path: PathLike | None = None) -> Config:
+        """Read ``path`` (default: the path field) into the form and return the loaded config.
+
+        Values this machine cannot run (more processes than devices, fp16 on CPU, GPUs it lacks) are adjusted,
+        with a note in :attr:`messages`.
+
+        Raises:
+            ConfigError: the file is missing or invalid.
+        """
+        target = self._target(path)
+        loaded = load_config(target)
+        self.path.value = str(target)
+        self._base = loaded
+        self._apply(loaded, [f"loaded {target}"])
+        return loaded
+
+    # ----------------------------------------------------------------- building
+    def _build_controls(self, path: PathLike | None) -> None:
+        gpus = self._gpus
+        self.hardware_info = w.HTML(self._hardware_html())
+        self.device = w.ToggleButtons(options=[_GPU, _CPU] if gpus else [_CPU], description="Device", style=_STYLE)
+        self.gpus = w.SelectMultiple(
+            options=[(f"{g.index}: {g.name} ({_gib(g.total_memory_bytes)})", g.index) for g in gpus],
+            value=tuple(g.index for g in gpus), rows=min(max(len(gpus), 1), 8), description="GPUs", style=_STYLE,
+        )
+        self.processes = _int_box("Processes per machine", 1, 1, max(len(gpus), self._cpus, 1))
+        self.mixed_precision = w.Dropdown(options=precision_choices([]), value="no", description="Mixed precision",
+                                          style=_STYLE)
+        self.accumulation = _int_box("Gradient accumulation", 1, 1, _MAX_STEPS)
+        self.batch_size = _int_box("Batch size per device (0 = unset)", 0, 0, _MAX_STEPS)
+        self.effective = w.HTML()
+        self.port = _int_box("Port (0 = free)", 0, 0, 65535)
+        self.machines = _int_box("Machines", 1, 1, 10_000)
+        self.machine_rank = _int_box("This machine's rank", 0, 0, 9_999)
+        self.main_ip = w.Text(description="Main machine address", placeholder="e.g. 10.0.0.1", style=_STYLE)
+        self.message = w.HTML()
+        self.path = w.Text(value=str(path if path is not None else default_config_path()), description="File",
+                           style=_STYLE, layout=w.Layout(width="60%"))
+        self.save_button = w.Button(description="Save", icon="save")
+        self.load_button = w.Button(description="Load", icon="folder-open")
+        self.save_button.on_click(lambda _: self._guarded("save", self.save))
+        self.load_button.on_click(lambda _: self._guarded("load", self.load))
+        for control in (self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation,
+                        self.batch_size, self.port, self.machines, self.machine_rank, self.main_ip):
+            control.observe(self._on_change, names="value")
+
+    def _layout(self) -> list[w.Widget]:
+        return [self.hardware_info, self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation,
+                self.batch_size, self.effective, self.port, self.machines, self.machine_rank, self.main_ip,
+                self.message, w.HBox([self.path, self.save_button, self.load_button])]
+
+    def _hardware_html(self) -> str:
+        parts = [f"<b>CPU</b>: {self._cpus} cores"]
+        if not self._gpus:
+            parts.append("<b>GPUs</b>: none detected")
+        for g in self._gpus:
+            parts.append(f"<b>GPU {g.index}</b>: {html.escape(g.name)}, {_gib(g.total_memory_bytes)}")
+        return "<br>".join(parts)
+
+    def _starting_config(self, config: Config | PathLike | None) -> tuple[Config, str | None]:
+        """The config to show first and a note when the default file could not be used."""
+        if config is not None:
+            return resolve_config(config) or config_for_machine(self._gpus), None
+        try:
+            found = resolve_config(None)
+        except ConfigError as e:
+            return config_for_machine(self._gpus), f"default config not used: {e.problems[0]}"
+        return (found, None) if found is not None else (config_for_machine(self._gpus), None)
+
+    # ----------------------------------------------------------------- config -> form
+    def _apply(self, config: Config, notes: list[str]) -> None:
+        """Show ``config`` in the controls, adjusting what this machine cannot do (with a note for each)."""
+        self._applying = True
+        try:
+            use_cpu = config.use_cpu or not self._gpus
+            if not config.use_cpu and not self._gpus:
+                notes.append("the config asks for GPUs but none was detected: using CPU")
+            self.device.value = _CPU if use_cpu else _GPU
+            if self._gpus:
+                ids = config.gpu_id_list
+                present = [g.index for g in self._gpus]
+                chosen = present if ids is None else [i for i in ids if i in present]
+                if ids is not None and len(chosen) < len(ids) and not use_cpu:
+                    notes.append(f"GPUs {sorted(set(ids) - set(present))} are not on this machine: left out")
+                self.gpus.value = tuple(chosen)
+            self._refresh_limits()
+            wanted = config.processes_per_machine
+            if wanted > self.processes.max:
+                notes.append(f"{wanted} processes per machine asked, {self.processes.max} possible here: using "
+                             f"{self.processes.max}")
+            self.processes.value = min(wanted, self.processes.max)
+            mixed = config.mixed_precision
+            if mixed not in self.mixed_precision.options:
+                notes.append(f"mixed precision {mixed!r} is not supported here: using 'no'")
+                mixed = "no"
+            self.mixed_precision.value = mixed
+            self.accumulation.value = config.gradient_accumulation_steps
+            self.batch_size.value = config.per_device_batch_size or 0
+            self.port.value = config.main_process_port or 0
+            self.machines.value = config.num_machines
+            self.machine_rank.value = config.machine_rank
+            self.main_ip.value = config.main_process_ip or ""
+        finally:
+            self._applying = False
+        self._notes = notes
+        self._update()
+
+    def _refresh_limits(self) -> None:
+        """Show the GPU list only on GPU; bound processes by the chosen devices; offer the supported precisions."""
+        on_gpu = self.device.value == _GPU
+        self.gpus.layout.display = None if on_gpu else "none"
+        chosen = [g for g in self._gpus if g.index in self.gpus.value] if on_gpu else []
+        limit = max(len(chosen), 1) if on_gpu else self._cpus
+        self.processes.max = max(limit, 1)
+        options = precision_choices(chosen if on_gpu else [])
+        if on_gpu and not chosen:
+            options = precision_choices(self._gpus)
+        if list(self.mixed_precision.options) != options:
+            keep = self.mixed_precision.value if self.mixed_precision.value in options else "no"
+            self.mixed_precision.options = options
+            self.mixed_precision.value = keep
+
+    # ----------------------------------------------------------------- form -> config
+    def _on_change(self, change: dict[str, Any]) -> None:
+        if self._applying:
+            return
+        if change.get("owner") in (self.device, self.gpus):
+            self._applying = True
+            try:
+                self._refresh_limits()
+            finally:
+                self._applying = False
+        self._update()
+
+    def _form_problems(self) -> list[str]:
+        """Problems the Config cannot see: they come from how the form maps to it."""
+        out = []
+        if self.device.value == _GPU and not self.gpus.value:
+            out.append("GPUs: select at least one GPU, or choose CPU")
+        if self.machines.value > 1 and self.port.value == 0:
+            out.append("port: 0 (pick a free port) only works on one machine; every machine must use the same "
+                       "port, e.g. 29500")
+        return out
+
+    def _update(self) -> None:
+        """Rebuild the config from the controls and show the problems or the summary."""
+        problems = self._form_problems()
+        config: Config | None = None
+        try:
+            config = self._build()
+        except ConfigError as e:
+            problems += e.problems
+        self._config = None if problems else config
+        self._problems = problems
+        self._show()
+
+    def _build(self) -> Config:
+        on_gpu = self.device.value == _GPU
+        chosen = sorted(self.gpus.value) if on_gpu else []
+        every = [g.index for g in self._gpus]
+        gpu_ids = None if not on_gpu else ("all" if chosen == every else ",".join(map(str, chosen)) or None)
+        machines = self.machines.value
+        return dataclasses.replace(
+            self._base,
+            distributed_type=None,
+            use_cpu=not on_gpu,
+            gpu_ids=gpu_ids,
+            num_processes=self.processes.value * machines,
+            num_machines=machines,
+            machine_rank=self.machine_rank.value,
+            main_process_ip=self.main_ip.value.strip() or None,
+            main_process_port=self.port.value or None,
+            mixed_precision=self.mixed_precision.value,
+            gradient_accumulation_steps=self.accumulation.value,
+            per_device_batch_size=self.batch_size.value or None,
+        )
+
+    def _show(self) -> None:
+        """Render the effective batch size and the message area."""
+        config = self._config
+        if config is not None and config.effective_batch_size is not None:
+            self.effective.value = (
+                f"Effective batch size: <b>{config.effective_batch_size}</b> = {config.per_device_batch_size} per "
+                f"device × {config.num_processes} processes × {config.gradient_accumulation_steps} accumulation steps"
+            )
+        else:
+            self.effective.value = "Effective batch size: set a batch size per device to see it"
+        lines = [f"<span style='color:#555'>{html.escape(n)}</span>" for n in self._notes]
+        lines += [f"<span style='color:#b00020'>⚠ {html.escape(p)}</span>" for p in self._problems]
+        if config is not None:
+            where = "CPU" if config.use_cpu else f"GPU ({config.gpu_ids or 'all'})"
+            lines.append(f"<span style='color:#1b5e20'>✓ {config.num_processes} process(es) on {where}, mixed "
+                         f"precision {config.mixed_precision}</span>")
+        self.message.value = "<br>".join(lines)
+
+    # ----------------------------------------------------------------- buttons
+    def _target(self, path: PathLike | None) -> Path:
+        raw = os.fspath(path) if path is not None else self.path.value.strip()
+        if not raw:
+            raise ConfigError(["file: no path given; type one in the File field"])
+        return Path(os.path.expanduser(raw))
+
+    def _guarded(self, verb: str, action: Callable[[], object]) -> None:
+        """Run a button's action, showing a ConfigError inline instead of raising it into the front end."""
+        try:
+            action()
+        except ConfigError as e:
+            self._notes = [f"{verb} failed: {p}" for p in e.problems]
+            self._show()
