@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.helpers import child_pids, free_port
+
+# Keep the user's own config files (ours and accelerate's) out of the tests: point the lookup folders at an
+# empty place for the whole session, before any test takes its environment snapshot.
+_ISOLATED_HOME = tempfile.mkdtemp(prefix="notebook-accel-tests-")
+os.environ["XDG_CONFIG_HOME"] = os.path.join(_ISOLATED_HOME, "config")
+os.environ["HF_HOME"] = os.path.join(_ISOLATED_HOME, "hf")
+os.environ.pop("NOTEBOOK_ACCEL_CONFIG_FILE", None)
 
 
 _IGNORED_VARS = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}  # torch sets the latter on first optimizer use

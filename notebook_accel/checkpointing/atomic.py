@@ -1,0 +1,191 @@
+"""Crash-safe files and directories: write + fsync, a temporary sibling directory, and the rename that commits it.
+
+A checkpoint is built in ``<parent>/.tmp-<name>-<nonce>`` and renamed to ``<parent>/<name>`` only once every
+file in it is written and flushed to disk, so a reader sees either the old checkpoint or the complete new one,
+never a mix. Anything whose name starts with :data:`TEMP_PREFIX` is unfinished (or being deleted) and is
+ignored by automatic loading.
+
+Every OS error becomes a :class:`CheckpointError` naming the path and the error (``[Errno 28] No space left on
+device``), so "disk full" or "read-only directory" reads as such in the notebook.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from typing import IO, Any
+
+import torch
+
+from notebook_accel.checkpointing.errors import CheckpointError
+
+__all__ = [
+    "TEMP_PREFIX",
+    "is_temporary",
+    "temp_sibling",
+    "make_dir",
+    "write_torch",
+    "write_bytes",
+    "read_torch",
+    "file_digest",
+    "fsync_dir",
+    "commit_dir",
+    "remove_dir",
+]
+
+TEMP_PREFIX = ".tmp-"
+
+
+def is_temporary(name: str) -> bool:
+    """True for the name of an unfinished or half-deleted checkpoint directory."""
+    return name.startswith(TEMP_PREFIX)
+
+
+def temp_sibling(path: str, tag: str = "") -> str:
+    """A fresh, unused path next to ``path``: ``<parent>/.tmp-<tag><name>-<nonce>``.
+
+    The nonce comes from ``os.urandom`` (via :mod:`secrets`), never from the global ``random``/``torch`` RNGs,
+    so saving a checkpoint does not change the random streams being saved.
+    """
+    parent, name = os.path.split(os.path.abspath(path))
+    return os.path.join(parent, f"{TEMP_PREFIX}{tag}{name}-{secrets.token_hex(4)}")
+
+
+def _os_error(action: str, path: str, e: OSError) -> CheckpointError:
+    """A CheckpointError for a failed file-system call, with a hint for the usual causes."""
+    hint = ""
+    if e.errno == errno.ENOSPC:
+        hint = " The disk is full: free space or save to another directory."
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = " The directory is not writable: choose a writable output_dir / project_dir."
+    return CheckpointError(f"could not {action} {path!r}: {e}.{hint}")
+
+
+def make_dir(path: str, exist_ok: bool = False) -> None:
+    """Create ``path`` and its missing parents; raise CheckpointError on an OS error."""
+    try:
+        os.makedirs(path, exist_ok=exist_ok)
+    except OSError as e:
+        raise _os_error("create directory", path, e) from e
+
+
+def _write_with(path: str, writer: Callable[[IO[bytes]], None]) -> None:
+    """Open ``path`` for writing, let ``writer`` fill it, flush and fsync; OS errors become CheckpointError."""
+    try:
+        with open(path, "wb") as f:
+            writer(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise _os_error("write", path, e) from e
+    except RuntimeError as e:  # torch.save reports some write failures (e.g. a full disk) as RuntimeError
+        raise CheckpointError(f"could not write {path!r}: {e}. Check free disk space and permissions.") from e
+
+
+def write_torch(path: str, obj: Any) -> None:
+    """``torch.save(obj)`` into ``path``, durably (flushed and fsynced before returning)."""
+    _write_with(path, lambda f: torch.save(obj, f))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` into ``path``, durably."""
+
+    def write(f: IO[bytes]) -> None:
+        f.write(data)
+
+    _write_with(path, write)
+
+
+def read_torch(path: str) -> Any:
+    """``torch.load(path, map_location="cpu", weights_only=True)``; a failure becomes CheckpointError.
+
+    ``weights_only=True`` means the file can hold tensors, numbers, strings, lists, tuples and dicts only, so a
+    checkpoint from elsewhere cannot run code when loaded.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as e:
+        raise _os_error("read", path, e) from e
+    except Exception as e:  # unpickling errors: corrupt file, or an object weights_only refuses
+        raise CheckpointError(
+            f"could not load {path!r} with torch.load(weights_only=True): {type(e).__name__}: {e}. The file is "
+            "corrupt, or holds Python objects other than tensors, numbers, strings, lists, tuples and dicts "
+            "(a custom object's state_dict must return only those)."
+        ) from e
+
+
+def file_digest(path: str) -> tuple[int, str]:
+    """Size in bytes and SHA-256 hex digest of ``path``."""
+    h = hashlib.sha256()
+    size = 0
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+                size += len(block)
+    except OSError as e:
+        raise _os_error("read", path, e) from e
+    return size, h.hexdigest()
+
+
+def fsync_dir(path: str) -> None:
+    """Flush a directory's entries (new names, renames) to disk (a no-op on Windows, which cannot open one)."""
+    if os.name == "nt":
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        raise _os_error("open directory", path, e) from e
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP):  # some file systems cannot fsync directories
+            raise _os_error("fsync directory", path, e) from e
+    finally:
+        os.close(fd)
+
+
+def commit_dir(temp: str, final: str) -> None:
+    """Rename the finished directory ``temp`` to ``final``, durably.
+
+    An existing ``final`` (a previous checkpoint or an empty directory) is first renamed aside to a temporary
+    name and deleted only after the new one is in place. Between the two renames ``final`` briefly does not exist;
+    the old copy survives under its ``.tmp-old-`` name until the end.
+    """
+    parent = os.path.dirname(os.path.abspath(final))
+    fsync_dir(temp)
+    old: str | None = None
+    if os.path.lexists(final):
+        old = temp_sibling(final, tag="old-")
+        try:
+            os.rename(final, old)
+        except OSError as e:
+            raise _os_error("move aside the existing", final, e) from e
+    try:
+        os.rename(temp, final)
+    except OSError as e:
+        if old is not None:
+            os.rename(old, final)  # put the previous checkpoint back
+        raise _os_error("rename the finished checkpoint into", final, e) from e
+    fsync_dir(parent)
+    if old is not None:
+        remove_dir(old)
+
+
+def remove_dir(path: str) -> None:
+    """Delete a checkpoint directory: renamed to a temporary name first, so a crash mid-delete leaves no half
+    checkpoint under a real name. Errors while deleting are ignored (the leftover is a ``.tmp-`` directory)."""
+    if not os.path.lexists(path):
+        return
+    target = path
+    if not is_temporary(os.path.basename(path)):
+        target = temp_sibling(path, tag="del-")
+        try:
+            os.rename(path, target)
+        except OSError:
+            target = path
+    shutil.rmtree(target, ignore_errors=True)

@@ -1,0 +1,150 @@
+"""``load_state``: validate a checkpoint against the Accelerator on every rank, then restore it.
+
+Nothing is modified until every rank has read the manifest, compared it with its prepared objects (world size,
+number, kind and type of each object, model keys and shapes, optimizer parameter groups), checked its files
+(present, sizes; the main process also checks SHA-256) and loaded every file it needs into memory with
+``torch.load(weights_only=True)``. Only when all ranks report success is the state applied, RNG last.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any, cast
+
+from notebook_accel.checkpointing.agreement import agree
+from notebook_accel.checkpointing.atomic import read_torch
+from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.checkpointing.manifest import Manifest, read_manifest
+from notebook_accel.checkpointing.naming import checkpoints_root, complete_checkpoints, newest_checkpoint
+from notebook_accel.checkpointing.objects import Saved, collect
+from notebook_accel.checkpointing.save import automatic_naming, error_text, project_dir_of
+
+__all__ = ["load_state", "compare"]
+
+
+def _source(accelerator: Any, input_dir: str | os.PathLike[str] | None) -> str:
+    """The checkpoint directory to load: ``input_dir``, or the newest complete automatic checkpoint."""
+    if input_dir is not None:
+        return os.path.abspath(os.fspath(input_dir))
+    if not automatic_naming(accelerator):
+        raise CheckpointError(
+            "load_state() needs an input_dir: automatic checkpoint naming is off. Pass load_state('path') (the "
+            "path save_state returned), or turn on ProjectConfiguration(automatic_checkpoint_naming=True)."
+        )
+    return newest_checkpoint(checkpoints_root(project_dir_of(accelerator)))[1]
+
+
+def _describe(types: list[str]) -> str:
+    """``2 (SGD, Adam)``."""
+    return f"{len(types)} ({', '.join(types)})" if types else "0"
+
+
+def compare(manifest: Manifest, objects: list[Saved], world_size: int) -> list[str]:
+    """Every difference between what the checkpoint holds and what the Accelerator has; empty when they match."""
+    problems: list[str] = []
+    if manifest.world_size != world_size:
+        problems.append(
+            f"the checkpoint was saved by {manifest.world_size} process(es), this run has {world_size}; resume with "
+            f"num_processes={manifest.world_size}"
+        )
+    saved = Counter(e.kind for e in manifest.entries)
+    here = Counter(s.entry.kind for s in objects)
+    for kind in sorted(set(saved) | set(here)):
+        ours = [s.entry.type_name for s in objects if s.entry.kind == kind]
+        theirs = [e.type_name for e in manifest.entries_of(kind)]  # type: ignore[arg-type]
+        if saved[kind] != here[kind]:
+            problems.append(
+                f"the checkpoint has {_describe(theirs)} {kind} object(s), this Accelerator has {_describe(ours)}; "
+                "prepare (and register_for_checkpointing) the same objects in the same order before load_state"
+            )
+        elif kind in ("optimizer", "scheduler", "custom", "scaler") and ours != theirs:
+            problems.append(f"{kind} types differ: {theirs} in the checkpoint, {ours} here")
+    return problems
+
+
+def _needed_files(objects: list[Saved], rank: int) -> list[str]:
+    """The files this rank loads: the shared ones and its own per-rank ones."""
+    return [s.entry.file.format(rank=rank) if s.entry.per_rank else s.entry.file for s in objects]
+
+
+def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, main: bool) -> list[Any]:
+    """Check and load every file this rank needs (objects already compared); raises CheckpointError."""
+    files = _needed_files(objects, rank)
+    # sizes for everything this rank reads; SHA-256 for all files on the main process, own files elsewhere
+    own = [name for name, s in zip(files, objects) if s.entry.per_rank]
+    problems = manifest.verify_files(path, sorted(set(files) | set(manifest.all_files() if main else [])),
+                                     checksum=False)
+    if not problems:
+        problems = manifest.verify_files(path, manifest.all_files() if main else own)
+    if problems:
+        raise CheckpointError(f"checkpoint {path!r} is damaged: " + "; ".join(problems))
+    payloads = [read_torch(os.path.join(path, name)) for name in files]
+    for saved, payload in zip(objects, payloads):
+        problems += saved.check(payload)
+    if problems:
+        raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
+    return payloads
+
+
+def _validate(accelerator: Any, input_dir: str | os.PathLike[str] | None) -> tuple[str, Manifest, list[Any]]:
+    """Everything one rank checks before the ranks agree: path, manifest, objects, files, payloads."""
+    state = accelerator.state
+    path = _source(accelerator, input_dir)
+    manifest = read_manifest(path)
+    objects = collect(accelerator)
+    problems = compare(manifest, objects, state.num_processes)
+    if problems:
+        raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
+    return path, manifest, _read_all(path, manifest, objects, state.process_index, state.is_main_process)
+
+
+def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None) -> str:
+    """Restore the training state saved by :func:`save_state` into ``accelerator``'s prepared objects.
+
+    Restores models, optimizers, schedulers, the GradScaler, every prepared loader's position (the next
+    ``iter(loader)`` continues exactly where the saved run was, mid-epoch included), registered objects,
+    ``accelerator.step``, and every rank's RNG (restored last). Call it on every rank, after ``prepare`` and
+    ``register_for_checkpointing`` with the same objects in the same order as the saving run.
+
+    Args:
+        accelerator: the Accelerator to restore into.
+        input_dir: the checkpoint directory. ``None`` with automatic naming: the newest complete
+            ``<project_dir>/checkpoints/checkpoint_<n>`` (partial saves are skipped), and
+            ``project_configuration.iteration`` becomes ``n + 1`` so the next save does not collide.
+
+    Returns:
+        The absolute path of the loaded checkpoint.
+
+    Raises:
+        CheckpointError: on every rank, before anything is modified, when the checkpoint is missing, partial,
+            damaged (missing files, wrong sizes or checksums), or does not match (other world size, other number,
+            kind or type of objects, other model keys or shapes).
+
+    Example:
+        >>> accelerator.load_state("ckpt")     # doctest: +SKIP
+    """
+    state = accelerator.state
+    world = state.num_processes
+    path, manifest, payloads, error = "", None, [], None
+    try:
+        path, manifest, payloads = _validate(accelerator, input_dir)
+    except Exception as e:  # any failure must reach the other ranks, or they would wait forever
+        error = error_text(e)
+    paths = agree(error, world, "load checkpoint", payload=path)
+    if len(set(paths)) != 1:
+        raise CheckpointError(f"the ranks resolved different checkpoints {paths}; pass load_state(input_dir).")
+    manifest = cast(Manifest, manifest)  # no rank failed, so this rank validated
+    for saved, payload in zip(collect(accelerator), payloads):
+        try:
+            saved.set(payload)
+        except Exception as e:  # validated above; a failure here is a bug in an object's load_state_dict
+            error = f"{saved.entry.label()}: {error_text(e)} (the state may be partially restored)"
+            break
+    agree(error, world, f"load checkpoint {path!r}")
+    if hasattr(accelerator, "step"):
+        accelerator.step = manifest.step
+    if manifest.iteration is not None and automatic_naming(accelerator):
+        newest = complete_checkpoints(checkpoints_root(project_dir_of(accelerator)))
+        accelerator.project_configuration.iteration = max([manifest.iteration] + [n for n, _ in newest]) + 1
+    return path

@@ -1,0 +1,224 @@
+"""``save_state``: write every prepared object and every rank's RNG into a checkpoint, atomically;
+``save_model``: the unwrapped model's weights alone, for plain torch.
+
+A save goes in three agreed phases (each ends with :func:`~notebook_accel.checkpointing.agreement.agree`, an
+all-gather of per-rank errors that also acts as a barrier):
+
+1. the main process checks the target and creates the temporary sibling ``.tmp-<name>-<nonce>``;
+2. every rank writes its files into it (the main process the shared ones, each rank its own RNG and loader
+   states), each flushed and fsynced;
+3. the main process records sizes and SHA-256 of every file in ``manifest.json``, fsyncs, renames the directory
+   into place, then (automatic naming) deletes the oldest checkpoints beyond ``total_limit``.
+
+A failure anywhere makes every rank raise the same :class:`CheckpointError`; the temporary directory is removed
+and the previous checkpoint is untouched. A process killed mid-save leaves only a ``.tmp-`` directory, which
+automatic loading ignores and the next successful automatic save deletes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, cast
+
+from notebook_accel.checkpointing.agreement import agree
+from notebook_accel.checkpointing.atomic import commit_dir, make_dir, remove_dir, temp_sibling, write_torch
+from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Manifest, write_manifest
+from notebook_accel.checkpointing.naming import checkpoint_path, checkpoints_root, remove_stale_temporaries, rotate
+from notebook_accel.checkpointing.objects import Saved, collect
+
+__all__ = ["save_state", "save_model", "error_text", "automatic_naming", "project_dir_of"]
+
+WEIGHTS_NAME = "pytorch_model.bin"
+
+
+def error_text(e: BaseException) -> str:
+    """A one-line description of an exception for the cross-rank error report."""
+    return str(e) if isinstance(e, CheckpointError) else f"{type(e).__name__}: {e}"
+
+
+def automatic_naming(accelerator: Any) -> bool:
+    """True when the Accelerator's ProjectConfiguration asks for automatic checkpoint naming."""
+    config = getattr(accelerator, "project_configuration", None)
+    return bool(getattr(config, "automatic_checkpoint_naming", False))
+
+
+def project_dir_of(accelerator: Any) -> str | None:
+    """The project directory (``accelerator.project_dir``, else the ProjectConfiguration's)."""
+    value = getattr(accelerator, "project_dir", None)
+    if value is None:
+        value = getattr(getattr(accelerator, "project_configuration", None), "project_dir", None)
+    return None if value is None else os.fspath(value)
+
+
+def _target(accelerator: Any, output_dir: str | os.PathLike[str] | None) -> tuple[str, int | None]:
+    """The directory to save into and, with automatic naming, its iteration number."""
+    if output_dir is not None:
+        return os.path.abspath(os.fspath(output_dir)), None
+    if not automatic_naming(accelerator):
+        raise CheckpointError(
+            "save_state() needs an output_dir: automatic checkpoint naming is off. Pass save_state('path'), or "
+            "Accelerator(project_config=ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True))."
+        )
+    iteration = int(accelerator.project_configuration.iteration)
+    return checkpoint_path(project_dir_of(accelerator), iteration), iteration
+
+
+def _check_target(path: str, automatic: bool) -> None:
+    """Refuse to replace anything that is not an empty directory or a previous checkpoint."""
+    if not os.path.lexists(path):
+        return
+    if automatic:
+        raise CheckpointError(
+            f"the automatic checkpoint {path!r} already exists; load_state() sets the next iteration for you, or set "
+            "project_configuration.iteration to a number not used yet."
+        )
+    if not os.path.isdir(path):
+        raise CheckpointError(f"output_dir {path!r} exists and is not a directory; choose another path.")
+    if os.listdir(path) and not os.path.isfile(os.path.join(path, MANIFEST_NAME)):
+        raise CheckpointError(
+            f"output_dir {path!r} is a non-empty directory that is not a notebook-accel checkpoint; saving would "
+            "replace its contents. Choose a new or empty directory."
+        )
+
+
+def _phase_prepare(path: str, automatic: bool) -> str:
+    """Main process: check the target, create the parent and the temporary directory; returns the latter."""
+    _check_target(path, automatic)
+    make_dir(os.path.dirname(path), exist_ok=True)
+    temp = temp_sibling(path)
+    make_dir(temp)
+    return temp
+
+
+def _write_files(objects: list[Saved], snapshot: dict[int, Any], temp: str, rank: int, main: bool) -> None:
+    """Write this rank's share of the files into ``temp``."""
+    for i, saved in enumerate(objects):
+        if saved.entry.per_rank:
+            write_torch(os.path.join(temp, saved.entry.file.format(rank=rank)), snapshot[i])
+        elif main:
+            write_torch(os.path.join(temp, saved.entry.file), saved.get())
+
+
+def _phase_commit(accelerator: Any, objects: list[Saved], temp: str, path: str, iteration: int | None) -> None:
+    """Main process: write the manifest, rename into place, rotate old automatic checkpoints."""
+    world = accelerator.state.num_processes
+    manifest = Manifest(world_size=world, entries=[s.entry for s in objects],
+                        step=int(getattr(accelerator, "step", 0) or 0), iteration=iteration)
+    missing = [n for n in manifest.all_files() if not os.path.isfile(os.path.join(temp, n))]
+    if missing:
+        raise CheckpointError(
+            f"files written by other ranks are not visible to the main process in {temp!r}: {missing}. The "
+            "checkpoint directory must be on a file system shared by all processes."
+        )
+    manifest.record_files(temp)
+    write_manifest(temp, manifest)
+    commit_dir(temp, path)
+    if iteration is not None:
+        root = checkpoints_root(project_dir_of(accelerator))
+        rotate(root, getattr(accelerator.project_configuration, "total_limit", None), keep=path)
+        remove_stale_temporaries(root)
+
+
+def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = None) -> str:
+    """Save the whole training state of ``accelerator`` into a checkpoint directory, atomically.
+
+    Saves every prepared model (unwrapped weights), optimizer, scheduler, the GradScaler, every prepared loader's
+    position/epoch/shuffle state and every rank's RNG (python, numpy, torch, cuda), and the objects given to
+    ``register_for_checkpointing``. Called on every rank (it synchronises them).
+
+    Args:
+        accelerator: the Accelerator whose state to save.
+        output_dir: where to save. ``None`` with automatic naming: ``<project_dir>/checkpoints/checkpoint_<n>``,
+            then ``project_configuration.iteration`` is incremented and at most ``total_limit`` checkpoints are
+            kept (the oldest deleted after the new one is complete). An explicit ``output_dir`` is used as given
+            (even with automatic naming on); an existing checkpoint there is replaced atomically.
+
+    Returns:
+        The absolute path of the checkpoint.
+
+    Raises:
+        CheckpointError: on every rank, when any rank failed (disk full, unwritable directory, an object without
+            ``state_dict``, a target that is not a checkpoint); the previous checkpoint is left intact.
+
+    Example:
+        >>> path = accelerator.save_state("ckpt")          # doctest: +SKIP
+        >>> accelerator.load_state(path)                   # doctest: +SKIP
+    """
+    state = accelerator.state
+    world, rank, main = state.num_processes, state.process_index, state.is_main_process
+    objects = collect(accelerator)
+    path, iteration = _target(accelerator, output_dir)
+    action = f"save checkpoint {path!r}"
+    error: str | None = None
+    temp: str | None = None
+    snapshot: dict[int, Any] = {}
+    try:
+        # per-rank states first (the RNG before anything else runs), then the main process makes the directory
+        snapshot = {i: s.get() for i, s in enumerate(objects) if s.entry.per_rank}
+        if main:
+            temp = _phase_prepare(path, iteration is not None)
+    except Exception as e:  # any failure must reach the other ranks, or they would wait forever
+        error = error_text(e)
+    try:
+        shared = cast(str, agree(error, world, action, payload=temp)[0])  # the main process's temporary directory
+        error = None
+        try:
+            _write_files(objects, snapshot, shared, rank, main)
+        except Exception as e:  # any failure must reach the other ranks, or they would wait forever
+            error = error_text(e)
+        agree(error, world, action)
+        if main:
+            try:
+                _phase_commit(accelerator, objects, shared, path, iteration)
+            except Exception as e:
+                error = error_text(e)
+        agree(error, world, action)
+    finally:  # on failure (here or on another rank) the partial directory goes; after a commit it is gone already
+        if temp is not None and os.path.lexists(temp):
+            remove_dir(temp)
+    if iteration is not None:
+        accelerator.project_configuration.iteration = iteration + 1
+    return path
+
+
+def save_model(accelerator: Any, model: Any, save_directory: str | os.PathLike[str]) -> str:
+    """Save the model's weights alone (unwrapped, on CPU) as ``<save_directory>/pytorch_model.bin``.
+
+    Only the main process writes (atomically: a temporary file renamed into place); all ranks wait for it and
+    raise together on failure. The file loads into a fresh model with plain torch.
+
+    Args:
+        accelerator: the Accelerator that prepared ``model``.
+        model: the prepared (possibly DDP-wrapped) or plain model.
+        save_directory: the directory, created when missing.
+
+    Returns:
+        The absolute path of the weights file.
+
+    Raises:
+        CheckpointError: the directory cannot be created or the file written (on every rank).
+
+    Example:
+        >>> path = accelerator.save_model(model, "export")                            # doctest: +SKIP
+        >>> fresh.load_state_dict(torch.load(path, weights_only=True))                # doctest: +SKIP
+    """
+    state = accelerator.state
+    directory = os.path.abspath(os.fspath(save_directory))
+    path = os.path.join(directory, WEIGHTS_NAME)
+    error = None
+    if state.is_main_process:
+        try:
+            make_dir(directory, exist_ok=True)
+            weights = {k: v.detach().cpu() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+            partial = temp_sibling(path)
+            try:
+                write_torch(partial, weights)
+                os.replace(partial, path)
+            finally:
+                if os.path.lexists(partial):
+                    os.remove(partial)
+        except Exception as e:
+            error = error_text(e)
+    agree(error, state.num_processes, f"save model weights to {path!r}")
+    return path

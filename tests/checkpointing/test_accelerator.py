@@ -1,0 +1,53 @@
+"""The Accelerator's checkpoint methods delegate here: registration errors, world-size mismatch, round trip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from notebook_accel import Accelerator
+from notebook_accel.checkpointing import CheckpointError, UnregistrableError
+from notebook_accel.launcher import notebook_launcher
+from tests.checkpointing import training
+
+
+def _prepared(seed: int):
+    torch.manual_seed(seed)
+    acc = Accelerator(cpu=True)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    loader = DataLoader(torch.arange(12.0).view(6, 2), batch_size=2, shuffle=True)
+    return (acc, *acc.prepare(model, optimizer, loader))
+
+
+def test_register_for_checkpointing_refuses_plain_objects() -> None:
+    acc = Accelerator(cpu=True)
+    with pytest.raises(UnregistrableError, match="int object 42, which has no state_dict"):
+        acc.register_for_checkpointing(42)
+    assert acc._custom_objects == []
+
+
+def test_single_process_round_trip_mid_epoch(tmp_path) -> None:
+    acc, model, optimizer, loader = _prepared(0)
+    batches = iter(loader)
+    next(batches)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    path = acc.save_state(str(tmp_path / "ckpt"))
+    rest = [b.tolist() for b in batches]
+    weights = [p.detach().clone() for p in model.parameters()]
+
+    acc2, model2, optimizer2, loader2 = _prepared(1)
+    acc2.load_state(path)
+    assert [b.tolist() for b in loader2] == rest  # the loader continues where the saved run was
+    assert all(torch.equal(a, b) for a, b in zip(weights, model2.parameters()))
+    assert optimizer2.state_dict()["state"][0]["step"] == 1
+
+
+def test_checkpoint_from_two_processes_refused_in_one(tmp_path) -> None:
+    notebook_launcher(training.first_part, (str(tmp_path), 1, 0, 1, False), num_processes=2, dashboard=False,
+                      use_cpu=True)
+    run = training._Run(0, str(tmp_path), 1)
+    with pytest.raises(CheckpointError, match="saved by 2 process.*this run has 1; resume with num_processes=2"):
+        run.acc.load_state()
