@@ -1,0 +1,183 @@
+"""The tracker hub: what ``Accelerator(log_with=...)``, ``init_trackers``, ``log`` and ``get_tracker`` delegate to.
+
+Decisions (where we differ from accelerate, on purpose):
+
+- **The live dashboard is always fed.** On the main process of a run started by ``notebook_launcher`` (a
+  channel exists), every ``accelerator.log(...)`` goes to the dashboard, even without ``log_with`` and before
+  (or without) ``init_trackers``; accelerate would drop those values. Outside a launched worker there is no
+  channel and the live tracker is silent.
+- **Other trackers start with ``init_trackers``.** ``jsonl``, ``tensorboard`` and custom trackers receive values
+  only after ``init_trackers(project_name, ...)``; values logged before it reach only the dashboard.
+- **Only the main process writes.** On other ranks the hub holds no tracker: ``log`` does nothing and
+  ``get(name)`` returns a blank tracker whose methods do nothing.
+- ``log_with`` accepts ``None``, ``"all"`` (every available tracker: live, jsonl, and tensorboard when
+  installed), a name (``"live"``, ``"jsonl"``, ``"tensorboard"``), a :class:`GeneralTracker` instance, or a
+  list of these. Unknown names, and file trackers without a logging directory, are refused when the hub is
+  built (so ``Accelerator(...)`` fails at once, on every rank, not in the middle of a run).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Union
+
+from notebook_accel.tracking.base import GeneralTracker, TrackerError
+from notebook_accel.tracking.jsonl import JSONLTracker
+from notebook_accel.tracking.live import LiveTracker
+from notebook_accel.tracking.tensorboard import TensorBoardTracker, require_tensorboard, tensorboard_available
+
+__all__ = ["TrackerHub", "TrackerName", "LogWith", "TRACKER_NAMES"]
+
+TrackerName = Literal["live", "jsonl", "tensorboard"]
+LogWith = Union[str, GeneralTracker, Sequence[Union[str, GeneralTracker]], None]
+
+_FILE_TRACKERS: dict[str, type[GeneralTracker]] = {"jsonl": JSONLTracker, "tensorboard": TensorBoardTracker}
+TRACKER_NAMES: tuple[str, ...] = ("all", "live", "jsonl", "tensorboard")
+
+
+def _resolve(log_with: LogWith) -> tuple[bool, list[str], list[GeneralTracker]]:
+    """Split ``log_with`` into (live requested, file tracker names, tracker instances); refuse unknown names."""
+    if log_with is None:
+        return False, [], []
+    items: Sequence[Any] = [log_with] if isinstance(log_with, (str, GeneralTracker)) else log_with
+    live, names, instances = False, [], []
+    for item in items:
+        if isinstance(item, GeneralTracker):
+            instances.append(item)
+            continue
+        if not isinstance(item, str):
+            raise TrackerError(
+                f"log_with got {item!r} ({type(item).__name__}); pass tracker names from {list(TRACKER_NAMES)}, "
+                "GeneralTracker instances, or a list of them"
+            )
+        key = item.strip().lower()
+        if key == "all":
+            live = True
+            names += ["jsonl"] + (["tensorboard"] if tensorboard_available() else [])
+        elif key == "live":
+            live = True
+        elif key in _FILE_TRACKERS:
+            names.append(key)
+        else:
+            raise TrackerError(
+                f"unknown tracker {item!r} in log_with; allowed names are {list(TRACKER_NAMES)} "
+                "(or pass a GeneralTracker instance for a custom tracker)"
+            )
+    return live, list(dict.fromkeys(names)), instances
+
+
+class TrackerHub:
+    """Owns a process's trackers and routes ``log`` calls to them (see the module docstring for the rules).
+
+    Args:
+        log_with: which trackers to use (names, instances, ``"all"``, a list, or ``None``).
+        logging_dir: the folder file trackers write under (``ProjectConfiguration.logging_dir``).
+        is_main_process: only the main process keeps trackers and writes.
+        rank: this process's rank (stamped on live metrics).
+
+    Raises:
+        TrackerError: an unknown tracker name, or ``jsonl``/``tensorboard`` without a logging directory.
+        TrackerUnavailableError: ``tensorboard`` asked for by name and the package is not installed.
+
+    Example:
+        >>> hub = TrackerHub(log_with="jsonl", logging_dir="runs", is_main_process=False, rank=1)
+        >>> hub.log({"loss": 1.0}, step=0, log_kwargs={})  # not the main process: nothing is written
+        >>> hub.trackers
+        []
+    """
+
+    def __init__(
+        self,
+        log_with: LogWith = None,
+        logging_dir: str | os.PathLike[str] | None = None,
+        is_main_process: bool = True,
+        rank: int = 0,
+    ) -> None:
+        _, self._names, self._instances = _resolve(log_with)  # "live" needs nothing: it is always on
+        for name in self._names:
+            if name == "tensorboard":
+                require_tensorboard()
+            if logging_dir is None:
+                raise TrackerError(
+                    f"tracker {name!r} writes files but no logging directory was given; pass "
+                    "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...), or drop it from log_with"
+                )
+        self.logging_dir = None if logging_dir is None else os.fspath(logging_dir)
+        self.is_main_process = is_main_process
+        self.rank = rank
+        self._live = LiveTracker(rank) if is_main_process else None
+        self._started: list[GeneralTracker] = []
+        self._finished = False
+
+    @property
+    def trackers(self) -> list[GeneralTracker]:
+        """The trackers that receive values now: the live one when launched, then those ``start`` created."""
+        live = [self._live] if self._live is not None and self._live.active else []
+        return live + self._started
+
+    def start(self, project_name: str, config: Mapping[str, Any] | None, init_kwargs: Mapping[str, Any]) -> None:
+        """Create and start the requested trackers (main process only) and store ``config`` in each.
+
+        Args:
+            project_name: the run's name; file trackers write under ``<logging_dir>/<project_name>``.
+            config: hyper-parameters to record, or ``None``.
+            init_kwargs: per-tracker keyword arguments, e.g. ``{"tensorboard": {"flush_secs": 5}}``.
+        """
+        if not self.is_main_process or self._started:
+            return
+        for name in self._names:
+            kwargs = dict(init_kwargs.get(name, {}))
+            self._started.append(_FILE_TRACKERS[name](project_name, str(self.logging_dir), **kwargs))
+        self._started.extend(self._instances)
+        for tracker in self._started:
+            tracker.start()
+            if config is not None:
+                tracker.store_init_configuration(config)
+
+    def log(self, values: Mapping[str, Any], step: int | None, log_kwargs: Mapping[str, Any]) -> None:
+        """Send ``values`` at ``step`` to every tracker (main process only).
+
+        ``log_kwargs`` are per-tracker keyword arguments, e.g. ``{"tensorboard": {"walltime": 0.0}}``.
+        """
+        live = self._live
+        if live is None:
+            return
+        if not log_kwargs:  # the common case, kept short: this runs at every training step
+            live.log(values, step)
+            for tracker in self._started:
+                tracker.log(values, step)
+            return
+        live.log(values, step, **log_kwargs.get("live", {}))
+        for tracker in self._started:
+            tracker.log(values, step, **log_kwargs.get(tracker.name, {}))
+
+    def get(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called ``name`` (its underlying object with ``unwrap=True``).
+
+        On a process that is not the main one, or before any tracker exists, a blank tracker is returned
+        (its methods do nothing), as in accelerate.
+
+        Raises:
+            TrackerError: the main process has trackers but none is called ``name``.
+        """
+        trackers = self.trackers if self.is_main_process else []
+        if not trackers:
+            return GeneralTracker(_blank=True)
+        for tracker in trackers:
+            if tracker.name == name:
+                return tracker.tracker if unwrap else tracker
+        raise TrackerError(
+            f"no tracker called {name!r}; the trackers of this run are {[t.name for t in trackers]} "
+            "(ask for one of them, or add it to Accelerator(log_with=...) and call init_trackers)"
+        )
+
+    def finish(self) -> None:
+        """Finish every tracker (flush the live channel, close files). Safe to call twice."""
+        if self._finished:
+            return
+        self._finished = True
+        if self._live is not None:
+            self._live.finish()
+        for tracker in self._started:
+            tracker.finish()

@@ -1,0 +1,48 @@
+"""Tests for notebook_accel.widgets.snapshot and views: the static summary and the HTML fragments."""
+
+from __future__ import annotations
+
+from notebook_accel.events import Failed, Log, Metrics, RunInfo, RunOutcome, Started
+from notebook_accel.widgets import views
+from notebook_accel.widgets.snapshot import format_duration, snapshot_outputs, summary_html, summary_text
+from notebook_accel.widgets.state import RunState
+
+
+def _finished_state() -> RunState:
+    s = RunState(RunInfo(1, ("cpu",), "gloo", "fit", mixed_precision="bf16"))
+    s.apply(Started(0, 9, "cpu"))
+    s.apply(Metrics(0, 5, {"train/loss": 0.123456789, "weird<name>": 1.0}, 0.0))
+    s.finish(RunOutcome("finished", 75.0))
+    return s
+
+
+def test_format_duration() -> None:
+    assert [format_duration(x) for x in (None, 0.04, 59.94, 75, 3725)] == ["?", "0.0s", "59.9s", "01:15", "1:02:05"]
+
+
+def test_summary_text_and_html() -> None:
+    s = _finished_state()
+    text = summary_text(s, 75.0)
+    assert text.splitlines()[0] == "fit: finished in 01:15 (1 process, gloo)"
+    assert "train/loss = 0.12346 (step 5)" in text and "ranks: 0=finished" in text
+    page = summary_html(s, 75.0)
+    assert "weird&lt;name&gt;" in page and "<td>0.12346</td>" in page
+
+
+def test_snapshot_outputs_skip_the_image_without_curves() -> None:
+    s = _finished_state()
+    assert len(snapshot_outputs(s, None, 1.0)) == 1
+    image, _ = snapshot_outputs(s, b"\x89PNG...", 1.0)
+    assert image.data == b"\x89PNG..."  # type: ignore[attr-defined]
+
+
+def test_views_escape_user_text() -> None:
+    s = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "<fn>", mixed_precision="fp16"))
+    s.apply(Log(1, "stderr", "<script>alert(1)</script>"))
+    s.apply(Failed(1, "KeyError", "'<k>'", "tb <here>"))
+    assert "&lt;fn&gt;" in views.header_html(s, 1.0) and "fp16" in views.header_html(s, 1.0)
+    assert "<script>" not in views.logs_html(s.logs_all, with_rank=True, max_lines=10)
+    assert "tb &lt;here&gt;" in views.error_html(s)
+    assert views.progress_text(s) == (0.0, "waiting for progress")
+    assert "no metrics logged yet" in views.metrics_html(s)
+    assert "no output yet" in views.logs_html([], with_rank=False, max_lines=10)

@@ -1,0 +1,121 @@
+"""Tests for notebook_accel.widgets.state: the run model fed by events, without widgets."""
+
+from __future__ import annotations
+
+import pytest
+
+from notebook_accel.events import Exited, Failed, Finished, Log, Metrics, Progress, RunInfo, RunOutcome, Started
+from notebook_accel.widgets.state import RunState, group_of, label_of
+
+
+def _state(n: int = 2, **kw: int) -> RunState:
+    return RunState(RunInfo(n, ("cpu",) * n, "gloo", "train"), **kw)
+
+
+def test_rank_statuses_follow_the_events() -> None:
+    s = _state()
+    assert s.status == "starting" and [r.status for r in s.ranks.values()] == ["starting", "starting"]
+    s.apply(Started(0, 100, "cuda:0"))
+    s.apply(Started(1, 101, "cuda:1"))
+    assert s.status == "running"
+    assert (s.ranks[1].pid, s.ranks[1].device) == (101, "cuda:1")
+    s.apply(Finished(0, 42))
+    s.apply(Exited(0, 0))
+    s.apply(Exited(1, 0))
+    s.finish(RunOutcome("finished", 1.5))
+    assert [r.status for r in s.ranks.values()] == ["finished", "finished"]
+    assert s.status == "finished"
+
+
+def test_first_failure_is_kept_and_the_others_are_stopped() -> None:
+    s = _state(3)
+    for r in range(3):
+        s.apply(Started(r, 10 + r, "cpu"))
+    s.apply(Failed(2, "ValueError", "bad shape", "Traceback ..."))
+    s.apply(Failed(1, "RuntimeError", "later", "..."))
+    s.apply(Exited(0, -15, "SIGTERM"))
+    s.finish(RunOutcome("failed", 2.0, "rank 2 failed", (2,)))
+    assert s.failure is not None and s.failure.rank == 2
+    assert [r.status for r in s.ranks.values()] == ["stopped", "failed", "failed"]
+    assert s.ranks[2].detail == "ValueError: bad shape"
+    assert s.ranks[0].detail == "killed by SIGTERM"
+
+
+def test_a_silent_crash_is_a_failure() -> None:
+    s = _state()
+    s.apply(Started(1, 5, "cpu"))
+    s.apply(Exited(1, -11, "SIGSEGV"))
+    assert s.ranks[1].status == "failed" and s.ranks[1].detail == "killed by SIGSEGV"
+    s.apply(Exited(0, 3))
+    assert s.ranks[0].status == "failed" and s.ranks[0].detail == "exit code 3"
+
+
+def test_interrupt_marks_running_ranks_stopped() -> None:
+    s = _state()
+    s.apply(Started(0, 1, "cpu"))
+    s.finish(RunOutcome("interrupted", 1.0, "KeyboardInterrupt"))
+    assert s.status == "interrupted" and s.ranks[0].status == "stopped"
+
+
+def test_metrics_make_series_and_latest_values() -> None:
+    s = _state()
+    s.apply(Metrics(0, 10, {"train/loss": 1.0, "lr": 0.1}, 0.0))
+    s.apply(Metrics(0, 20, {"train/loss": 0.5, "eval/loss": 0.7}, 0.0))
+    s.apply(Metrics(0, None, {"lr": 0.05}, 0.0))  # no step: the series' own count
+    s.apply(Metrics(1, 20, {"train/loss": 0.6}, 0.0))  # another rank gets its own series
+    assert s.latest == {"train/loss": (20, 0.5), "lr": (1, 0.05), "eval/loss": (20, 0.7), "train/loss (rank 1)": (20, 0.6)}
+    assert s.series["train/loss"].points() == ([10, 20], [1.0, 0.5])
+    assert s.groups() == {"loss": ["train/loss", "eval/loss", "train/loss (rank 1)"], "lr": ["lr"]}
+
+
+def test_group_and_label() -> None:
+    assert (group_of("train/loss"), label_of("train/loss")) == ("loss", "train")
+    assert (group_of("lr"), label_of("lr")) == ("lr", "lr")
+    assert (group_of("a/b/acc"), label_of("a/b/acc")) == ("acc", "a/b")
+    assert (group_of("eval/loss (rank 1)"), label_of("eval/loss (rank 1)")) == ("loss", "eval (rank 1)")
+
+
+def test_progress_rate_and_eta() -> None:
+    s = _state()
+    for i in range(11):
+        s.apply(Progress(0, i * 10, 200, "epoch 0", 100.0 + i))
+    assert s.progress.n == 100 and s.progress.rate == pytest.approx(10.0)
+    assert s.progress.eta == pytest.approx(10.0)
+    assert s.ranks[0].progress == "100/200"
+    s.apply(Progress(0, 0, 200, "epoch 1", 200.0))  # a new loop restarts the rate
+    assert s.progress.desc == "epoch 1" and s.progress.rate is None and s.progress.eta is None
+
+
+def test_rank_zero_drives_the_main_bar() -> None:
+    s = _state()
+    s.apply(Progress(0, 5, 10, "epoch 0", 1.0))
+    s.apply(Progress(1, 7, 10, "epoch 0", 1.0))
+    assert s.progress.n == 5 and s.ranks[1].progress == "7/10"
+
+
+def test_logs_are_split_bounded_and_rank_zero_kept_apart() -> None:
+    s = _state(max_log_lines=5)
+    s.apply(Log(0, "stdout", "a\nb"))
+    s.apply(Log(1, "stderr", "warning"))
+    assert [(line.rank, line.text) for line in s.logs_all] == [(0, "a"), (0, "b"), (1, "warning")]
+    assert [line.text for line in s.logs_main] == ["a", "b"]
+    for i in range(10):
+        s.apply(Log(0, "stdout", f"line {i}"))
+    assert len(s.logs_main) == 5 and s.logs_main[-1].text == "line 9"
+
+
+def test_unannounced_ranks_are_added() -> None:
+    s = _state(1)
+    s.apply(Started(3, 9, "cpu"))
+    assert s.ranks[3].status == "running"
+
+
+def test_another_node_renumbers_the_placeholder_rows() -> None:
+    s = _state(2)  # node 1 of a 2-node run: global ranks 2 and 3
+    s.apply(Started(3, 30, "cpu"))
+    s.apply(Started(2, 20, "cpu"))
+    s.apply(Log(2, "stdout", "from the node's main process"))
+    s.apply(Metrics(2, 1, {"loss": 1.0}, 0.0))
+    assert sorted(s.ranks) == [2, 3] and s.main_rank == 2
+    assert [line.text for line in s.logs_main] == ["from the node's main process"]
+    assert list(s.latest) == ["loss"]

@@ -1,0 +1,252 @@
+"""The run model behind the dashboard: pure Python, fed by events, testable without widgets.
+
+:class:`RunState` turns the stream of :mod:`notebook_accel.events` into what the dashboard shows: the run's
+status and elapsed time, each rank's status, the main loop's progress with rate and ETA, the metric series
+(downsampled, see :class:`~notebook_accel.widgets.series.Series`) and their latest values, a bounded log
+buffer, and the first failure. Every update is O(1) so the launcher's loop is never slowed down.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+from notebook_accel.events import (
+    Event,
+    Exited,
+    Failed,
+    Finished,
+    Log,
+    Metrics,
+    Progress,
+    RunInfo,
+    RunOutcome,
+    Started,
+)
+from notebook_accel.widgets.series import Series
+
+__all__ = ["RankState", "ProgressState", "LogLine", "RunState", "RankStatus", "RunStatus", "group_of", "label_of"]
+
+RankStatus = Literal["starting", "running", "finished", "failed", "stopped"]
+RunStatus = Literal["starting", "running", "finished", "failed", "timeout", "interrupted"]
+_STOP_SIGNALS = {signal.SIGTERM.name, signal.SIGKILL.name, signal.SIGINT.name}
+
+
+def group_of(name: str) -> str:
+    """The panel a metric is drawn in: the quantity, i.e. the part after the last ``/``.
+
+    ``"train/loss"`` and ``"eval/loss"`` share the ``"loss"`` panel (so the two curves can be compared);
+    ``"lr"`` has a panel of its own. A rank suffix (``"loss (rank 1)"``) stays in the same panel.
+    """
+    return name.partition(" (rank ")[0].rpartition("/")[2]
+
+
+def label_of(name: str) -> str:
+    """The legend entry of a metric within its panel: the part before the last ``/`` (or the whole name)."""
+    base, sep, rest = name.partition(" (rank ")
+    return (base.rpartition("/")[0] or base) + sep + rest
+
+
+@dataclass
+class RankState:
+    """One worker: its status, device, pid and last progress count."""
+
+    rank: int
+    status: RankStatus = "starting"
+    device: str = ""
+    pid: int | None = None
+    progress: str = ""
+    detail: str = ""
+
+
+@dataclass
+class ProgressState:
+    """The main loop's position, with a rate measured over the recent reports."""
+
+    desc: str = ""
+    n: int = 0
+    total: int | None = None
+    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=20))
+
+    @property
+    def rate(self) -> float | None:
+        """Items per second over the recent reports, ``None`` until two reports are apart in time."""
+        if len(self.samples) < 2:
+            return None
+        (t0, n0), (t1, n1) = self.samples[0], self.samples[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 and n1 >= n0 else None
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds left at the current rate, ``None`` when the total or the rate is unknown."""
+        rate = self.rate
+        if self.total is None or not rate:
+            return None
+        return max(self.total - self.n, 0) / rate
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One output line of a worker."""
+
+    rank: int
+    stream: Literal["stdout", "stderr"]
+    text: str
+
+
+class RunState:
+    """Everything the dashboard shows, updated by :meth:`apply` one event at a time.
+
+    Args:
+        info: the run being launched.
+        budget: point budget of each metric series.
+        max_log_lines: how many output lines are kept (oldest dropped first), for the main rank and for all.
+
+    Example:
+        >>> from notebook_accel.events import RunInfo, Started, Metrics
+        >>> state = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "train"))
+        >>> state.apply(Started(0, 123, "cpu"))
+        >>> state.apply(Metrics(0, 1, {"train/loss": 0.5}, 0.0))
+        >>> state.ranks[0].status, state.latest["train/loss"]
+        ('running', (1, 0.5))
+    """
+
+    def __init__(self, info: RunInfo, budget: int = 200, max_log_lines: int = 1000) -> None:
+        self.info = info
+        self.budget = budget
+        self.status: RunStatus = "starting"
+        self.ranks: dict[int, RankState] = {r: RankState(r) for r in range(info.num_processes)}
+        for rank, device in enumerate(info.devices[: info.num_processes]):
+            self.ranks[rank].device = device
+        self.progress = ProgressState()
+        self.series: dict[str, Series] = {}
+        self.latest: dict[str, tuple[int | None, float]] = {}
+        self.logs_main: deque[LogLine] = deque(maxlen=max_log_lines)
+        self.logs_all: deque[LogLine] = deque(maxlen=max_log_lines)
+        self.failure: Failed | None = None
+        self.outcome: RunOutcome | None = None
+        self.version = 0  # bumped on every change, so a view can skip redraws when nothing changed
+        self.metrics_version = 0  # bumped when a series changes
+        self.logs_version = 0  # bumped when output lines arrive
+        self.main_rank = 0  # the rank whose output fills the main log pane; its metrics carry no suffix
+        self._heard_from_a_rank = False
+
+    def groups(self) -> dict[str, list[str]]:
+        """Metric names by panel, in the order they first appeared."""
+        out: dict[str, list[str]] = {}
+        for name in self.series:
+            out.setdefault(group_of(name), []).append(name)
+        return out
+
+    def apply(self, event: Event) -> None:
+        """Update the model with one event (unknown event types are ignored)."""
+        self.version += 1
+        if event.rank not in self.ranks or not self._heard_from_a_rank:
+            self._rank(event.rank)
+        kind = type(event)
+        if kind is Metrics:
+            self._metrics(event)  # type: ignore[arg-type]
+        elif kind is Progress:
+            self._progress(event)  # type: ignore[arg-type]
+        elif kind is Log:
+            self._log(event)  # type: ignore[arg-type]
+        elif kind is Started:
+            self._started(event)  # type: ignore[arg-type]
+        elif kind is Finished:
+            self._rank(event.rank).status = "finished"
+        elif kind is Failed:
+            self._failed(event)  # type: ignore[arg-type]
+        elif kind is Exited:
+            self._exited(event)  # type: ignore[arg-type]
+
+    def finish(self, outcome: RunOutcome) -> None:
+        """Record how the run ended; ranks still marked running are marked stopped (or failed if named)."""
+        self.version += 1
+        self.outcome = outcome
+        self.status = outcome.status
+        for rank in outcome.failed_ranks:
+            self._rank(rank).status = "failed"
+        for state in self.ranks.values():
+            if state.status in ("starting", "running"):
+                state.status = "finished" if outcome.status == "finished" else "stopped"
+
+    def _rank(self, rank: int) -> RankState:
+        """The state of ``rank``, created when the launcher did not announce it.
+
+        On another node of a multi-node run the ranks are ``node_rank * n + local_rank``: the first rank heard
+        from tells the offset, and the placeholder rows are renumbered (the lowest becomes the main rank).
+        """
+        n = self.info.num_processes
+        if not self._heard_from_a_rank:
+            self._heard_from_a_rank = True
+            if rank not in self.ranks and rank >= n > 0:
+                base = rank - rank % n
+                self.ranks = {base + i: RankState(base + i, device=s.device) for i, s in enumerate(self.ranks.values())}
+                self.main_rank = base
+        state = self.ranks.get(rank)
+        if state is None:
+            state = self.ranks[rank] = RankState(rank)
+        return state
+
+    def _started(self, event: Started) -> None:
+        """A worker is up: record its pid and device; the run is running."""
+        state = self._rank(event.rank)
+        state.status, state.pid, state.device = "running", event.pid, event.device
+        if self.status == "starting":
+            self.status = "running"
+
+    def _metrics(self, event: Metrics) -> None:
+        """Append each value to its series; ``step=None`` counts the series' own points."""
+        self.metrics_version += 1
+        suffix = "" if event.rank == self.main_rank else f" (rank {event.rank})"
+        for key, value in event.values.items():
+            name = key + suffix if suffix else key
+            series = self.series.get(name)
+            if series is None:
+                series = self.series[name] = Series(self.budget)
+            step = event.step if event.step is not None else series.count
+            series.append(step, value)
+            self.latest[name] = (step, value)
+
+    def _progress(self, event: Progress) -> None:
+        """Track each rank's count; the lowest reporting rank drives the main progress bar."""
+        rank = self._rank(event.rank)
+        rank.progress = f"{event.n}/{event.total}" if event.total is not None else str(event.n)
+        if event.rank != min(r for r, s in self.ranks.items() if s.progress):
+            return
+        p = self.progress
+        if event.desc != p.desc or event.n < p.n or event.total != p.total:
+            p.samples.clear()
+        p.desc, p.n, p.total = event.desc, event.n, event.total
+        p.samples.append((event.time, event.n))
+
+    def _log(self, event: Log) -> None:
+        """Split the text into lines and keep them (the main rank's also in the main buffer)."""
+        self.logs_version += 1
+        for text in event.text.split("\n"):
+            line = LogLine(event.rank, event.stream, text)
+            self.logs_all.append(line)
+            if event.rank == self.main_rank:
+                self.logs_main.append(line)
+
+    def _failed(self, event: Failed) -> None:
+        """Mark the rank failed; the first failure is the one shown."""
+        state = self._rank(event.rank)
+        state.status = "failed"
+        state.detail = f"{event.exc_type}: {event.message}"
+        if self.failure is None:
+            self.failure = event
+
+    def _exited(self, event: Exited) -> None:
+        """A process ended: an unexpected non-zero exit is a failure; a stop signal after a failure is a stop."""
+        state = self._rank(event.rank)
+        if state.status in ("finished", "failed") or event.exit_code == 0:
+            if state.status in ("starting", "running"):
+                state.status = "finished"
+            return
+        how = f"killed by {event.signal_name}" if event.signal_name else f"exit code {event.exit_code}"
+        stopped = self.failure is not None or event.signal_name in _STOP_SIGNALS
+        state.status = "stopped" if stopped else "failed"
+        state.detail = how

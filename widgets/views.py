@@ -1,0 +1,127 @@
+"""HTML fragments the dashboard shows, built from a :class:`~notebook_accel.widgets.state.RunState`.
+
+Pure functions (no widgets), so they are cheap to test and the dashboard only decides *when* to call them.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+
+from notebook_accel.widgets.snapshot import format_duration, format_value
+from notebook_accel.widgets.state import LogLine, RunState
+
+__all__ = ["header_html", "ranks_html", "progress_text", "metrics_html", "logs_html", "error_html", "STATUS_COLORS"]
+
+STATUS_COLORS = {
+    "starting": "#6b7280",
+    "running": "#1d4ed8",
+    "finished": "#1a7f37",
+    "failed": "#b42318",
+    "stopped": "#b45309",
+    "timeout": "#b42318",
+    "interrupted": "#b45309",
+}
+_TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
+_CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
+
+
+def _badge(status: str) -> str:
+    """A status word in its colour."""
+    return f'<b style="color:{STATUS_COLORS.get(status, "#111")}">{html.escape(status)}</b>'
+
+
+def header_html(state: RunState, elapsed: float) -> str:
+    """``train · running · 00:12 · 2 processes · gloo``."""
+    info = state.info
+    noun = "process" if info.num_processes == 1 else "processes"
+    bits = [
+        f"<b>{html.escape(info.function_name)}</b>",
+        _badge(state.status),
+        format_duration(elapsed),
+        f"{info.num_processes} {noun}",
+        html.escape(info.backend),
+    ]
+    if info.mixed_precision not in ("no", ""):
+        bits.append(html.escape(info.mixed_precision))
+    return '<div style="font-family:sans-serif;font-size:13px">' + " &middot; ".join(bits) + "</div>"
+
+
+def ranks_html(state: RunState) -> str:
+    """One row per rank: status, device, pid, progress, detail (exit reason or error)."""
+    head = "".join(f"<th {_CELL}>{h}</th>" for h in ("rank", "status", "device", "pid", "progress", ""))
+    rows = []
+    for rank, s in sorted(state.ranks.items()):
+        cells = (str(rank), _badge(s.status), html.escape(s.device), "" if s.pid is None else str(s.pid),
+                 html.escape(s.progress), html.escape(s.detail[:200]))
+        rows.append("<tr>" + "".join(f"<td {_CELL}>{c}</td>" for c in cells) + "</tr>")
+    return f"<table {_TABLE}><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def progress_text(state: RunState) -> tuple[float, str]:
+    """The progress bar's fraction (0..1; 0 when the total is unknown) and its label."""
+    p = state.progress
+    if not p.desc and not p.samples:
+        return 0.0, "waiting for progress"
+    count = f"{p.n}/{p.total}" if p.total is not None else f"{p.n}"
+    rate = p.rate
+    parts = [f"{p.desc}: {count}" if p.desc else count]
+    parts.append(f"{rate:.2f} it/s" if rate is not None else "? it/s")
+    if p.total is not None:
+        parts.append(f"ETA {format_duration(p.eta)}")
+    fraction = min(p.n / p.total, 1.0) if p.total else 0.0
+    return fraction, " · ".join(parts)
+
+
+def metrics_html(state: RunState) -> str:
+    """The latest value of every metric, grouped in first-seen order."""
+    if not state.latest:
+        return '<span style="color:#6b7280;font-family:sans-serif;font-size:12px">no metrics logged yet</span>'
+    head = "".join(f"<th {_CELL}>{h}</th>" for h in ("metric", "step", "value"))
+    rows = "".join(
+        f"<tr><td {_CELL}>{html.escape(name)}</td><td {_CELL}>{'' if step is None else step}</td>"
+        f"<td {_CELL}>{format_value(value)}</td></tr>"
+        for name, (step, value) in state.latest.items()
+    )
+    return f"<table {_TABLE}><tr>{head}</tr>{rows}</table>"
+
+
+def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_px: int = 220) -> str:
+    """A scroll box with the last ``max_lines`` lines, anchored at the bottom (newest visible).
+
+    ``flex-direction: column-reverse`` keeps the box scrolled to the end without any script.
+    """
+    tail = list(lines)[-max_lines:]
+    out = []
+    for line in tail:
+        text = html.escape(line.text)
+        prefix = f"[{line.rank}] " if with_rank else ""
+        if line.stream == "stderr":
+            out.append(f'<span style="color:#b42318">{prefix}{text}</span>')
+        else:
+            out.append(prefix + text)
+    body = "\n".join(out) if out else '<span style="color:#6b7280">no output yet</span>'
+    return (
+        f'<div style="height:{height_px}px;overflow-y:auto;display:flex;flex-direction:column-reverse;'
+        'border:1px solid #e5e7eb;padding:4px">'
+        f'<pre style="margin:0;font-size:12px;white-space:pre-wrap">{body}</pre></div>'
+    )
+
+
+def error_html(state: RunState) -> str:
+    """The first failure: rank, exception and traceback; else the outcome's error (timeout); else ``""``."""
+    f = state.failure
+    if f is None:
+        if state.outcome is None or not state.outcome.error:
+            return ""
+        return (
+            '<div style="border-left:4px solid #b42318;padding:4px 8px;background:#fef3f2">'
+            f'<b style="color:#b42318;font-family:sans-serif">{html.escape(state.outcome.error)}</b></div>'
+        )
+    title = html.escape(f"rank {f.rank} failed: {f.exc_type}: {f.message}")
+    trace = html.escape(f.traceback[-6000:])
+    return (
+        '<div style="border-left:4px solid #b42318;padding:4px 8px;background:#fef3f2">'
+        f'<b style="color:#b42318;font-family:sans-serif">{title}</b>'
+        f'<pre style="font-size:11px;white-space:pre-wrap;max-height:260px;overflow:auto">{trace}</pre></div>'
+    )
