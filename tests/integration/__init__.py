@@ -1,0 +1,1 @@
+"""End-to-end tests: accelerate-style scripts started every supported way."""
