@@ -1,0 +1,147 @@
+"""The console sink: a run shown as plain text (a terminal, a script, or a notebook without ipywidgets).
+
+What it prints:
+
+- the launcher's first line, saying what really runs (``Launching 2 processes on CPU (gloo)``);
+- the main process's output, each line whole, to stdout/stderr as the worker wrote it;
+- other ranks' stderr (warnings, errors) prefixed ``[rank N]``; their stdout only with ``show_all_ranks``
+  (then every line, the main process's included, is prefixed);
+- a progress line from ``Progress`` events at most every ``progress_interval`` seconds, and a short metrics
+  line at most every ``metrics_interval`` seconds (main process only);
+- one closing line: finished / failed / timed out / interrupted, with the elapsed time.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, TextIO
+
+from notebook_accel.events import Event, Log, Metrics, Progress, RunInfo, RunOutcome
+
+__all__ = ["ConsoleSink", "describe_launch"]
+
+
+def describe_launch(info: RunInfo) -> str:
+    """The launcher's first line: what really runs, on which devices, with which backend.
+
+    Example:
+        >>> describe_launch(RunInfo(2, ("cpu", "cpu"), "gloo", "train"))
+        'Launching 2 processes on CPU (gloo)'
+        >>> describe_launch(RunInfo(2, ("cuda:0", "cuda:1"), "nccl", "train", mixed_precision="bf16"))
+        'Launching 2 processes on 2 GPUs [0, 1] (nccl), mixed precision bf16'
+    """
+    count = f"{info.num_processes} process" + ("es" if info.num_processes != 1 else "")
+    gpus = [int(d.split(":")[1]) for d in info.devices if d.startswith("cuda:")]
+    where = f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} {gpus}" if gpus else "CPU"
+    if info.num_processes == 1 and info.backend == "none":
+        text = f"Running {info.function_name} in this process on {where} (num_processes=1: no fork)"
+    else:
+        text = f"Launching {count} on {where} ({info.backend})"
+    if info.mixed_precision not in ("", "no"):
+        text += f", mixed precision {info.mixed_precision}"
+    return text
+
+
+def _rate(n: int, elapsed: float) -> str:
+    """``12.3 it/s`` (or ``s/it`` when slow)."""
+    if elapsed <= 0 or n <= 0:
+        return "? it/s"
+    per_second = n / elapsed
+    return f"{per_second:.1f} it/s" if per_second >= 1 else f"{1 / per_second:.1f} s/it"
+
+
+class ConsoleSink:
+    """Shows a run as text on ``sys.stdout`` / ``sys.stderr`` (looked up at each write, so notebook cells work).
+
+    Args:
+        show_all_ranks: print every rank's output, prefixed ``[rank N]``.
+        main_rank: the rank whose output is the main process's (0; on node k of a multi-node run, its first rank).
+        progress_interval: least seconds between two progress lines.
+        metrics_interval: least seconds between two metrics lines.
+        clock: monotonic clock (tests inject one).
+
+    Example:
+        >>> notebook_launcher(train, num_processes=2, dashboard=ConsoleSink(show_all_ranks=True))  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        show_all_ranks: bool = False,
+        main_rank: int = 0,
+        *,
+        progress_interval: float = 1.0,
+        metrics_interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.show_all_ranks = show_all_ranks
+        self.main_rank = main_rank
+        self._progress_interval = progress_interval
+        self._metrics_interval = metrics_interval
+        self._clock = clock
+        self._last_progress = -float("inf")
+        self._last_metrics = -float("inf")
+        self._progress_start: dict[str, tuple[float, int]] = {}
+
+    @staticmethod
+    def _write(stream: TextIO, text: str) -> None:
+        """Write whole lines and flush, so they reach the cell or terminal now."""
+        stream.write(text + "\n")
+        stream.flush()
+
+    def start(self, info: RunInfo) -> None:
+        """Print what is launched."""
+        self._write(sys.stdout, describe_launch(info))
+
+    def handle(self, event: Event) -> None:
+        """Print output lines, throttled progress and metrics; ignore the rest."""
+        if isinstance(event, Log):
+            self._log(event)
+        elif isinstance(event, Progress) and event.rank == self.main_rank:
+            self._progress(event)
+        elif isinstance(event, Metrics) and event.rank == self.main_rank:
+            self._metrics(event)
+
+    def _log(self, event: Log) -> None:
+        """Main process: as written. Others: stderr prefixed; stdout only with ``show_all_ranks``."""
+        stream = sys.stderr if event.stream == "stderr" else sys.stdout
+        if event.rank == self.main_rank and not self.show_all_ranks:
+            self._write(stream, event.text)
+        elif self.show_all_ranks or event.stream == "stderr":
+            prefix = f"[rank {event.rank}] "
+            self._write(stream, "\n".join(prefix + line for line in event.text.split("\n")))
+
+    def _progress(self, event: Progress) -> None:
+        """``desc: 40/100 [40%] 12.3 it/s`` at most every interval, and always at the end."""
+        now = self._clock()
+        start = self._progress_start.setdefault(event.desc, (event.time, event.n))
+        done = event.total is not None and event.n >= event.total
+        if not done and now - self._last_progress < self._progress_interval:
+            return
+        self._last_progress = now
+        rate = _rate(event.n - start[1], event.time - start[0])
+        if event.total:
+            text = f"{event.n}/{event.total} [{100 * event.n / event.total:.0f}%] {rate}"
+        else:
+            text = f"{event.n} {rate}"
+        self._write(sys.stdout, f"{event.desc or 'progress'}: {text}")
+
+    def _metrics(self, event: Metrics) -> None:
+        """``step 12: loss=0.4321, acc=0.9`` at most every interval."""
+        now = self._clock()
+        if now - self._last_metrics < self._metrics_interval or not event.values:
+            return
+        self._last_metrics = now
+        values = ", ".join(f"{k}={v:.4g}" for k, v in event.values.items())
+        where = f"step {event.step}" if event.step is not None else "metrics"
+        self._write(sys.stdout, f"{where}: {values}")
+
+    def finish(self, outcome: RunOutcome) -> None:
+        """One closing line (to stderr when the run did not finish)."""
+        elapsed = f"{outcome.elapsed:.1f} s"
+        if outcome.status == "finished":
+            self._write(sys.stdout, f"Finished in {elapsed}")
+            return
+        words = {"failed": "Failed", "timeout": "Timed out", "interrupted": "Interrupted"}[outcome.status]
+        detail = f": {outcome.error}" if outcome.error and outcome.status != "interrupted" else ""
+        self._write(sys.stderr, f"{words} after {elapsed}{detail}")

@@ -1,0 +1,187 @@
+"""Checks made before any fork: the function, the arguments, the devices, and whether CUDA is still usable.
+
+Every refusal is a :class:`~notebook_accel.errors.LaunchError` (nothing started, nothing to clean up) that
+names the bad value, the allowed values and the fix.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from notebook_accel import hardware
+from notebook_accel.errors import CudaInitializedError, LaunchError
+
+__all__ = [
+    "Backend",
+    "check_callable",
+    "check_positive_int",
+    "check_mixed_precision",
+    "check_timeout",
+    "check_nodes",
+    "parse_gpu_ids",
+    "resolve_devices",
+    "cuda_initialized",
+    "refuse_if_cuda_initialized",
+]
+
+Backend = Literal["gloo", "nccl"]
+MixedPrecision = Literal["no", "fp16", "bf16"]
+_MIXED_PRECISION = ("no", "fp16", "bf16")
+_CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def check_callable(function: object) -> None:
+    """Raise unless ``function`` can be called (``notebook_launcher(train())`` is the usual slip)."""
+    if not callable(function):
+        raise LaunchError(
+            f"notebook_launcher needs a function to run in each worker, got {type(function).__name__} "
+            f"{function!r:.80}; pass the function itself (notebook_launcher(train, args=(...))), not its result "
+            "(notebook_launcher(train(...)))"
+        )
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """``value`` as an int >= 1, else :class:`LaunchError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LaunchError(f"{name}={value!r} is not allowed; pass a whole number >= 1")
+    return value
+
+
+def check_mixed_precision(value: object) -> MixedPrecision | None:
+    """``None`` or one of ``"no"``, ``"fp16"``, ``"bf16"``."""
+    if value is None or value in _MIXED_PRECISION:
+        return value  # type: ignore[return-value]
+    raise LaunchError(f"mixed_precision={value!r} is not allowed; use one of {list(_MIXED_PRECISION)} or None")
+
+
+def check_timeout(value: object) -> float | None:
+    """``None`` or a positive, finite number of seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+        raise LaunchError(f"timeout={value!r} is not allowed; pass a number of seconds > 0, or None for no limit")
+    return float(value)
+
+
+def check_nodes(num_nodes: object, node_rank: object, port: int | None, master_addr: str) -> tuple[int, int]:
+    """Validate a multi-node launch: node_rank in range, an agreed port, a reachable address."""
+    nodes = check_positive_int("num_nodes", num_nodes)
+    if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < nodes:
+        raise LaunchError(f"node_rank={node_rank!r} is not allowed; with num_nodes={nodes} use 0 to {nodes - 1}")
+    if nodes > 1 and port is None:
+        raise LaunchError(
+            f"num_nodes={nodes} needs use_port= (the same port on every node, free on node 0); "
+            "a port picked at random could not be agreed on"
+        )
+    if nodes > 1 and master_addr in ("127.0.0.1", "localhost", "::1"):
+        raise LaunchError(
+            f"num_nodes={nodes} with master_addr={master_addr!r}: other machines cannot reach a loopback address; "
+            "pass master_addr= with node 0's address on your network"
+        )
+    return nodes, node_rank
+
+
+def parse_gpu_ids(gpu_ids: object) -> list[int] | None:
+    """``None``/``"all"`` -> ``None`` (every visible GPU); ``"0,1"``, ``1`` or ``[0, 1]`` -> ``[0, 1]``."""
+    if gpu_ids is None or (isinstance(gpu_ids, str) and gpu_ids.strip().lower() in ("all", "")):
+        return None
+    try:
+        if isinstance(gpu_ids, str):
+            ids = [int(part) for part in gpu_ids.split(",") if part.strip()]
+        elif isinstance(gpu_ids, int) and not isinstance(gpu_ids, bool):
+            ids = [gpu_ids]
+        elif isinstance(gpu_ids, Sequence) and all(isinstance(i, int) and not isinstance(i, bool) for i in gpu_ids):
+            ids = list(gpu_ids)
+        else:
+            raise ValueError(gpu_ids)
+    except ValueError as e:
+        raise LaunchError(
+            f"gpu_ids={gpu_ids!r} is not allowed; pass 'all', a comma-separated string like '0,1', "
+            "or a list of device indices like [0, 1]"
+        ) from e
+    if len(set(ids)) != len(ids):
+        raise LaunchError(f"gpu_ids={gpu_ids!r} lists a device twice; give each device index once")
+    return ids
+
+
+def resolve_devices(
+    num_processes: int | None, gpu_ids: object, use_cpu: bool = False
+) -> tuple[list[str], Backend]:
+    """Decide each local worker's device and the backend.
+
+    Worker ``i`` gets visible CUDA device ``i`` (or ``gpu_ids[i]``) with nccl; without a visible GPU (or with
+    ``use_cpu``) every worker gets ``"cpu"`` with gloo. ``num_processes=None`` means one per chosen GPU, else 1.
+
+    Raises:
+        LaunchError: ``num_processes`` above the chosen GPUs, ``gpu_ids`` that do not exist or without a GPU.
+    """
+    if num_processes is not None:
+        check_positive_int("num_processes", num_processes)
+    ids = parse_gpu_ids(gpu_ids)
+    visible = 0 if use_cpu else hardware.visible_gpu_count()
+    if visible == 0:
+        if ids is not None and not use_cpu:
+            raise LaunchError(
+                f"gpu_ids={gpu_ids!r} but no GPU is visible (no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides them); "
+                "drop gpu_ids to run on CPU, or check CUDA_VISIBLE_DEVICES"
+            )
+        return ["cpu"] * (num_processes or 1), "gloo"
+    allowed = list(range(visible))
+    if ids is None:
+        ids = allowed
+    missing = [i for i in ids if i not in allowed]
+    if missing:
+        raise LaunchError(
+            f"gpu_ids={gpu_ids!r}: device(s) {missing} do not exist; this process sees {visible} GPU(s), "
+            f"indices {allowed} (after CUDA_VISIBLE_DEVICES); pick from those"
+        )
+    count = len(ids) if num_processes is None else num_processes
+    if count > len(ids):
+        raise LaunchError(
+            f"num_processes={count} but only {len(ids)} GPU(s) are available for this launch ({ids}); "
+            f"pass num_processes<={len(ids)}, or more gpu_ids, or use_cpu=True to run {count} CPU workers"
+        )
+    return [f"cuda:{i}" for i in ids[:count]], "nccl"
+
+
+def _driver_initialized() -> bool:
+    """True when the CUDA driver is loaded in this process and ``cuInit`` has run (torch may not know)."""
+    try:
+        libcuda: Any = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)  # loaded already?
+    except (OSError, AttributeError):
+        return False
+    count = ctypes.c_int(0)
+    return int(libcuda.cuDeviceGetCount(ctypes.byref(count))) != _CUDA_ERROR_NOT_INITIALIZED
+
+
+def cuda_initialized() -> bool:
+    """Whether CUDA is initialised in this process, so forked children could not use it.
+
+    Asks torch (only when torch is already imported: this never imports it) and then probes the driver
+    itself, which also catches a ``torch.cuda.device_count()`` outside NVML mode or another library's CUDA.
+    """
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None:
+        if cuda.is_initialized():
+            return True
+        bad_fork = getattr(cuda, "_is_in_bad_fork", None)
+        if bad_fork is not None and bad_fork():
+            return True
+    return _driver_initialized()
+
+
+def refuse_if_cuda_initialized() -> None:
+    """Raise :class:`CudaInitializedError` when CUDA is initialised in this (kernel) process."""
+    if cuda_initialized():
+        raise CudaInitializedError(
+            "CUDA is already initialised in this process (an earlier cell used the GPU: a tensor or model moved to "
+            "'cuda', torch.cuda.device_count() / get_device_name(), or another CUDA library), so forked workers "
+            "could not use it. Restart the kernel, then call notebook_launcher before any CUDA call in the kernel: "
+            "do all GPU work inside the launched function. (num_processes=1 runs in this process and is not affected.)"
+        )

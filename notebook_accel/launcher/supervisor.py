@@ -1,0 +1,300 @@
+"""Watching the workers: one loop over their event pipes, output pipes and process sentinels.
+
+``multiprocessing.connection.wait`` wakes the loop for whichever comes first: an event, output bytes, or a
+worker's death, so a crash is noticed at once, a large return value is read while it is being written (no
+deadlock), and nothing sleeps on the success path. The first failure (a ``Failed`` event, or a worker ending
+badly) starts the stop: a short settle (``SETTLE_SECONDS``) so that ranks failing at the same moment still
+report their own exception rather than being killed mid-report, then SIGTERM to the others, a grace
+(``GRACE_SECONDS``) in which their events are still collected, then SIGKILL, and every worker is reaped. A
+timeout stops the run the same way, without the settle; an interrupt (the notebook's stop button) or an
+error in the launcher itself sends SIGTERM at once, SIGKILL after the grace, reaps, and re-raises.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from multiprocessing.connection import Connection, wait
+from typing import Any, Literal
+
+from notebook_accel.channel import read_events
+from notebook_accel.events import Event, Exited, Failed, Finished, Log, RunOutcome, Sink, Started
+from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
+from notebook_accel.launcher.lines import LineSplitter
+from notebook_accel.launcher.spawn import WorkerHandle, close_handles
+
+__all__ = ["supervise", "signal_name", "GRACE_SECONDS"]
+
+GRACE_SECONDS = 3.0
+SETTLE_SECONDS = 0.3
+_READ_SIZE = 1 << 16
+
+
+def signal_name(exit_code: int | None) -> str | None:
+    """``"SIGKILL"`` for exit code -9; ``None`` for a normal exit."""
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+def _death_message(exit_code: int, name: str | None) -> str:
+    """How a worker that sent no exception ended, for the error message."""
+    if name is not None:
+        hint = " (the out-of-memory killer sends SIGKILL: check memory use, e.g. with dmesg)" if name == "SIGKILL" else ""
+        return f"killed by {name} (exit code {exit_code}) before the function returned{hint}"
+    return (
+        f"exited with code {exit_code} before the function returned, without an exception "
+        "(os._exit(), a crash in C code, or a failure in the worker's set-up: see its output above)"
+    )
+
+
+class _Supervisor:
+    """State of one supervised run (private: :func:`supervise` is the interface)."""
+
+    def __init__(self, handles: Sequence[WorkerHandle], sink: Sink, grace: float) -> None:
+        self.handles = list(handles)
+        self.sink = sink
+        self.grace = grace
+        self.conns: dict[Connection, WorkerHandle] = {h.events: h for h in handles}
+        self.fds: dict[int, tuple[WorkerHandle, Literal["stdout", "stderr"], LineSplitter]] = {}
+        for h in handles:
+            self.fds[h.stdout_fd] = (h, "stdout", LineSplitter())
+            self.fds[h.stderr_fd] = (h, "stderr", LineSplitter())
+        self.sentinels: dict[int, WorkerHandle] = {h.process.sentinel: h for h in handles}
+        self.finished: dict[int, Any] = {}
+        self.failures: dict[int, WorkerFailure] = {}  # insertion order = order of detection
+        self.stopped: set[int] = set()
+        self.stop_stage = 0  # 0 running, 1 failure seen (TERM pending), 2 TERM sent, 3 KILL sent
+        self.next_stop: float | None = None
+        self.timed_out = False
+
+    # -- reading ------------------------------------------------------------------------------------------
+    def on_conn(self, conn: Connection) -> None:
+        """Receive one message of events; end of file closes the pipe."""
+        try:
+            events = read_events(conn)
+        except (EOFError, OSError):
+            self.conns.pop(conn, None)
+            conn.close()
+            return
+        for event in events:
+            self.on_event(event)
+            if isinstance(event, (Finished, Failed)):
+                self.conns.pop(conn, None)  # its last word: the rest (end of file) is read when it exits
+
+    def on_event(self, event: Event) -> None:
+        """Record what the launcher needs, then pass the event on."""
+        if isinstance(event, Finished):
+            self.finished[event.rank] = event.value
+            event = Finished(event.rank, None)  # the sink needs no copy of a possibly large value
+        elif isinstance(event, Failed) and event.rank not in self.failures:
+            self.failures[event.rank] = WorkerFailure(event.rank, None, None, event.exc_type, event.message, event.traceback)
+            self.begin_stop()
+        self.sink.handle(event)
+
+    def on_fd(self, fd: int) -> None:
+        """Read what is there; pass on whole lines; end of file flushes the last partial line and closes."""
+        handle, stream, splitter = self.fds[fd]
+        try:
+            data = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        lines = splitter.feed(data) if data else splitter.finish()
+        if lines:
+            self.sink.handle(Log(handle.rank, stream, "\n".join(lines)))
+        if not data:
+            del self.fds[fd]
+            handle.close_stream(fd)
+
+    def drain(self, handle: WorkerHandle) -> None:
+        """Everything a dead worker left in its pipes (a grandchild holding them open cannot stall us)."""
+        conn = handle.events
+        while not conn.closed and conn.poll():
+            self.on_conn(conn)
+        self.conns.pop(conn, None)
+        if not conn.closed:
+            conn.close()
+        for fd in (handle.stdout_fd, handle.stderr_fd):
+            while fd in self.fds:
+                if _readable(fd):
+                    self.on_fd(fd)
+                else:
+                    self.on_fd_eof(fd)
+
+    def on_fd_eof(self, fd: int) -> None:
+        """Treat ``fd`` as finished even though it is not at end of file (a grandchild holds it)."""
+        handle, stream, splitter = self.fds.pop(fd)
+        lines = splitter.finish()
+        if lines:
+            self.sink.handle(Log(handle.rank, stream, "\n".join(lines)))
+        handle.close_stream(fd)
+
+    def on_exit(self, sentinel: int) -> None:
+        """A worker ended: read what it left, reap it, report it, and decide whether that is a failure."""
+        handle = self.sentinels.pop(sentinel)
+        self.drain(handle)
+        code = handle.reap()
+        name = signal_name(code)
+        self.sink.handle(Exited(handle.rank, code, name))
+        failure = self.failures.get(handle.rank)
+        if failure is not None:
+            self.failures[handle.rank] = WorkerFailure(
+                failure.rank, code, name, failure.exc_type, failure.message, failure.traceback
+            )
+        elif code == 0 and handle.rank in self.finished:
+            return
+        elif handle.rank in self.stopped and name in ("SIGTERM", "SIGKILL"):
+            return  # stopped by us because another rank failed
+        else:
+            self.failures[handle.rank] = WorkerFailure(handle.rank, code, name, "", _death_message(code, name), "")
+            self.begin_stop()
+
+    # -- stopping -----------------------------------------------------------------------------------------
+    def alive(self) -> list[WorkerHandle]:
+        """Workers not reaped yet."""
+        return list(self.sentinels.values())
+
+    def begin_stop(self, settle: float = SETTLE_SECONDS) -> None:
+        """Schedule the stop (once): SIGTERM after ``settle`` seconds, in which near-simultaneous failures of
+        other ranks still arrive whole, then SIGKILL after the grace."""
+        if self.stop_stage == 0:
+            self.stop_stage = 1
+            self.next_stop = time.monotonic() + settle
+
+    def advance_stop(self) -> None:
+        """Take the next step of the stop: SIGTERM everyone left, or (grace over) SIGKILL them."""
+        sig = signal.SIGTERM if self.stop_stage == 1 else signal.SIGKILL
+        for handle in self.alive():
+            _kill(handle, sig)
+            self.stopped.add(handle.rank)
+        self.stop_stage += 1
+        self.next_stop = time.monotonic() + self.grace if sig == signal.SIGTERM else None
+
+    def loop(self, timeout: float | None) -> None:
+        """Run until every worker is reaped (a reaped worker's pipes are drained and closed with it)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.sentinels:
+            now = time.monotonic()
+            if self.stop_stage == 0 and deadline is not None and now >= deadline:
+                self.timed_out = True
+                self.begin_stop(settle=0.0)
+            if self.next_stop is not None and now >= self.next_stop:
+                self.advance_stop()
+                continue
+            target = self.next_stop if self.stop_stage else deadline
+            limit = None if target is None else max(0.0, target - now)
+            ready = wait([*self.conns, *self.fds, *self.sentinels], limit)
+            for obj in ready:
+                if isinstance(obj, Connection):
+                    if obj in self.conns:
+                        self.on_conn(obj)
+                elif obj in self.fds:
+                    self.on_fd(obj)
+            for obj in ready:
+                if not isinstance(obj, Connection) and obj in self.sentinels:
+                    self.on_exit(obj)
+
+    def stop_now(self) -> None:
+        """Interrupt or internal error: TERM, grace on the sentinels only, KILL, reap. Ignores further SIGINTs."""
+        with _sigint_ignored():
+            for handle in self.alive():
+                _kill(handle, signal.SIGTERM)
+            deadline = time.monotonic() + self.grace
+            while self.sentinels and time.monotonic() < deadline:
+                for sentinel in wait(list(self.sentinels), deadline - time.monotonic()):
+                    self.sentinels.pop(sentinel).reap()  # type: ignore[call-overload]
+            for handle in self.alive():
+                _kill(handle, signal.SIGKILL)
+            close_handles(self.handles)
+
+    def outcome_error(self, elapsed: float, timeout: float | None) -> tuple[RunOutcome, BaseException | None]:
+        """The outcome for the sink and the exception to raise (``None`` on success)."""
+        if self.timed_out:
+            running = sorted(h.rank for h in self.handles if h.rank not in self.finished and h.rank not in self.failures)
+            error: BaseException = LaunchTimeoutError(
+                f"the run did not finish within timeout={timeout:g} s (ranks still running: {running}); every worker "
+                "was stopped. Raise timeout= if the work needs longer, or look for a collective that one rank never "
+                "reaches (the workers' last output is above)."
+            )
+            return RunOutcome("timeout", elapsed, str(error).split(";")[0], tuple(running)), error
+        if self.failures:
+            worker_error = WorkerError(list(self.failures.values()))
+            summary = "; ".join(f.summary() for f in worker_error.failures)
+            return RunOutcome("failed", elapsed, summary, tuple(self.failures)), worker_error
+        return RunOutcome("finished", elapsed), None
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has data (or end of file) right now."""
+    return bool(wait([fd], 0))
+
+
+def _kill(handle: WorkerHandle, sig: signal.Signals) -> None:
+    """Send ``sig`` to a worker that may have just exited."""
+    try:
+        os.kill(handle.process.pid, sig)  # type: ignore[arg-type]
+    except (ProcessLookupError, ValueError):
+        pass
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while tearing down (a second press of stop must not leave workers behind); restore after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def supervise(
+    handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None
+) -> Any:
+    """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
+
+    Args:
+        handles: the started workers (:func:`~notebook_accel.launcher.spawn.start_workers`).
+        sink: receives every event, then the outcome.
+        timeout: seconds before the run is stopped, ``None`` for no limit.
+        start_time: ``time.monotonic()`` at the start of the launch, for the elapsed time.
+        grace: seconds between SIGTERM and SIGKILL when stopping (default ``GRACE_SECONDS``).
+
+    Returns:
+        Rank 0's return value (``None`` when rank 0 is on another node).
+
+    Raises:
+        WorkerError: a worker raised or died; every failing rank is listed.
+        LaunchTimeoutError: the run exceeded ``timeout``.
+        KeyboardInterrupt: the run was interrupted; every worker was stopped first.
+    """
+    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace)
+    for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
+        sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
+    try:
+        state.loop(timeout)
+    except BaseException as e:
+        state.stop_now()
+        elapsed = time.monotonic() - start_time
+        if isinstance(e, KeyboardInterrupt):
+            sink.finish(RunOutcome("interrupted", elapsed, "interrupted"))
+        else:
+            sink.finish(RunOutcome("failed", elapsed, f"launcher error: {type(e).__name__}: {e}"))
+        raise
+    close_handles(handles)
+    outcome, error = state.outcome_error(time.monotonic() - start_time, timeout)
+    sink.finish(outcome)
+    if error is not None:
+        raise error
+    return state.finished.get(0)

@@ -1,0 +1,230 @@
+"""The worker's side of a launch: what a forked child does from its first instruction to ``os._exit``.
+
+Order matters. The child first forgets what it inherited from the kernel (the kernel's event channel, an
+initialised torch.distributed group, ipykernel's streams and signal handlers), then points fd 1 and 2 at
+its own pipes (so C-level output is captured too), sets its rank environment and thread count, installs its
+event writer, runs the user's function, reports the result or the failure, and leaves with ``os._exit`` so
+none of the kernel's atexit handlers or finalizers run in a child.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from types import TracebackType
+from typing import Any, Callable, NoReturn
+
+from notebook_accel import channel, environment
+from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.events import Failed, Finished
+
+__all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main", "user_traceback"]
+
+_PR_SET_PDEATHSIG = 1
+# Process-group objects inherited from the kernel: kept alive (never destroyed) because their destructors
+# would join threads that do not exist in a forked child. os._exit ends the child without running them.
+_INHERITED: list[Any] = []
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything one worker needs besides the function: who it is and the ends of its pipes.
+
+    Attributes:
+        env: the worker's launch environment (rank, world size, rendezvous, device, precision).
+        threads: intra-op threads for torch (cores / local workers).
+        events: write end of the event pipe.
+        stdout_fd, stderr_fd: write ends of the output pipes, duplicated onto fd 1 and 2.
+        close_fds: the launcher's read ends inherited by the fork, closed at once in the child.
+    """
+
+    env: LaunchEnvironment
+    threads: int
+    events: Connection
+    stdout_fd: int
+    stderr_fd: int
+    close_fds: tuple[int, ...]
+
+
+def user_traceback(exc: BaseException, tb: TracebackType | None) -> str:
+    """The exception's traceback text from the first frame that is not this module's (the user's code)."""
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _libc_function(name: str) -> Callable[..., int] | None:
+    """A libc function, looked up once in the kernel (not in every child); ``None`` where there is none."""
+    try:
+        return getattr(ctypes.CDLL(None), name)  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_function("prctl")
+_FFLUSH = _libc_function("fflush")  # os._exit skips C stdio buffers: printf output of extensions would be lost
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker if the kernel dies, so no orphan outlives a crashed kernel."""
+    if _PRCTL is not None:  # elsewhere the launcher's teardown still reaps every worker
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def _reset_signals() -> None:
+    """SIGINT is the kernel's to handle (it stops us); SIGTERM must kill at once, whatever the kernel set."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@dataclass(frozen=True)
+class KernelState:
+    """What the kernel holds that a child must let go of, surveyed once in the kernel before the forks.
+
+    Looking in the kernel, not in each child, keeps the children from touching (and so copying) the pages
+    of every logger and of torch.distributed's tables.
+
+    Attributes:
+        process_group: torch.distributed is initialised in the kernel.
+        stream_handlers: logging handlers writing to the kernel's ``sys.stdout`` (1) or ``sys.stderr`` (2).
+    """
+
+    process_group: bool
+    stream_handlers: tuple[tuple[logging.StreamHandler[Any], int], ...]
+
+
+def survey_kernel() -> KernelState:
+    """Build the :class:`KernelState` of this process (cheap: no I/O)."""
+    dist = sys.modules.get("torch.distributed")
+    group = bool(dist is not None and dist.is_available() and dist.is_initialized())
+    streams = {id(sys.stdout): 1, id(sys.stderr): 2}
+    handlers: list[tuple[logging.StreamHandler[Any], int]] = []
+    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        for handler in getattr(logger, "handlers", ()):
+            fd = streams.get(id(getattr(handler, "stream", None)))
+            if fd is not None and isinstance(handler, logging.StreamHandler):
+                handlers.append((handler, fd))
+    return KernelState(group, tuple(handlers))
+
+
+def _forget_process_group() -> None:
+    """Drop a torch.distributed group inherited from the kernel so the user's function can make its own."""
+    c10d = sys.modules["torch.distributed.distributed_c10d"]
+    world = c10d._world
+    _INHERITED.append((world.default_pg, dict(world.pg_map), dict(world.pg_names)))
+    c10d._update_default_pg(None)
+    for table in (world.pg_map, world.pg_names, world.pg_group_ranks, world.pg_backend_config):
+        table.clear()
+    world.pg_to_tag.clear()
+    world.tags_to_pg.clear()
+    world.pg_coalesce_state.clear()
+    c10d._unregister_all_process_groups()
+    world.group_count = 0
+
+
+def _redirect_output(stdout_fd: int, stderr_fd: int, kernel: KernelState) -> None:
+    """Point fd 1/2 at the launcher's pipes and rebuild ``sys.stdout``/``sys.stderr`` on them, line-buffered.
+
+    Logging handlers made in the kernel still hold the kernel's stream objects (ipykernel's, which would
+    ship text around the capture); they are moved to the new streams.
+    """
+    os.dup2(stdout_fd, 1)
+    os.dup2(stderr_fd, 2)
+    os.close(stdout_fd)
+    os.close(stderr_fd)
+    sys.stdout = sys.__stdout__ = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    for handler, fd in kernel.stream_handlers:
+        handler.setStream(sys.stdout if fd == 1 else sys.stderr)
+
+
+def _set_threads(threads: int) -> None:
+    """Share the cores between the local workers, unless the user chose OMP_NUM_THREADS themselves."""
+    if environment.get(environment.OMP_NUM_THREADS):
+        return
+    environment.set_var(environment.OMP_NUM_THREADS, str(threads))
+    torch = sys.modules.get("torch")
+    if torch is not None:  # importing torch here would cost every launch a second; the env var covers it
+        torch.set_num_threads(threads)
+
+
+def _failed(rank: int, exc: BaseException) -> Failed:
+    """The :class:`Failed` event for ``exc``, with the user's frames only."""
+    return Failed(rank, type(exc).__name__, str(exc), user_traceback(exc, exc.__traceback__))
+
+
+def _run(writer: channel.EventWriter, rank: int, function: Callable[..., Any], args: tuple[Any, ...]) -> int:
+    """Run the function and report; returns the exit code."""
+    try:
+        value = function(*args)
+    except BaseException as e:  # noqa: BLE001 - every failure is reported to the kernel
+        if not (isinstance(e, SystemExit) and e.code in (None, 0)):  # sys.exit(0) is a normal end
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finish the report even if the launcher stops us now
+            writer.send(_failed(rank, e))
+            return 1
+        value = None
+    try:
+        writer.send(Finished(rank, value if rank == 0 else None))
+    except Exception as e:  # noqa: BLE001 - pickling can fail in many ways
+        writer.send(
+            Failed(
+                rank,
+                "PicklingError",
+                f"the function returned a {type(value).__name__} that cannot be sent back to the kernel "
+                f"({type(e).__name__}: {e}); return plain data (numbers, strings, dicts, lists, CPU tensors, "
+                "a model's state_dict()) or save the object to a file and return its path",
+                "",
+            )
+        )
+        return 1
+    return 0
+
+
+def worker_main(
+    spec: WorkerSpec, kernel: KernelState, function: Callable[..., Any], args: tuple[Any, ...]
+) -> NoReturn:
+    """Body of a forked worker; never returns (ends with ``os._exit``).
+
+    Args:
+        spec: the worker's identity and pipe ends.
+        kernel: what the kernel held at the fork (:func:`survey_kernel`).
+        function: the user's function, inherited through the fork (lambdas and notebook functions work).
+        args: its positional arguments.
+    """
+    code = 70  # EX_SOFTWARE: the launcher's own set-up failed
+    try:
+        channel.uninstall()
+        _reset_signals()
+        _die_with_parent()
+        for fd in spec.close_fds:
+            os.close(fd)
+        if kernel.process_group:
+            _forget_process_group()
+        _redirect_output(spec.stdout_fd, spec.stderr_fd, kernel)
+        spec.env.apply()
+        _set_threads(spec.threads)
+        writer = channel.EventWriter(spec.events)
+        channel.install(writer)
+        code = _run(writer, spec.env.rank, function, args)
+        channel.uninstall()
+        writer.close()
+    except BaseException:  # noqa: BLE001 - set-up failed or the kernel went away: say why on stderr, then exit
+        try:
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001
+                pass
+        if _FFLUSH is not None:
+            _FFLUSH(None)
+        os._exit(code)
