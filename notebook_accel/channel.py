@@ -13,11 +13,18 @@ Two ways to send:
   under a microsecond); a daemon thread flushes the batch every ``flush_interval`` seconds, so logging at
   every training step costs almost nothing and the kernel still sees values within a fraction of a second.
 
-On the wire each message is a ``list`` of events; :func:`read_events` undoes that on the kernel side.
+On the wire each message is a ``list`` of events pickled by value (:func:`dumps`); :func:`read_events`
+undoes that on the kernel side. Not ``Connection.send``: torch registers shared-memory reductions for tensors
+on multiprocessing's pickler, and those handles die with a worker that exits right after sending its result.
+Tensors on an accelerator travel as CPU copies, so a returned CUDA tensor cannot initialise CUDA in the kernel
+(which would make every later launch refuse to start).
 """
 
 from __future__ import annotations
 
+import io
+import pickle
+import sys
 import threading
 from collections import deque
 from multiprocessing.connection import Connection
@@ -25,7 +32,7 @@ from typing import Any
 
 from notebook_accel.events import Event
 
-__all__ = ["EventWriter", "current", "install", "uninstall", "read_events"]
+__all__ = ["EventWriter", "current", "install", "uninstall", "read_events", "dumps"]
 
 _current: EventWriter | None = None
 
@@ -99,8 +106,9 @@ class EventWriter:
 
     def _write(self, batch: list[Any]) -> None:
         """Send one message; the lock keeps the flusher thread and the caller from interleaving bytes."""
+        payload = dumps(batch)
         with self._send_lock:
-            self._conn.send(batch)
+            self._conn.send_bytes(payload)
 
     def _start_flusher(self) -> None:
         """Start the daemon thread that sends posted events every interval."""
@@ -114,6 +122,27 @@ class EventWriter:
                 self.flush()
             except (OSError, EOFError):
                 return
+
+
+class _ByValuePickler(pickle.Pickler):
+    """A plain pickler that copies tensors living on an accelerator to the CPU."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        """Reduce a non-CPU tensor as its CPU copy; everything else as usual."""
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(obj, torch.Tensor) or obj.device.type in ("cpu", "meta"):
+            return NotImplemented
+        copy = obj.detach().cpu()
+        if isinstance(obj, torch.nn.Parameter):
+            copy = torch.nn.Parameter(copy, requires_grad=obj.requires_grad)
+        return copy.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle ``obj`` by value for the channel (see the module docstring). Raises if it cannot be pickled."""
+    buffer = io.BytesIO()
+    _ByValuePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buffer.getvalue()
 
 
 def current() -> EventWriter | None:
@@ -136,5 +165,5 @@ def uninstall() -> EventWriter | None:
 
 def read_events(conn: Connection) -> list[Event]:
     """Receive one message on the kernel side and return its events (raises ``EOFError`` when closed)."""
-    message = conn.recv()
+    message = pickle.loads(conn.recv_bytes())
     return list(message) if isinstance(message, list) else [message]

@@ -62,3 +62,32 @@ def test_install_and_uninstall() -> None:
     assert channel.current() is None
     writer.close()
     reader.close()
+
+
+def test_tensor_survives_the_sender_exiting_at_once() -> None:
+    """A worker sends its result and calls os._exit: the tensor must travel by value, not as a shm handle."""
+    import os
+
+    import torch
+    import torch.multiprocessing  # noqa: F401 - registers torch's shared-memory reductions, as in a real worker
+
+    reader, conn = mp.Pipe(duplex=False)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            reader.close()
+            channel.EventWriter(conn).send(Finished(0, {"weights": torch.arange(6.0).reshape(2, 3)}))
+        finally:
+            os._exit(0)
+    conn.close()
+    os.waitpid(pid, 0)
+    (event,) = channel.read_events(reader)
+    assert torch.equal(event.value["weights"], torch.arange(6.0).reshape(2, 3))
+    reader.close()
+
+
+def test_dumps_refuses_unpicklable_values() -> None:
+    import pytest
+
+    with pytest.raises(Exception, match="lambda|pickle"):
+        channel.dumps(Finished(0, lambda: 1))

@@ -50,6 +50,10 @@ def big_value() -> bytes:
     return b"x" * 50_000_000 if _rank() == 0 else b""
 
 
+def tensor_value() -> dict[str, torch.Tensor]:
+    return {"weights": torch.full((256, 256), float(_rank()) + 1.0), "step": torch.tensor(7)}
+
+
 def raise_on_rank1() -> None:
     if _rank() == 1:
         raise ValueError("rank one is broken")
@@ -169,6 +173,12 @@ def test_environment_per_rank_and_launch_choices_reach_workers() -> None:
 
 def test_large_return_value_does_not_deadlock() -> None:
     assert len(notebook_launcher(big_value, num_processes=2, dashboard=RecordingSink())) == 50_000_000
+
+
+def test_tensor_return_value_arrives_by_value() -> None:
+    # regression: torch's shared-memory reductions made rank 0's tensor vanish when the worker exited
+    value = notebook_launcher(tensor_value, num_processes=2, dashboard=RecordingSink())
+    assert torch.equal(value["weights"], torch.ones(256, 256)) and int(value["step"]) == 7
 
 
 def test_raise_on_rank1_stops_rank0_and_names_rank_and_user_frame() -> None:
