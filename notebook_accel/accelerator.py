@@ -1,0 +1,397 @@
+"""The :class:`Accelerator`: accelerate's training API as a thin facade over small modules.
+
+Each method delegates to the module that owns the concept: process state (:mod:`~notebook_accel.state`), data
+(:mod:`~notebook_accel.data`), model (:mod:`~notebook_accel.model`), optimizer and scheduler wrappers, mixed
+precision (:mod:`~notebook_accel.precision`), collectives (:mod:`~notebook_accel.ops`), checkpointing and
+tracking. Nothing is a singleton: two Accelerators in one process share only torch's process group.
+
+Example:
+    >>> accelerator = Accelerator(cpu=True)
+    >>> model = torch.nn.Linear(2, 1)
+    >>> model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    >>> accelerator.backward(model(torch.ones(1, 2)).sum()); optimizer.step(); optimizer.zero_grad()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from notebook_accel import ops
+from notebook_accel.data import PreparedDataLoader, prepare_data_loader, skip_first_batches
+from notebook_accel.model import no_sync, prepare_model, unwrap_model
+from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.optimizer import AcceleratedOptimizer
+from notebook_accel.plugins import (
+    ConfigurationError,
+    DataLoaderConfiguration,
+    GradientAccumulationPlugin,
+    KwargsHandler,
+    ProjectConfiguration,
+    resolve_accumulation,
+    resolve_handlers,
+    resolve_loader_config,
+)
+from notebook_accel.precision import MixedPrecision, autocast_context, make_scaler, resolve_mixed_precision
+from notebook_accel.scheduler import AcceleratedScheduler
+from notebook_accel.state import GradientState, ProcessFacade, ProcessState
+from notebook_accel.utils.nested import is_tensor_tree, recursively_apply
+from notebook_accel.utils.random import set_seed as _set_seed
+
+__all__ = ["Accelerator"]
+
+_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+class Accelerator(ProcessFacade):
+    """Runs a PyTorch training loop on 1 or N processes, CPU or GPU, with accelerate's API.
+
+    Args:
+        device_placement: move prepared models and batches to :attr:`device`.
+        split_batches: slice each batch across processes (same as ``DataLoaderConfiguration(split_batches=)``).
+        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; ``None`` takes the launch config's, else ``"no"``.
+        gradient_accumulation_steps: batches per optimizer step; ``None`` takes the launch config's, else 1.
+        cpu: use the CPU even when CUDA is available.
+        dataloader_config: how loaders are sharded.
+        rng_types: accepted for compatibility (shuffling here is seeded by (seed, epoch), needing no RNG sync).
+        log_with: trackers (``"jsonl"``, ``"tensorboard"``, ``"all"``, instances, a list).
+        project_dir: folder for checkpoints and logs.
+        project_config: a :class:`ProjectConfiguration`.
+        gradient_accumulation_plugin: full accumulation options (exclusive with ``gradient_accumulation_steps``).
+        step_scheduler_with_optimizer: prepared schedulers step with the real optimizer steps.
+        kwargs_handlers: DistributedDataParallelKwargs / GradScalerKwargs / InitProcessGroupKwargs.
+
+    Process properties and helpers (``device``, ``process_index``, ``is_main_process``, ``print``,
+    ``wait_for_everyone``, ``main_process_first``, ``on_main_process``, ``split_between_processes``, ...) come
+    from :class:`~notebook_accel.state.ProcessFacade`.
+
+    Raises:
+        ConfigurationError: a bad value (the message lists the allowed ones).
+        ProcessGroupError: the process group cannot be formed.
+    """
+
+    def __init__(self, device_placement: bool = True, split_batches: bool | None = None,
+                 mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None,
+                 cpu: bool = False, dataloader_config: DataLoaderConfiguration | None = None,
+                 rng_types: list[str] | None = None, log_with: Any = None, project_dir: str | None = None,
+                 project_config: ProjectConfiguration | None = None,
+                 gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+                 step_scheduler_with_optimizer: bool = True,
+                 kwargs_handlers: Sequence[KwargsHandler] | None = None) -> None:
+        env = LaunchEnvironment.from_environ()
+        ddp, scaler, init = resolve_handlers(kwargs_handlers)  # every option is checked before the group forms
+        self._mixed_precision: MixedPrecision = resolve_mixed_precision(mixed_precision, env.mixed_precision)
+        plugin = resolve_accumulation(gradient_accumulation_steps, gradient_accumulation_plugin,
+                                      env.gradient_accumulation_steps)
+        self.dataloader_config = resolve_loader_config(dataloader_config, split_batches)
+        self.state = ProcessState(cpu=cpu, init_kwargs=init, env=env)
+        self.gradient_state = GradientState(plugin.num_steps or 1, plugin.sync_with_dataloader, plugin.sync_each_batch)
+        self.project_configuration = project_config if project_config is not None else ProjectConfiguration()
+        if project_dir is not None and self.project_configuration.project_dir is None:
+            self.project_configuration.set_directories(project_dir)
+        self.device_placement = device_placement
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = rng_types
+        self.ddp_handler = ddp
+        self.scaler = make_scaler(self._mixed_precision, self.state.device, scaler)
+        self.step = 0
+        self._trigger = False
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[PreparedDataLoader] = []
+        self._custom_objects: list[Any] = []
+        from notebook_accel.tracking import TrackerHub
+
+        self._trackers = TrackerHub(log_with=log_with, logging_dir=self.project_configuration.logging_dir,
+                                    is_main_process=self.is_main_process, rank=self.process_index)
+
+    def __repr__(self) -> str:
+        return f"Accelerator({self.state!r}, mixed_precision={self.mixed_precision!r})"
+
+    # ---- properties (the process ones come from ProcessFacade) ------------------------------------------------
+    @property
+    def mixed_precision(self) -> MixedPrecision:
+        """``"no"``, ``"fp16"`` or ``"bf16"``."""
+        return self._mixed_precision
+
+    @property
+    def sync_gradients(self) -> bool:
+        """True when this batch syncs gradients and the optimizer really steps."""
+        return self.gradient_state.sync_gradients
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Batches per optimizer step."""
+        return self.gradient_state.num_steps
+
+    @property
+    def split_batches(self) -> bool:
+        """Prepared loaders slice each batch across processes."""
+        return self.dataloader_config.split_batches
+
+    @property
+    def even_batches(self) -> bool:
+        """Prepared loaders pad the last round so every process runs the same number of batches."""
+        return self.dataloader_config.even_batches
+
+    @property
+    def project_dir(self) -> str | None:
+        """Folder for checkpoints."""
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        """Folder for tracker logs."""
+        return self.project_configuration.logging_dir
+
+    @property
+    def trackers(self) -> list[Any]:
+        """The trackers receiving :meth:`log` values now."""
+        return self._trackers.trackers
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when the fp16 scaler skipped the last optimizer step of any prepared optimizer."""
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    # ---- prepare --------------------------------------------------------------------------------------------
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Prepare models, optimizers, DataLoaders and schedulers, in any order; others pass through.
+
+        Returns the prepared objects in the order given (one object for one argument). Schedulers are wrapped
+        after the optimizers so they see the prepared ones; preparing an object twice does not wrap it twice.
+        """
+        places = device_placement if device_placement is not None else [self.device_placement] * len(args)
+        if len(places) != len(args):
+            raise ConfigurationError(f"prepare: device_placement has {len(places)} entries for {len(args)} objects")
+        first = [self._prepare_one(obj, place) for obj, place in zip(args, places)]
+        result = [self._prepare_scheduler(obj) if isinstance(obj, _SCHEDULERS) else obj for obj in first]
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _prepare_one(self, obj: Any, place: bool) -> Any:
+        """Prepare one non-scheduler object (schedulers come in a second pass)."""
+        if isinstance(obj, torch.nn.Module):
+            return self.prepare_model(obj, device_placement=place)
+        if isinstance(obj, torch.optim.Optimizer):
+            return self.prepare_optimizer(obj)
+        if isinstance(obj, torch.utils.data.DataLoader):
+            return self.prepare_data_loader(obj, device_placement=place)
+        return obj
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
+        """Device, mixed-precision forward and DDP for one model (see :func:`notebook_accel.model.prepare_model`)."""
+        place = self.device_placement if device_placement is None else device_placement
+        prepared = prepare_model(model, self.state, self._mixed_precision, self.ddp_handler, place)
+        if not any(prepared is m for m in self._models):
+            self._models.append(prepared)
+        return prepared
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
+        """Wrap one optimizer for accumulation and fp16 (an already wrapped one is returned as is)."""
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        wrapped = AcceleratedOptimizer(optimizer, self.gradient_state, self.scaler)
+        self._optimizers.append(wrapped)
+        return wrapped
+
+    def prepare_data_loader(self, loader: torch.utils.data.DataLoader, device_placement: bool | None = None,
+                            ) -> PreparedDataLoader:
+        """Shard one DataLoader across processes (see :func:`notebook_accel.data.prepare_data_loader`)."""
+        place = self.device_placement if device_placement is None else device_placement
+        prepared = prepare_data_loader(loader, self.state, self.gradient_state, self.dataloader_config, place)
+        if not any(prepared is d for d in self._dataloaders):
+            self._dataloaders.append(prepared)
+        return prepared
+
+    def _prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """Wrap one scheduler with the prepared optimizers it drives."""
+        mine = [o for o in self._optimizers if o.optimizer is scheduler.optimizer or o is scheduler.optimizer]
+        wrapped = AcceleratedScheduler(scheduler, mine, self.gradient_state, self.step_scheduler_with_optimizer,
+                                       self.split_batches, self.num_processes)
+        self._schedulers.append(wrapped)
+        return wrapped
+
+    prepare_scheduler = _prepare_scheduler
+
+    # ---- training step --------------------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by the accumulation steps and scaled under fp16."""
+        if self.gradient_accumulation_steps > 1:
+            loss = loss / self.gradient_accumulation_steps
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward(**kwargs)
+
+    def _do_sync(self) -> None:
+        """Advance the accumulation counter and decide whether this batch syncs."""
+        state = self.gradient_state
+        if state.sync_with_dataloader and state.end_of_dataloader:
+            self.step = 0
+            state.sync_gradients = True
+        else:
+            self.step += 1
+            state.sync_gradients = self.step % state.num_steps == 0
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One batch of gradient accumulation: syncs every ``num_steps`` batches and on a loader's last batch."""
+        self._do_sync()
+        skip_sync = not self.sync_gradients and not self.gradient_state.sync_each_batch
+        with contextlib.ExitStack() as stack:
+            for model in models:
+                if skip_sync:
+                    stack.enter_context(no_sync(model))
+            yield
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """DDP's ``no_sync()`` (gradients are not all-reduced in the body); a no-op for one process."""
+        return no_sync(model)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Autocast for this Accelerator's mixed precision (a no-op for ``"no"``)."""
+        return autocast_context(self._mixed_precision, self.device)
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Unscale fp16 gradients in place (on syncing batches; nothing without fp16)."""
+        if self.scaler is None or not self.sync_gradients:
+            return
+        targets = self._optimizers if optimizer is None else (optimizer if isinstance(optimizer, list) else [optimizer])
+        for opt in targets:
+            self.scaler.unscale_(getattr(opt, "optimizer", opt))
+
+    def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0,
+                        ) -> torch.Tensor:
+        """Unscale, then ``torch.nn.utils.clip_grad_norm_``; returns the total norm."""
+        self.unscale_gradients()
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
+        """Unscale, then ``torch.nn.utils.clip_grad_value_``."""
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    # ---- collectives ----------------------------------------------------------------------------------------
+    def gather(self, tensor: Any) -> Any:
+        """All-gather (nested) tensors, concatenated on dim 0 (see :func:`notebook_accel.ops.gather`)."""
+        return ops.gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather, then drop the duplicates ``even_batches`` padded into a loader's last batch."""
+        as_objects = use_gather_object or not is_tensor_tree(input_data)
+        data = ops.gather_object(input_data) if as_objects else ops.gather(input_data)
+        remainder = self.gradient_state.remainder
+        if not self.gradient_state.end_of_dataloader or remainder <= 0:
+            return data
+        if as_objects:
+            return data[:remainder] if isinstance(input_data, (list, tuple)) else data
+        return recursively_apply(lambda t: t[:remainder], data)
+
+    def gather_object(self, obj: Any) -> list[Any]:
+        """Gather picklable objects from every process (see :func:`notebook_accel.ops.gather_object`)."""
+        return ops.gather_object(obj)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """All-reduce (nested) tensors: ``"sum"`` (default), ``"mean"`` or ``"max"``."""
+        return ops.reduce(tensor, reduction, scale)  # type: ignore[arg-type]
+
+    def broadcast(self, tensor: Any, from_process: int = 0) -> Any:
+        """Every process gets ``from_process``'s tensors."""
+        return ops.broadcast(tensor, from_process)
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+        """Pad (nested) tensors along ``dim`` to the largest size across processes."""
+        return ops.pad_across_processes(tensor, dim, pad_index, pad_first)
+
+    # ---- models, saving, misc -------------------------------------------------------------------------------
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True) -> torch.nn.Module:
+        """The user's module inside the DDP wrapper."""
+        return unwrap_model(model, keep_fp32_wrapper)
+
+    def get_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
+        """The unwrapped model's ``state_dict()`` (without DDP's ``module.`` prefixes)."""
+        return self.unwrap_model(model).state_dict()
+
+    def set_trigger(self) -> None:
+        """Raise a flag on this process that :meth:`check_trigger` sees on every process (e.g. early stopping)."""
+        self._trigger = True
+
+    def check_trigger(self) -> bool:
+        """True on every process when any process called :meth:`set_trigger` since the last check (collective)."""
+        flag = torch.tensor([1.0 if self._trigger else 0.0], device=self.device)
+        self._trigger = False
+        return bool(ops.reduce(flag, "max").item() > 0)
+
+    def save(self, obj: Any, f: Any) -> None:
+        """``torch.save(obj, f)`` on the main process only."""
+        if self.is_main_process:
+            torch.save(obj, f)
+
+    def save_model(self, model: torch.nn.Module, save_directory: str, **kwargs: Any) -> str:
+        """Write the unwrapped model's weights to ``save_directory`` (main process)."""
+        from notebook_accel import checkpointing
+
+        return checkpointing.save_model(self, model, save_directory)
+
+    def save_state(self, output_dir: str | None = None, **kwargs: Any) -> str:
+        """Save models, optimizers, schedulers, loaders, scaler, RNGs and registered objects; returns the path."""
+        from notebook_accel import checkpointing
+
+        return checkpointing.save_state(self, output_dir)
+
+    def load_state(self, input_dir: str | None = None, **kwargs: Any) -> str:
+        """Restore everything :meth:`save_state` wrote (loaders continue mid-epoch)."""
+        from notebook_accel import checkpointing
+
+        return checkpointing.load_state(self, input_dir)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Include ``objects`` (with ``state_dict``/``load_state_dict``) in :meth:`save_state`."""
+        from notebook_accel import checkpointing
+
+        for obj in objects:
+            checkpointing.check_registrable(obj)
+        self._custom_objects.extend(objects)
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget every prepared object, collect garbage, empty the CUDA cache; returns ``None`` per argument."""
+        for prepared in (self._models, self._optimizers, self._schedulers, self._dataloaders):
+            prepared.clear()
+        self.step = 0
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return [None] * len(objects)
+
+    release_memory = free_memory
+
+    def set_seed(self, seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
+        """Seed every RNG (``device_specific`` adds this process's rank)."""
+        _set_seed(seed + (self.process_index if device_specific else 0), deterministic=deterministic)
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A loader that leaves out the first ``num_batches`` batches (resume inside an epoch)."""
+        return skip_first_batches(dataloader, num_batches)
+
+    # ---- tracking -------------------------------------------------------------------------------------------
+    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
+                      init_kwargs: dict[str, Any] | None = None) -> None:
+        """Start the trackers of ``log_with`` (main process) and store ``config``."""
+        self._trackers.start(project_name, config, init_kwargs or {})
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> None:
+        """Log scalars to the trackers and the live dashboard."""
+        self._trackers.log(values, step, log_kwargs or {})
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called ``name`` (its underlying object with ``unwrap=True``)."""
+        return self._trackers.get(name, unwrap)
+
+    def end_training(self) -> None:
+        """Finish every tracker, then wait for every process."""
+        self._trackers.finish()
+        self.wait_for_everyone()
+

@@ -1,0 +1,81 @@
+"""Sharding an ``IterableDataset``: each round of ``global batch`` items is dealt out, one slice per rank.
+
+Items are read in order into a buffer of ``batch_size * num_processes`` (``batch_size`` with ``split_batches``);
+rank ``r`` takes slice ``r`` of every full buffer. The last, partial buffer is dropped (``drop_last``), dealt as
+is (``even_batches=False``), or completed with items from the first buffer (``even_batches=True``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import IterableDataset
+
+__all__ = ["ShardedIterableDataset"]
+
+
+class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
+    """This rank's items of ``dataset``; batch them with ``batch_size=per_process_batch``.
+
+    Args:
+        dataset: the user's iterable dataset.
+        batch_size: the DataLoader's batch size.
+        num_processes: number of processes.
+        rank: this process's index.
+        drop_last: drop an incomplete last round.
+        split_batches: ``batch_size`` is the global batch (sliced), not the per-process one.
+        even_batches: complete the last round by cycling from the first one.
+
+    Example:
+        >>> list(ShardedIterableDataset(range(5), 1, 2, 1))
+        [1, 3, 0]
+    """
+
+    def __init__(self, dataset: Any, batch_size: int, num_processes: int, rank: int, drop_last: bool = False,
+                 split_batches: bool = False, even_batches: bool = True) -> None:
+        self.dataset = dataset
+        self.global_batch = batch_size if split_batches else batch_size * num_processes
+        self.per_process_batch = self.global_batch // num_processes
+        self.num_processes = num_processes
+        self.rank = rank
+        self.drop_last = drop_last
+        self.even_batches = even_batches and num_processes > 1
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward the epoch to the dataset when it takes one."""
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+
+    def _mine(self, buffer: list[Any]) -> list[Any]:
+        """This rank's slice of a round."""
+        return buffer[self.rank * self.per_process_batch : (self.rank + 1) * self.per_process_batch]
+
+    def __iter__(self) -> Iterator[Any]:
+        first: list[Any] = []
+        buffer: list[Any] = []
+        for item in self.dataset:
+            buffer.append(item)
+            if len(buffer) == self.global_batch:
+                if not first:
+                    first = list(buffer)
+                yield from self._mine(buffer)
+                buffer = []
+        if not buffer or self.drop_last:
+            return
+        if self.even_batches:
+            source = first or list(buffer)
+            buffer += [source[i % len(source)] for i in range(self.global_batch - len(buffer))]
+        yield from self._mine(buffer)
+
+    def __len__(self) -> int:
+        """Items this rank yields (only when the dataset has a length)."""
+        total = len(self.dataset)
+        rounds, tail = divmod(total, self.global_batch)
+        mine = rounds * self.per_process_batch
+        if tail and not self.drop_last:
+            if self.even_batches:
+                mine += self.per_process_batch
+            else:
+                mine += min(max(tail - self.rank * self.per_process_batch, 0), self.per_process_batch)
+        return mine

@@ -1,0 +1,215 @@
+"""Which batches each process takes: accelerate's batch sharding, as a batch sampler.
+
+Whole batches (default): with ``n`` processes, rank ``r`` takes batches ``r, r+n, r+2n, ...`` of the original
+batch sampler, so one step of all processes covers ``n`` consecutive batches. ``split_batches=True`` instead
+slices every batch into ``n`` equal pieces.
+
+The last, incomplete round: ``drop_last`` drops it; ``even_batches=False`` gives each rank what exists;
+``even_batches=True`` (default) completes it by cycling indices from the start of the epoch, so every rank runs
+the same number of full batches (range(21), batch 3, 2 ranks: rank 1's fourth batch is ``[0, 1, 2]``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import Sampler
+
+from notebook_accel.errors import NotebookAccelError
+
+__all__ = ["DataPrepareError", "SeededShuffleSampler", "ShardedBatchSampler", "shard_batches"]
+
+
+class DataPrepareError(NotebookAccelError, ValueError):
+    """A DataLoader cannot be sharded as asked (the message says why and what to change)."""
+
+
+class SeededShuffleSampler(Sampler[int]):
+    """A random permutation that is a pure function of ``(seed, epoch)``: same on every rank and on resume.
+
+    Example:
+        >>> s = SeededShuffleSampler(range(5), seed=1)
+        >>> list(s) == list(s)
+        True
+    """
+
+    def __init__(self, data_source: Any, seed: int) -> None:
+        self.data_source = data_source
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the permutation of ``epoch``."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
+
+    def __len__(self) -> int:
+        return len(self.data_source)
+
+
+def _take(cycle: list[int], start: int, count: int) -> list[int]:
+    """``count`` indices of ``cycle`` from ``start``, wrapping around."""
+    return [cycle[(start + j) % len(cycle)] for j in range(count)]
+
+
+def _whole(batches: Iterable[list[int]], rank: int, n: int, batch_size: int | None, drop_last: bool,
+           even: bool) -> Iterator[list[int]]:
+    """Rank ``rank``'s whole batches: r, r+n, ...; the last round completed, dropped or left uneven."""
+    first: list[list[int]] = []
+    pending: list[list[int]] = []
+    for batch in batches:
+        if len(first) < n:
+            first.append(batch)
+        pending.append(batch)
+        if len(pending) == n and (batch_size is None or len(batch) == batch_size):
+            yield pending[rank]
+            pending = []
+        elif len(pending) > n:  # a short batch that was not the last one (a custom batch sampler)
+            yield pending[rank]
+            pending = pending[n:]
+    if not pending or drop_last:
+        return
+    if not even:
+        if rank < len(pending):
+            yield pending[rank]
+        return
+    if batch_size is None:  # unknown size: complete the round with whole batches from the epoch start
+        yield (pending + first * n)[rank]
+        return
+    cycle = [i for b in first for i in b]
+    pos = 0
+    completed: list[list[int]] = []
+    for batch in pending:
+        missing = batch_size - len(batch)
+        completed.append(batch + _take(cycle, pos, missing))
+        pos += missing
+    while len(completed) < n:
+        completed.append(_take(cycle, pos, batch_size))
+        pos += batch_size
+    yield completed[rank]
+
+
+def _split(batches: Iterable[list[int]], rank: int, n: int, batch_size: int, drop_last: bool,
+           even: bool) -> Iterator[list[int]]:
+    """Rank ``rank``'s slice of every batch; a short last batch is completed from the first batch."""
+    per = batch_size // n
+    first: list[int] | None = None
+    short: list[int] | None = None
+    for batch in batches:
+        if first is None:
+            first = batch
+        if len(batch) == batch_size:
+            yield batch[rank * per : (rank + 1) * per]
+        else:
+            short = batch
+    if short is None or first is None or drop_last:
+        return
+    if not even:
+        if len(short) > rank * per:
+            yield short[rank * per : (rank + 1) * per]
+        return
+    full = short + _take(first, 0, batch_size - len(short))
+    yield full[rank * per : (rank + 1) * per]
+
+
+def shard_batches(batches: Iterable[list[int]], rank: int, num_processes: int, batch_size: int | None,
+                  drop_last: bool = False, even_batches: bool = True,
+                  split_batches: bool = False) -> Iterator[list[int]]:
+    """The batches of ``batches`` that process ``rank`` of ``num_processes`` takes (see the module docstring).
+
+    Example:
+        >>> batches = [list(range(i, min(i + 3, 21))) for i in range(0, 21, 3)]
+        >>> list(shard_batches(batches, 1, 2, 3))[-1]
+        [0, 1, 2]
+    """
+    even_batches = even_batches and num_processes > 1  # one process has nothing to even out
+    if split_batches:
+        if batch_size is None:
+            raise DataPrepareError("split_batches=True needs a DataLoader with a batch_size")
+        return _split(batches, rank, num_processes, batch_size, drop_last, even_batches)
+    return _whole(batches, rank, num_processes, batch_size, drop_last, even_batches)
+
+
+class ShardedBatchSampler(Sampler[list[int]]):
+    """Wraps the original batch sampler and yields this process's batches.
+
+    Args:
+        batch_sampler: the DataLoader's batch sampler (``batch_size`` and ``drop_last`` are read from it).
+        rank: this process's index.
+        num_processes: number of processes.
+        split_batches: slice each batch instead of dealing whole batches.
+        even_batches: complete the last round by cycling from the epoch start.
+        skip: batches to leave out at the start of every iteration (``skip_first_batches``).
+
+    Raises:
+        DataPrepareError: ``split_batches`` with a batch size that does not divide by ``num_processes``.
+    """
+
+    def __init__(self, batch_sampler: Any, rank: int, num_processes: int, split_batches: bool = False,
+                 even_batches: bool = True, skip: int = 0) -> None:
+        self.batch_sampler = batch_sampler
+        self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)
+        self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
+        self.rank = rank
+        self.num_processes = num_processes
+        self.split_batches = split_batches
+        self.even_batches = even_batches
+        self.skip = skip
+        self.skip_once = 0
+        if split_batches and (self.batch_size is None or self.batch_size % num_processes != 0):
+            raise DataPrepareError(
+                f"split_batches=True slices each batch into {num_processes} pieces, but the DataLoader's "
+                f"batch_size={self.batch_size} does not divide by {num_processes}; use a batch_size that is a "
+                f"multiple of {num_processes}, or split_batches=False"
+            )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward the epoch to the inner sampler and batch sampler when they take one."""
+        for target in (getattr(self.batch_sampler, "sampler", None), self.batch_sampler):
+            if target is not None and hasattr(target, "set_epoch"):
+                target.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        start, self.skip_once = self.skip + self.skip_once, 0
+        shards = shard_batches(self.batch_sampler, self.rank, self.num_processes, self.batch_size,
+                               self.drop_last, self.even_batches, self.split_batches)
+        return itertools.islice(shards, start, None)
+
+    def full_length(self) -> int:
+        """Batches this rank takes in a whole epoch (ignoring :attr:`skip`)."""
+        m, n = len(self.batch_sampler), self.num_processes
+        if self.split_batches:
+            return m - self._split_missing()
+        rounds, extra = divmod(m, n)
+        if extra == 0:
+            return rounds
+        if self.drop_last:
+            return rounds
+        if self.even_batches and n > 1:
+            return rounds + 1
+        return rounds + (1 if self.rank < extra else 0)
+
+    def _last_short(self) -> bool:
+        """True when the final batch of the original sampler is shorter than ``batch_size`` (when knowable)."""
+        sampler = getattr(self.batch_sampler, "sampler", None)
+        if self.batch_size is None or sampler is None or not hasattr(sampler, "__len__"):
+            return False
+        return len(sampler) % self.batch_size != 0
+
+    def _split_missing(self) -> int:
+        """1 when, in split mode, this rank gets no slice of a short last batch."""
+        padded = self.even_batches and self.num_processes > 1
+        if self.drop_last or padded or not self._last_short() or self.batch_size is None:
+            return 0
+        tail = len(self.batch_sampler.sampler) % self.batch_size
+        return 0 if tail > self.rank * (self.batch_size // self.num_processes) else 1
+
+    def __len__(self) -> int:
+        return max(0, self.full_length() - self.skip)

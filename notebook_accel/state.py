@@ -1,0 +1,390 @@
+"""Process state: who this process is in a run, its device and its process group.
+
+:class:`ProcessState` is an explicit object built from :class:`~notebook_accel.environment.LaunchEnvironment`
+(the only place that reads env vars). There is no Borg singleton: every Accelerator builds its own state, and the
+process group, which torch keeps per process, is created by the first one and shared by the next ones.
+
+Without a GPU a launched multi-process run forms one real gloo group (``MULTI_CPU``) with no extra flag.
+
+:class:`GradientState` is the small mutable record shared by one Accelerator's prepared optimizers, schedulers and
+loaders: whether gradients sync on this batch, and whether the innermost active loader is on its last batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.errors import NotebookAccelError
+from notebook_accel.plugins import InitProcessGroupKwargs
+
+__all__ = ["DistributedType", "ProcessState", "PartialState", "ProcessFacade", "GradientState", "ProcessGroupError",
+           "ProcessHelperError"]
+
+T = TypeVar("T")
+
+
+class ProcessGroupError(NotebookAccelError, RuntimeError):
+    """The process group could not be formed or does not match the launch environment."""
+
+
+class DistributedType(str, Enum):
+    """How the run is distributed (accelerate's names)."""
+
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+
+
+def _pick_device(env: LaunchEnvironment, cpu: bool) -> torch.device:
+    """``cpu`` -> cpu; else the launcher's device; else ``cuda:LOCAL_RANK`` when CUDA is available; else cpu."""
+    if cpu:
+        return torch.device("cpu")
+    if env.device is not None:
+        device = torch.device(env.device)
+    elif torch.cuda.is_available():
+        device = torch.device("cuda", env.local_rank)
+    else:
+        device = torch.device("cpu")
+    if device.type == "cuda":
+        if device.index is None:  # "cuda" alone: this process's local device
+            device = torch.device("cuda", env.local_rank)
+        torch.cuda.set_device(device)
+    return device
+
+
+def _init_group(env: LaunchEnvironment, backend: str, kwargs: InitProcessGroupKwargs | None) -> None:
+    """Create the default process group, or check that an existing one matches the environment."""
+    if dist.is_initialized():
+        if dist.get_world_size() != env.world_size or dist.get_rank() != env.rank:
+            raise ProcessGroupError(
+                f"a process group already exists with rank {dist.get_rank()} of {dist.get_world_size()}, but the "
+                f"environment says rank {env.rank} of {env.world_size}; call "
+                "torch.distributed.destroy_process_group() first (in a notebook: restart the kernel)"
+            )
+        return
+    init_method = kwargs.init_method if kwargs and kwargs.init_method else "env://"
+    if init_method == "env://" and (env.master_addr is None or env.master_port is None):
+        raise ProcessGroupError(
+            f"WORLD_SIZE={env.world_size} but MASTER_ADDR/MASTER_PORT are not set (got {env.master_addr!r}, "
+            f"{env.master_port!r}); start the run with notebook_launcher or torchrun, which set them"
+        )
+    extra: dict[str, Any] = {}
+    if kwargs is not None and kwargs.timeout is not None:
+        extra["timeout"] = kwargs.timeout
+    dist.init_process_group(backend, init_method=init_method, rank=env.rank, world_size=env.world_size, **extra)
+
+
+class ProcessState:
+    """This process's place in the run, its device and backend; forms the process group when needed.
+
+    Args:
+        cpu: force the CPU even when CUDA is available.
+        init_kwargs: options for ``init_process_group`` (backend, init_method, timeout).
+        env: the launch environment; read from ``os.environ`` when omitted.
+
+    Raises:
+        ProcessGroupError: distributed launch without a rendezvous address, or an existing group of another size.
+
+    Example:
+        >>> state = ProcessState(cpu=True)     # a plain single process
+        >>> (state.process_index, state.num_processes, state.distributed_type.value)
+        (0, 1, 'NO')
+    """
+
+    def __init__(
+        self,
+        cpu: bool = False,
+        init_kwargs: InitProcessGroupKwargs | None = None,
+        env: LaunchEnvironment | None = None,
+    ) -> None:
+        self.env = env if env is not None else LaunchEnvironment.from_environ()
+        self.device: torch.device = _pick_device(self.env, cpu)
+        default_backend = "nccl" if self.device.type == "cuda" else "gloo"
+        self.backend: str | None = (init_kwargs.backend if init_kwargs and init_kwargs.backend else default_backend)
+        self.process_index: int = self.env.rank
+        self.local_process_index: int = self.env.local_rank
+        self.num_processes: int = self.env.world_size
+        self.local_num_processes: int = self.env.local_world_size
+        if self.num_processes > 1:
+            _init_group(self.env, self.backend, init_kwargs)
+            kind = DistributedType.MULTI_GPU if self.device.type == "cuda" else DistributedType.MULTI_CPU
+        else:
+            self.backend = None
+            kind = DistributedType.NO
+        self.distributed_type: DistributedType = kind
+
+    def __repr__(self) -> str:
+        return (f"ProcessState(type={self.distributed_type.value}, rank={self.process_index}/{self.num_processes}, "
+                f"local_rank={self.local_process_index}, device={self.device}, backend={self.backend})")
+
+    @property
+    def rank(self) -> int:
+        """Alias of :attr:`process_index`."""
+        return self.process_index
+
+    @property
+    def use_distributed(self) -> bool:
+        """True when more than one process takes part."""
+        return self.num_processes > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        """True on global rank 0."""
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """True on local rank 0 of each machine."""
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        """True on the highest global rank."""
+        return self.process_index == self.num_processes - 1
+
+    def wait_for_everyone(self) -> None:
+        """Barrier across all processes (nothing in a single process)."""
+        if self.use_distributed:
+            dist.barrier()
+
+    @contextlib.contextmanager
+    def _first(self, leader: bool) -> Iterator[None]:
+        """Run the body on ``leader`` first, then on the others."""
+        if not leader:
+            self.wait_for_everyone()
+        yield
+        if leader:
+            self.wait_for_everyone()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Context manager: the main process runs the body, then the others (e.g. download once, then read)."""
+        return self._first(self.is_main_process)
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Context manager: the local main process of each machine runs the body first."""
+        return self._first(self.is_local_main_process)
+
+    def on_process(self, function: Callable[..., T] | None = None, process_index: int | None = None) -> Any:
+        """Decorator: run ``function`` only on ``process_index`` (others get ``None``; no barrier)."""
+        if process_index is None:
+            raise ProcessHelperError("on_process needs process_index=, e.g. @accelerator.on_process(process_index=1)")
+        if function is None:
+            return lambda fn: self.on_process(fn, process_index)
+        return _only_if(self.process_index == process_index, function)
+
+    def on_main_process(self, function: Callable[..., T]) -> Callable[..., T | None]:
+        """Decorator: run ``function`` only on the main process (others get ``None``; no barrier)."""
+        return _only_if(self.is_main_process, function)
+
+    def on_local_main_process(self, function: Callable[..., T]) -> Callable[..., T | None]:
+        """Decorator: run ``function`` only on each machine's local main process."""
+        return _only_if(self.is_local_main_process, function)
+
+    def on_last_process(self, function: Callable[..., T]) -> Callable[..., T | None]:
+        """Decorator: run ``function`` only on the last process."""
+        return _only_if(self.is_last_process, function)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+        """Yield this process's contiguous share of ``inputs`` (list, tuple, dict of sequences, or tensor).
+
+        The first ``len % n`` processes get one extra item; ``apply_padding`` repeats the last item so every
+        share has the same length (useful before :func:`gather`).
+
+        Example:
+            >>> with ProcessState(cpu=True).split_between_processes([1, 2, 3]) as part:
+            ...     part
+            [1, 2, 3]
+        """
+        yield _split(inputs, self.process_index, self.num_processes, apply_padding)
+
+
+class ProcessHelperError(NotebookAccelError, ValueError):
+    """A process helper got a bad argument."""
+
+
+def _only_if(condition: bool, function: Callable[..., T]) -> Callable[..., T | None]:
+    """``function`` itself when ``condition`` holds, else a no-op with the same name."""
+    if condition:
+        return function
+
+    def skipped(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    skipped.__name__ = getattr(function, "__name__", "skipped")
+    skipped.__doc__ = getattr(function, "__doc__", None)
+    return skipped
+
+
+def _split(inputs: Any, rank: int, n: int, apply_padding: bool) -> Any:
+    """The ``rank``-th contiguous share of ``inputs`` out of ``n``."""
+    if isinstance(inputs, dict):
+        lengths = {len(v) for v in inputs.values()}
+        if len(lengths) > 1:
+            raise ProcessHelperError(
+                f"split_between_processes: every value of the dict must have the same length, got {sorted(lengths)}"
+            )
+        return {k: _split(v, rank, n, apply_padding) for k, v in inputs.items()}
+    if not isinstance(inputs, (list, tuple, torch.Tensor)):
+        raise ProcessHelperError(
+            f"split_between_processes: cannot split a {type(inputs).__name__}; pass a list, tuple, dict or tensor"
+        )
+    total = len(inputs)
+    per, extra = divmod(total, n)
+    start = rank * per + min(rank, extra)
+    end = start + per + (1 if rank < extra else 0)
+    part = inputs[start:end]
+    if apply_padding and total > 0:
+        want = math.ceil(total / n)
+        missing = want - len(part)
+        if missing > 0:
+            last = inputs[-1:]
+            if isinstance(part, torch.Tensor):
+                part = torch.cat([part] + [last] * missing)
+            else:
+                part = part + type(part)(last) * missing
+    return part
+
+
+class ProcessFacade:
+    """The process properties and helpers of an object holding a :class:`ProcessState` in ``self.state``.
+
+    The :class:`~notebook_accel.Accelerator` inherits these, so ``accelerator.is_main_process`` and
+    ``accelerator.print`` read and act on its state.
+    """
+
+    state: ProcessState
+
+    @property
+    def device(self) -> torch.device:
+        """This process's device."""
+        return self.state.device
+
+    @property
+    def process_index(self) -> int:
+        """Global rank."""
+        return self.state.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        """Rank on this machine."""
+        return self.state.local_process_index
+
+    @property
+    def num_processes(self) -> int:
+        """Processes in the run."""
+        return self.state.num_processes
+
+    @property
+    def is_main_process(self) -> bool:
+        """True on global rank 0."""
+        return self.state.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """True on local rank 0 of each machine."""
+        return self.state.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        """True on the last rank."""
+        return self.state.is_last_process
+
+    @property
+    def use_distributed(self) -> bool:
+        """True with more than one process."""
+        return self.state.use_distributed
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """``NO``, ``MULTI_CPU`` or ``MULTI_GPU``."""
+        return self.state.distributed_type
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only."""
+        self.state.print(*args, **kwargs)
+
+    def wait_for_everyone(self) -> None:
+        """Barrier across every process."""
+        self.state.wait_for_everyone()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """The main process runs the body first, then the others."""
+        return self.state.main_process_first()
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Each machine's local main process runs the body first."""
+        return self.state.local_main_process_first()
+
+    def on_main_process(self, function: Callable[..., T]) -> Callable[..., T | None]:
+        """Decorator: run only on the main process."""
+        return self.state.on_main_process(function)
+
+    def on_local_main_process(self, function: Callable[..., T]) -> Callable[..., T | None]:
+        """Decorator: run only on each machine's local main process."""
+        return self.state.on_local_main_process(function)
+
+    def on_last_process(self, function: Callable[..., T]) -> Callable[..., T | None]:
+        """Decorator: run only on the last process."""
+        return self.state.on_last_process(function)
+
+    def on_process(self, function: Callable[..., T] | None = None, process_index: int | None = None) -> Any:
+        """Decorator: run only on ``process_index``."""
+        return self.state.on_process(function, process_index)
+
+    def split_between_processes(self, inputs: Any,
+                                apply_padding: bool = False) -> contextlib.AbstractContextManager[Any]:
+        """Context manager yielding this process's contiguous share of ``inputs``."""
+        return self.state.split_between_processes(inputs, apply_padding)
+
+
+PartialState = ProcessState
+"""accelerate's name for the process state; ``PartialState()`` builds one from the environment."""
+
+
+@dataclass
+class GradientState:
+    """Shared by one Accelerator's wrapped objects: sync flag and the active loaders (innermost last).
+
+    Attributes:
+        num_steps: gradient accumulation steps.
+        sync_with_dataloader: sync on a loader's last batch.
+        sync_each_batch: all-reduce every batch even when not stepping.
+        sync_gradients: True when this batch's backward syncs and the optimizer steps.
+        active_loaders: prepared loaders being iterated, innermost last.
+    """
+
+    num_steps: int = 1
+    sync_with_dataloader: bool = True
+    sync_each_batch: bool = False
+    sync_gradients: bool = True
+    active_loaders: list[Any] = field(default_factory=list)
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        """True while the innermost active loader is on its last batch."""
+        return bool(self.active_loaders) and self.active_loaders[-1].end_of_dataloader
+
+    @property
+    def remainder(self) -> int:
+        """Real items in the innermost loader's last global batch (-1: unknown, 0: no padding)."""
+        return self.active_loaders[-1].remainder if self.active_loaders else -1
+
+    @property
+    def in_dataloader(self) -> bool:
+        """True while a prepared loader is being iterated."""
+        return bool(self.active_loaders)

@@ -1,0 +1,51 @@
+"""accelerate.utils-compatible names: the option classes and the free functions users import from there.
+
+Loaded lazily (PEP 562) so that importing one helper does not import every module, and so that
+:mod:`notebook_accel.ops` can use :mod:`notebook_accel.utils.nested` without an import cycle.
+
+Example:
+    >>> from notebook_accel.utils import set_seed, DataLoaderConfiguration
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "DataLoaderConfiguration": "notebook_accel.plugins",
+    "ProjectConfiguration": "notebook_accel.plugins",
+    "GradientAccumulationPlugin": "notebook_accel.plugins",
+    "DistributedDataParallelKwargs": "notebook_accel.plugins",
+    "GradScalerKwargs": "notebook_accel.plugins",
+    "InitProcessGroupKwargs": "notebook_accel.plugins",
+    "KwargsHandler": "notebook_accel.plugins",
+    "DistributedType": "notebook_accel.state",
+    "set_seed": "notebook_accel.utils.random",
+    "send_to_device": "notebook_accel.utils.nested",
+    "recursively_apply": "notebook_accel.utils.nested",
+    "gather": "notebook_accel.ops",
+    "gather_object": "notebook_accel.ops",
+    "broadcast": "notebook_accel.ops",
+    "broadcast_object_list": "notebook_accel.ops",
+    "reduce": "notebook_accel.ops",
+    "pad_across_processes": "notebook_accel.ops",
+    "skip_first_batches": "notebook_accel.data",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Load ``name`` from its module on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'notebook_accel.utils' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """Public names, for tab completion."""
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,69 @@
+"""Helpers for nested batches: apply a function to every tensor in dicts, lists, tuples and namedtuples."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["recursively_apply", "tensors_of", "send_to_device", "is_tensor_tree"]
+
+
+def recursively_apply(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
+    """Return ``data`` with ``fn`` applied to every tensor; containers are rebuilt with the same type.
+
+    Example:
+        >>> recursively_apply(lambda t: t * 2, {"a": [torch.tensor(1)]})
+        {'a': [tensor(2)]}
+    """
+    if isinstance(data, torch.Tensor):
+        return fn(data)
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(recursively_apply(fn, v) for v in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(recursively_apply(fn, v) for v in data)
+    if isinstance(data, Mapping):
+        try:
+            return type(data)({k: recursively_apply(fn, v) for k, v in data.items()})
+        except TypeError:  # a Mapping type that cannot be built from a dict
+            return {k: recursively_apply(fn, v) for k, v in data.items()}
+    return data
+
+
+def tensors_of(data: Any) -> list[torch.Tensor]:
+    """Every tensor in ``data``, in a deterministic (depth-first, insertion) order."""
+    out: list[torch.Tensor] = []
+    recursively_apply(out.append, data)
+    return out
+
+
+def is_tensor_tree(data: Any) -> bool:
+    """True when ``data`` is a tensor or a container whose leaves are all tensors."""
+    if isinstance(data, torch.Tensor):
+        return True
+    if isinstance(data, (list, tuple)):
+        return len(data) > 0 and all(is_tensor_tree(v) for v in data)
+    if isinstance(data, Mapping):
+        return len(data) > 0 and all(is_tensor_tree(v) for v in data.values())
+    return False
+
+
+def send_to_device(data: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
+    """Move every tensor in ``data`` to ``device`` (other leaves unchanged); objects with ``.to`` are moved too.
+
+    Example:
+        >>> send_to_device({"x": torch.ones(1)}, "cpu")["x"].device.type
+        'cpu'
+    """
+    device = torch.device(device)
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        return t if t.device == device else t.to(device, non_blocking=non_blocking)
+
+    if not isinstance(data, (torch.Tensor, list, tuple, Mapping)) and hasattr(data, "to"):
+        try:
+            return data.to(device, non_blocking=non_blocking)
+        except TypeError:
+            return data.to(device)
+    return recursively_apply(move, data)

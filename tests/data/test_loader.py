@@ -1,0 +1,175 @@
+"""The prepared loader in one process: sharding (with a stand-in rank), look-ahead, resume, progress, errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from notebook_accel import channel
+from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
+from notebook_accel.events import Progress
+from notebook_accel.plugins import DataLoaderConfiguration
+from notebook_accel.state import GradientState
+
+
+@dataclass
+class FakeState:
+    """Just what a loader reads from the process state (no process group needed)."""
+
+    process_index: int = 0
+    num_processes: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+
+def _prepare(loader: DataLoader, rank: int = 0, n: int = 1, gs: GradientState | None = None,
+             **config: Any) -> PreparedDataLoader:
+    return prepare_data_loader(loader, FakeState(rank, n), gs or GradientState(),  # type: ignore[arg-type]
+                               DataLoaderConfiguration(**config))
+
+
+def test_shards_like_accelerate_and_knows_its_last_batch() -> None:
+    gs = GradientState()
+    loader = _prepare(DataLoader(torch.arange(21), batch_size=3), rank=1, n=2, gs=gs)
+    ends = []
+    batches = []
+    for batch in loader:
+        batches.append(batch.tolist())
+        ends.append((gs.end_of_dataloader, gs.remainder))
+    assert batches[-1] == [0, 1, 2] and len(loader) == 4 and loader.total_batch_size == 6
+    assert ends == [(False, 3)] * 3 + [(True, 3)]
+    assert not gs.in_dataloader and not loader.end_of_dataloader
+
+
+def test_remainder_is_zero_without_padding() -> None:
+    assert _prepare(DataLoader(range(21), batch_size=3, drop_last=True), n=2).remainder == 0
+    assert _prepare(DataLoader(range(21), batch_size=3), n=2, even_batches=False).remainder == 0
+    assert _prepare(DataLoader(range(21), batch_size=3), n=1).remainder == 0
+
+
+def test_nested_batches_and_options_survive() -> None:
+    data = [{"x": torch.ones(2), "label": i} for i in range(4)]
+    loader = _prepare(DataLoader(data, batch_size=2, pin_memory=False), non_blocking=True)
+    batch = next(iter(loader))
+    assert batch["x"].shape == (2, 2) and batch["label"].tolist() == [0, 1]
+    assert _prepare(loader) is loader  # preparing twice returns it
+
+
+def test_resume_mid_epoch_is_exact_and_independent_of_rng() -> None:
+    dataset = torch.arange(17)
+    loader = _prepare(DataLoader(dataset, batch_size=2, shuffle=True))
+    epoch0 = [b.tolist() for b in loader]
+    epoch1 = []
+    state: dict[str, Any] = {}
+    for i, b in enumerate(loader):
+        epoch1.append(b.tolist())
+        if i == 2:
+            state = loader.state_dict()
+    assert state["epoch"] == 1 and state["batches_yielded"] == 3 and epoch0 != epoch1
+    torch.manual_seed(99)
+    resumed = _prepare(DataLoader(dataset, batch_size=2, shuffle=True))
+    resumed.load_state_dict(state)
+    assert [b.tolist() for b in resumed] == epoch1[3:]
+    assert resumed.state_dict()["epoch"] == 2 and resumed.epoch == 2
+    resumed.set_epoch(0)
+    assert [b.tolist() for b in resumed] == epoch0
+
+
+def test_data_seed_makes_shuffles_reproducible() -> None:
+    a = _prepare(DataLoader(range(10), batch_size=2, shuffle=True), data_seed=5)
+    b = _prepare(DataLoader(range(10), batch_size=2, shuffle=True), data_seed=5)
+    assert [x.tolist() for x in a] == [x.tolist() for x in b] and a.seed == 5
+
+
+def test_load_state_errors() -> None:
+    loader = _prepare(DataLoader(range(4), batch_size=2))
+    with pytest.raises(DataPrepareError, match="missing"):
+        loader.load_state_dict({"epoch": 0})
+    with pytest.raises(DataPrepareError, match="saved mid-epoch with 2 processes"):
+        loader.load_state_dict({"epoch": 0, "batches_yielded": 1, "seed": 0, "num_processes": 2})
+    loader.load_state_dict({"epoch": 3, "batches_yielded": 0, "seed": 0, "num_processes": 2})  # a boundary: fine
+    assert loader.epoch == 3
+
+
+def test_unbatched_loaders_are_refused() -> None:
+    with pytest.raises(DataPrepareError, match="batch_size=None"):
+        _prepare(DataLoader(range(4), batch_size=None))
+
+    class Stream(IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(range(6))
+
+    with pytest.raises(DataPrepareError, match="IterableDataset"):
+        _prepare(DataLoader(Stream(), batch_size=None))
+    with pytest.raises(DataPrepareError, match="divisible by 2"):
+        _prepare(DataLoader(Stream(), batch_size=3), n=2, split_batches=True)
+    loader = _prepare(DataLoader(Stream(), batch_size=2), rank=1, n=2)
+    assert [b.tolist() for b in loader] == [[2, 3], [0, 1]] and loader.remainder == -1
+    assert [b.tolist() for b in skip_first_batches(loader, 1)] == [[0, 1]]
+
+
+def test_skip_first_batches() -> None:
+    loader = _prepare(DataLoader(range(10), batch_size=2))
+    skipped = skip_first_batches(loader, 3)
+    assert isinstance(skipped, PreparedDataLoader) and len(skipped) == 2
+    assert [b.tolist() for b in skipped] == [[6, 7], [8, 9]]
+    plain = skip_first_batches(DataLoader(range(6), batch_size=2), 1)
+    assert [b.tolist() for b in plain] == [[2, 3], [4, 5]] and len(plain) == 2
+    with pytest.raises(DataPrepareError, match="integer >= 0"):
+        skip_first_batches(loader, -1)
+    with pytest.raises(DataPrepareError, match="batch_size or a batch_sampler"):
+        skip_first_batches(DataLoader(range(3), batch_size=None), 1)
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def post(self, event: Any) -> None:
+        self.events.append(event)
+
+
+def test_progress_events_on_the_main_process() -> None:
+    writer = _Writer()
+    channel.install(writer)  # type: ignore[arg-type]
+    try:
+        for _ in _prepare(DataLoader(range(6), batch_size=2)):
+            pass
+        for _ in _prepare(DataLoader(range(6), batch_size=2), rank=1, n=2):
+            pass  # not the main process: nothing posted
+    finally:
+        channel.uninstall()
+    assert [(e.n, e.total, e.desc) for e in writer.events] == [(1, 3, "epoch 0"), (2, 3, "epoch 0"),
+                                                               (3, 3, "epoch 0")]
+    assert all(isinstance(e, Progress) and e.rank == 0 for e in writer.events)
+
+
+def test_breaking_out_leaves_no_active_loader() -> None:
+    gs = GradientState()
+    loader = _prepare(DataLoader(range(6), batch_size=2), gs=gs)
+    for _ in loader:
+        assert gs.in_dataloader
+        break
+    assert not gs.in_dataloader
+
+
+def test_accelerate_resume_pattern_skips_once_and_moves_on() -> None:
+    dataset = torch.arange(12)
+    loader = _prepare(DataLoader(dataset, batch_size=2, shuffle=True), data_seed=1)
+    epochs = [[b.tolist() for b in loader] for _ in range(3)]
+    resumed = _prepare(DataLoader(dataset, batch_size=2, shuffle=True), data_seed=1)
+    resumed.load_state_dict({"epoch": 1, "batches_yielded": 2, "seed": 1, "num_processes": 1})
+    resumed.set_epoch(1)  # the epoch it is already in: the resume stays armed
+    skipped = skip_first_batches(resumed, 2)  # accelerate's manual pattern on top of our automatic resume
+    assert [b.tolist() for b in skipped] == epochs[1][2:]
+    assert [b.tolist() for b in resumed] == epochs[2]  # the original loader moved on, nothing skipped
+    resumed.load_state_dict({"epoch": 1, "batches_yielded": 2, "seed": 1, "num_processes": 1})
+    resumed.set_epoch(0)  # another epoch: the pending resume is cancelled
+    assert [b.tolist() for b in resumed] == epochs[0]

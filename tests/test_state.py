@@ -1,0 +1,100 @@
+"""Process state: device choice, backend, distributed type, group creation and its errors, helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.state import (
+    DistributedType,
+    GradientState,
+    PartialState,
+    ProcessGroupError,
+    ProcessHelperError,
+    ProcessState,
+)
+
+
+def test_single_process_defaults() -> None:
+    state = ProcessState(env=LaunchEnvironment())
+    assert state.distributed_type is DistributedType.NO and state.backend is None
+    assert (state.process_index, state.num_processes, state.device.type) == (0, 1, "cpu")
+    assert state.is_main_process and state.is_local_main_process and state.is_last_process
+    assert not state.use_distributed and state.rank == 0
+    assert PartialState is ProcessState and "NO" in repr(state)
+    state.wait_for_everyone()  # no group: a no-op
+
+
+def test_cuda_device_from_local_rank_when_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    chosen: list[Any] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    state = ProcessState(env=LaunchEnvironment(local_rank=1))
+    assert state.device == torch.device("cuda", 1) and chosen == [torch.device("cuda", 1)]
+    assert ProcessState(cpu=True, env=LaunchEnvironment(local_rank=1)).device.type == "cpu"
+
+
+def test_launcher_device_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: None)
+    assert ProcessState(env=LaunchEnvironment(device="cuda:3")).device == torch.device("cuda", 3)
+    assert ProcessState(env=LaunchEnvironment(device="cpu")).device.type == "cpu"
+    assert ProcessState(env=LaunchEnvironment(device="cuda", local_rank=2)).device == torch.device("cuda", 2)
+
+
+def test_distributed_without_rendezvous_is_an_error() -> None:
+    with pytest.raises(ProcessGroupError, match="MASTER_ADDR/MASTER_PORT are not set"):
+        ProcessState(env=LaunchEnvironment(rank=0, world_size=2))
+
+
+def test_existing_group_of_other_size_is_an_error(port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        env = LaunchEnvironment(rank=0, world_size=2, master_addr="127.0.0.1", master_port=port)
+        with pytest.raises(ProcessGroupError, match="already exists with rank 0 of 1"):
+            ProcessState(env=env)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_split_between_processes() -> None:
+    from notebook_accel.state import _split
+
+    assert [_split(list(range(5)), r, 2, False) for r in range(2)] == [[0, 1, 2], [3, 4]]
+    assert [_split(list(range(5)), r, 2, True) for r in range(2)] == [[0, 1, 2], [3, 4, 4]]
+    assert _split((1, 2, 3), 2, 3, False) == (3,)
+    assert _split({"a": [1, 2], "b": [3, 4]}, 1, 2, False) == {"a": [2], "b": [4]}
+    assert _split(torch.arange(3), 1, 2, True).tolist() == [2, 2]
+    with ProcessState(env=LaunchEnvironment()).split_between_processes([1, 2]) as part:
+        assert part == [1, 2]
+
+
+@pytest.mark.parametrize(("inputs", "match"), [({"a": [1], "b": [1, 2]}, "same length"), (5, "cannot split a int")])
+def test_split_between_processes_errors(inputs: Any, match: str) -> None:
+    from notebook_accel.state import _split
+
+    with pytest.raises(ProcessHelperError, match=match):
+        _split(inputs, 0, 2, False)
+
+
+def test_decorators_and_print(capsys: pytest.CaptureFixture[str]) -> None:
+    state = ProcessState(env=LaunchEnvironment(rank=1, local_rank=0, world_size=1))
+    assert state.on_main_process(lambda: 1)() is None  # rank 1 is not the main process
+    assert state.on_local_main_process(lambda: 2)() == 2
+    assert state.on_process(lambda: 3, process_index=1)() == 3
+    assert state.on_process(process_index=0)(lambda: 4)() is None
+    with pytest.raises(ProcessHelperError, match="process_index"):
+        state.on_process(lambda: 5)
+    state.print("hello")
+    assert capsys.readouterr().out == "hello\n"
+    with state.main_process_first(), state.local_main_process_first():
+        pass
+
+
+def test_gradient_state_without_loaders() -> None:
+    gs = GradientState()
+    assert gs.sync_gradients and not gs.end_of_dataloader and gs.remainder == -1 and not gs.in_dataloader

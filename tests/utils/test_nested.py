@@ -1,0 +1,48 @@
+"""Nested-structure helpers."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, namedtuple
+
+import torch
+
+from notebook_accel.utils import recursively_apply, send_to_device
+from notebook_accel.utils.nested import is_tensor_tree, tensors_of
+
+Pair = namedtuple("Pair", "a b")
+
+
+def test_recursively_apply_keeps_container_types() -> None:
+    data = {"x": [torch.tensor(1), (torch.tensor(2), "s")], "p": Pair(torch.tensor(3), 4),
+            "o": OrderedDict(k=torch.tensor(5))}
+    out = recursively_apply(lambda t: t * 10, data)
+    assert out["x"][0].item() == 10 and isinstance(out["x"][1], tuple) and out["x"][1][1] == "s"
+    assert isinstance(out["p"], Pair) and out["p"].a.item() == 30 and out["p"].b == 4
+    assert isinstance(out["o"], OrderedDict)
+    assert [t.item() for t in tensors_of(data)] == [1, 2, 3, 5]
+
+
+def test_is_tensor_tree() -> None:
+    assert is_tensor_tree(torch.ones(1)) and is_tensor_tree({"a": [torch.ones(1)]})
+    assert not is_tensor_tree(["x"]) and not is_tensor_tree([]) and not is_tensor_tree({"a": 1})
+
+
+def test_send_to_device() -> None:
+    t = torch.ones(1)
+    assert send_to_device({"t": t}, "cpu")["t"] is t
+
+    class Movable:
+        def __init__(self) -> None:
+            self.where = None
+
+        def to(self, device: torch.device, non_blocking: bool = False) -> "Movable":
+            self.where = device
+            return self
+
+    assert send_to_device(Movable(), "cpu").where == torch.device("cpu")
+
+    class OldStyle:
+        def to(self, device: torch.device) -> str:
+            return "moved"
+
+    assert send_to_device(OldStyle(), "cpu") == "moved"
