@@ -83,6 +83,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         self._position = 0
         self._resume_from = 0
         self._parent: PreparedDataLoader | None = None
+        self._user_generator = options.get("generator")
 
     # ---- position -------------------------------------------------------------------------------------------
     @property
@@ -144,6 +145,10 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
     def _start_epoch(self) -> int:
         """Forward the epoch, arm the one-shot resume skip; returns the batches to skip by hand (iterables)."""
         skip, self._resume_from = self._resume_from, 0
+        if self._user_generator is None:
+            # DataLoader draws its workers' base seed from `generator` at every iter(), from the global torch RNG
+            # when there is none: that draw would shift dropout & co. between a straight and a resumed run.
+            self.generator = torch.Generator().manual_seed((self.seed * 1_000_003 + self._epoch) % 2**63)
         for target in (self.batch_sampler, self.dataset):
             if hasattr(target, "set_epoch"):
                 target.set_epoch(self._epoch)

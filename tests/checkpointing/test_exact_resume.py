@@ -22,23 +22,13 @@ def _assert_same(a: dict, b: dict) -> None:
     assert {k: v for k, v in a.items() if k != "params"} == {k: v for k, v in b.items() if k != "params"}
 
 
-_GLOBAL_RNG_DRAW = pytest.mark.xfail(
-    strict=True,
-    reason="data/loader.py: every iter() of the prepared loader draws DataLoader's _base_seed from the global torch "
-    "RNG (generator=None), so a mid-epoch resume draws it at another point of the stream than the straight run; "
-    "fix (verified to make these cases pass): in PreparedDataLoader._start_epoch, when the user passed no generator, "
-    "set self.generator = torch.Generator().manual_seed(f(seed, epoch)); then remove this mark (strict: it fails "
-    "as XPASS once fixed)",
-)
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
     "epochs, batches, accumulation, loader_generator",
     [
         (1, 0, 1, False),
-        pytest.param(1, 3, 1, False, marks=_GLOBAL_RNG_DRAW),
-        pytest.param(0, 4, 2, False, marks=_GLOBAL_RNG_DRAW),
+        (1, 3, 1, False),
+        (0, 4, 2, False),
         (1, 3, 1, True),
         (0, 4, 2, True),
     ],
