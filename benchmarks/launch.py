@@ -16,19 +16,14 @@ import os
 import resource
 import socket
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Callable
 
-# run as a script from a checkout: the repository instead of benchmarks/ (whose logging.py would shadow the stdlib's)
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+import torch  # imported in the parent for both contenders, as in a notebook
+import torch.distributed as dist
+import torch.multiprocessing as tmp
 
-import torch  # noqa: E402 - imported in the parent for both contenders, as in a notebook
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as tmp  # noqa: E402
-
-from notebook_accel import notebook_launcher  # noqa: E402
+from notebook_accel import notebook_launcher
 
 
 def work() -> float:

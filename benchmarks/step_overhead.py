@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-# run as a script from a checkout: the repository instead of benchmarks/ (whose logging.py would shadow the stdlib's)
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel  # noqa: E402
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset  # noqa: E402
-
-from notebook_accel import Accelerator, channel, notebook_launcher  # noqa: E402
+from notebook_accel import Accelerator, channel, notebook_launcher
 
 WIDTH, BATCH, STEPS, CHUNK = 256, 32, 48, 16
 

@@ -168,7 +168,7 @@ class Accelerator(ProcessFacade):
         places = device_placement if device_placement is not None else [self.device_placement] * len(args)
         if len(places) != len(args):
             raise ConfigurationError(f"prepare: device_placement has {len(places)} entries for {len(args)} objects")
-        first = [self._prepare_one(obj, place) for obj, place in zip(args, places)]
+        first = [self._prepare_one(obj, place) for obj, place in zip(args, places, strict=True)]
         result = [self._prepare_scheduler(obj) if isinstance(obj, _SCHEDULERS) else obj for obj in first]
         return result[0] if len(result) == 1 else tuple(result)
 

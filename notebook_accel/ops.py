@@ -155,7 +155,7 @@ def _gather_one(t: torch.Tensor, sizes: list[int]) -> torch.Tensor:
     dist.all_gather(parts, t)
     if all(s == longest for s in sizes):
         return torch.cat(parts)
-    return torch.cat([p[:s] for p, s in zip(parts, sizes)])
+    return torch.cat([p[:s] for p, s in zip(parts, sizes, strict=True)])
 
 
 def gather_object(obj: Any) -> list[Any]:

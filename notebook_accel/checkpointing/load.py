@@ -72,7 +72,7 @@ def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, ma
     """Check and load every file this rank needs (objects already compared); raises CheckpointError."""
     files = _needed_files(objects, rank)
     # sizes for everything this rank reads; SHA-256 for all files on the main process, own files elsewhere
-    own = [name for name, s in zip(files, objects) if s.entry.per_rank]
+    own = [name for name, s in zip(files, objects, strict=True) if s.entry.per_rank]
     problems = manifest.verify_files(path, sorted(set(files) | set(manifest.all_files() if main else [])),
                                      checksum=False)
     if not problems:
@@ -80,7 +80,7 @@ def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, ma
     if problems:
         raise CheckpointError(f"checkpoint {path!r} is damaged: " + "; ".join(problems))
     payloads = [read_torch(os.path.join(path, name)) for name in files]
-    for saved, payload in zip(objects, payloads):
+    for saved, payload in zip(objects, payloads, strict=True):
         problems += saved.check(payload)
     if problems:
         raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
@@ -135,7 +135,7 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     if len(set(paths)) != 1:
         raise CheckpointError(f"the ranks resolved different checkpoints {paths}; pass load_state(input_dir).")
     manifest = cast(Manifest, manifest)  # no rank failed, so this rank validated
-    for saved, payload in zip(collect(accelerator), payloads):
+    for saved, payload in zip(collect(accelerator), payloads, strict=True):
         try:
             saved.set(payload)
         except Exception as e:  # validated above; a failure here is a bug in an object's load_state_dict

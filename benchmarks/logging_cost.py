@@ -7,32 +7,27 @@
 3. Kernel CPU time (``time.process_time``) while 2 forked writers stream 1,000 metric events/s into the
    dashboard's ``handle`` (target: at most 5% of one core), against a sink that does nothing.
 
-Run: ``python benchmarks/logging.py [--quick]``. Prints ratios against baselines measured in the same run,
+Run: ``python benchmarks/logging_cost.py [--quick]``. Prints ratios against baselines measured in the same run,
 alternating the variants.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
-# This file is called logging.py: drop its folder from the path so ``import logging`` finds the standard library.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
 
-import argparse  # noqa: E402
-import multiprocessing as mp  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from multiprocessing.connection import Connection, wait  # noqa: E402
+import argparse
+import multiprocessing as mp
+import statistics
+import time
+from multiprocessing.connection import Connection, wait
 
-from notebook_accel import channel  # noqa: E402
-from notebook_accel.events import Event, Metrics, RunInfo, RunOutcome, Started  # noqa: E402
-from notebook_accel.tracking import LiveTracker, TrackerHub  # noqa: E402
-from notebook_accel.widgets.dashboard import Dashboard  # noqa: E402
-from notebook_accel.widgets.plots import CurvePlot  # noqa: E402
-from notebook_accel.widgets.state import RunState  # noqa: E402
+from notebook_accel import channel
+from notebook_accel.events import Event, Metrics, RunInfo, RunOutcome, Started
+from notebook_accel.tracking import LiveTracker, TrackerHub
+from notebook_accel.widgets.dashboard import Dashboard
+from notebook_accel.widgets.plots import CurvePlot
+from notebook_accel.widgets.state import RunState
 
 INFO = RunInfo(2, ("cpu", "cpu"), "gloo", "bench")
 
