@@ -9,8 +9,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from notebook_accel._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "DataLoaderConfiguration": "notebook_accel.plugins",
@@ -36,16 +35,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    """Load ``name`` from its module on first use."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'notebook_accel.utils' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """Public names, for tab completion."""
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
