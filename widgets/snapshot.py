@@ -3,7 +3,8 @@
 Widgets need a live kernel (or saved widget state) to render; a saved notebook, an HTML export and an nbval
 run see only plain outputs. So when the run ends the dashboard also displays :func:`snapshot_outputs`:
 an ``image/png`` of the curves (when anything was logged) and a summary with ``text/html`` and ``text/plain``
-representations (status, elapsed time, per-rank status, final metric values, the error if any).
+representations (status, elapsed time, per-rank status, final metric values, the error if any, and the main
+process's last output lines, so ``accelerator.print`` output survives in a saved notebook too).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import html
 
 from notebook_accel.widgets.state import RunState
+
+SNAPSHOT_LOG_LINES = 20  # the main process's last output lines kept in the static summary
 
 __all__ = ["Summary", "snapshot_outputs", "summary_text", "summary_html", "format_value", "format_duration"]
 
@@ -37,6 +40,12 @@ def _headline(state: RunState, elapsed: float) -> str:
     return f"{info.function_name}: {state.status} in {format_duration(elapsed)} ({info.num_processes} {noun}, {info.backend})"
 
 
+def _last_output(state: RunState) -> list[str]:
+    """The main process's last :data:`SNAPSHOT_LOG_LINES` output lines."""
+    lines = list(state.logs_main)[-SNAPSHOT_LOG_LINES:]
+    return [line.text for line in lines]
+
+
 def summary_text(state: RunState, elapsed: float) -> str:
     """The plain-text summary (for ``text/plain``, terminals and nbval)."""
     lines = [_headline(state, elapsed)]
@@ -45,6 +54,10 @@ def summary_text(state: RunState, elapsed: float) -> str:
     lines.append("ranks: " + ", ".join(f"{r}={s.status}" for r, s in sorted(state.ranks.items())))
     for name, (step, value) in state.latest.items():
         lines.append(f"{name} = {format_value(value)} (step {step})")
+    output = _last_output(state)
+    if output:
+        lines.append(f"last output of rank {state.main_rank}:")
+        lines.extend(f"  {text}" for text in output)
     return "\n".join(lines)
 
 
@@ -61,6 +74,10 @@ def summary_html(state: RunState, elapsed: float) -> str:
             for name, (step, value) in state.latest.items()
         )
         parts.append(f"<table><tr><th>metric</th><th>step</th><th>last value</th></tr>{rows}</table>")
+    output = _last_output(state)
+    if output:
+        parts.append(f"<details><summary>last output of rank {state.main_rank}</summary>"
+                     f'<pre style="white-space:pre-wrap">{esc(chr(10).join(output))}</pre></details>')
     parts.append("</div>")
     return "".join(parts)
 

@@ -29,6 +29,20 @@ def test_summary_text_and_html() -> None:
     assert "weird&lt;name&gt;" in page and "<td>0.12346</td>" in page
 
 
+def test_summary_keeps_the_main_process_last_output_lines() -> None:
+    s = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "fit"))
+    for i in range(30):
+        s.apply(Log(0, "stdout", f"epoch {i} <ok>"))
+    s.apply(Log(1, "stdout", "rank one chatter"))
+    s.finish(RunOutcome("finished", 2.0))
+    text = summary_text(s, 2.0)
+    assert "last output of rank 0:" in text and "  epoch 29 <ok>" in text
+    assert "epoch 9 " not in text and "epoch 10 " in text  # only the last 20 lines
+    assert "rank one chatter" not in text
+    page = summary_html(s, 2.0)
+    assert "epoch 29 &lt;ok&gt;" in page and "<ok>" not in page
+
+
 def test_snapshot_outputs_skip_the_image_without_curves() -> None:
     s = _finished_state()
     assert len(snapshot_outputs(s, None, 1.0)) == 1
