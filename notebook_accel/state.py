@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -254,9 +254,9 @@ def _split(inputs: Any, rank: int, n: int, apply_padding: bool) -> Any:
         if missing > 0:
             last = inputs[-1:]
             if isinstance(part, torch.Tensor):
-                part = torch.cat([part] + [last] * missing)
+                part = torch.cat([part, *([cast(torch.Tensor, last)] * missing)])
             else:
-                part = part + type(part)(last) * missing
+                part = part + type(part)(last) * missing  # type: ignore[operator]
     return part
 
 

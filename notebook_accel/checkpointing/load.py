@@ -126,7 +126,8 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     """
     state = accelerator.state
     world = state.num_processes
-    path, manifest, payloads, error = "", None, [], None
+    path, manifest, error = "", None, None
+    payloads: list[Any] = []
     try:
         path, manifest, payloads = _validate(accelerator, input_dir)
     except Exception as e:  # any failure must reach the other ranks, or they would wait forever

@@ -150,8 +150,9 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
             # when there is none: that draw would shift dropout & co. between a straight and a resumed run.
             self.generator = torch.Generator().manual_seed((self.seed * 1_000_003 + self._epoch) % 2**63)
         for target in (self.batch_sampler, self.dataset):
-            if hasattr(target, "set_epoch"):
-                target.set_epoch(self._epoch)
+            set_epoch = getattr(target, "set_epoch", None)
+            if set_epoch is not None:
+                set_epoch(self._epoch)
         self._position = self._skip + skip
         if isinstance(self.batch_sampler, ShardedBatchSampler):
             self.batch_sampler.skip_once = skip
@@ -165,7 +166,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
             return batch
         return send_to_device(batch, self.device, self.non_blocking)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not a _BaseDataLoaderIter
         manual_skip = self._start_epoch()
         self.end_of_dataloader = False
         writer = channel.current() if self.state.is_main_process else None

@@ -211,7 +211,7 @@ class _Supervisor:
             deadline = time.monotonic() + self.grace
             while self.sentinels and time.monotonic() < deadline:
                 for sentinel in wait(list(self.sentinels), deadline - time.monotonic()):
-                    self.sentinels.pop(sentinel).reap()  # type: ignore[call-overload]
+                    self.sentinels.pop(sentinel).reap()  # type: ignore[call-overload,arg-type]
             for handle in self.alive():
                 _kill(handle, signal.SIGKILL)
             close_handles(self.handles)

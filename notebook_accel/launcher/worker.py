@@ -138,8 +138,10 @@ def _redirect_output(stdout_fd: int, stderr_fd: int, kernel: KernelState) -> Non
     os.dup2(stderr_fd, 2)
     os.close(stdout_fd)
     os.close(stderr_fd)
-    sys.stdout = sys.__stdout__ = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
-    sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.stdout = sys.__stdout__ = open(  # type: ignore[misc]
+        1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.stderr = sys.__stderr__ = open(  # type: ignore[misc]
+        2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     for handler, fd in kernel.stream_handlers:
         handler.setStream(sys.stdout if fd == 1 else sys.stderr)
 

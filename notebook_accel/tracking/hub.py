@@ -19,7 +19,7 @@ Decisions (where we differ from accelerate, on purpose):
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 from notebook_accel.tracking.base import GeneralTracker, TrackerError
@@ -32,7 +32,7 @@ __all__ = ["TrackerHub", "TrackerName", "LogWith", "TRACKER_NAMES"]
 TrackerName = Literal["live", "jsonl", "tensorboard"]
 LogWith = Union[str, GeneralTracker, Sequence[Union[str, GeneralTracker]], None]
 
-_FILE_TRACKERS: dict[str, type[GeneralTracker]] = {"jsonl": JSONLTracker, "tensorboard": TensorBoardTracker}
+_FILE_TRACKERS: dict[str, Callable[..., GeneralTracker]] = {"jsonl": JSONLTracker, "tensorboard": TensorBoardTracker}
 TRACKER_NAMES: tuple[str, ...] = ("all", "live", "jsonl", "tensorboard")
 
 

@@ -25,7 +25,7 @@ def recursively_apply(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
         return type(data)(recursively_apply(fn, v) for v in data)
     if isinstance(data, Mapping):
         try:
-            return type(data)({k: recursively_apply(fn, v) for k, v in data.items()})
+            return type(data)({k: recursively_apply(fn, v) for k, v in data.items()})  # type: ignore[call-arg]
         except TypeError:  # a Mapping type that cannot be built from a dict
             return {k: recursively_apply(fn, v) for k, v in data.items()}
     return data
