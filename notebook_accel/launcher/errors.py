@@ -8,6 +8,18 @@ from notebook_accel.errors import NotebookAccelError
 
 __all__ = ["WorkerFailure", "WorkerError", "LaunchTimeoutError"]
 
+# What a rank raises when *another* rank died under it: the backend lost its peer. Such a failure is a
+# consequence of the real one, and the message says so instead of presenting a second bug.
+_PEER_LOSS_TYPES = frozenset({"RuntimeError", "DistBackendError", "DistNetworkError", "DistError"})
+_PEER_LOSS_MARKERS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "communicator was aborted",
+    "remote worker crashing",
+)
+_SHORT = 160  # characters of a consequence's message kept in the summary
+
 
 @dataclass(frozen=True)
 class WorkerFailure:
@@ -29,21 +41,41 @@ class WorkerFailure:
     message: str
     traceback: str
 
+    @property
+    def lost_peer(self) -> bool:
+        """True when this rank only failed because a peer vanished (the backend's connection-lost error)."""
+        return self.exc_type in _PEER_LOSS_TYPES and any(m in self.message for m in _PEER_LOSS_MARKERS)
+
     def summary(self) -> str:
-        """One line: ``rank 1: ValueError: boom`` or ``rank 1: killed by SIGKILL``."""
+        """One line: ``rank 1: ValueError: boom``, ``rank 1: killed by SIGKILL``; a lost peer is shortened."""
+        message = self.message
+        if self.lost_peer and len(message) > _SHORT:
+            message = message[:_SHORT].rstrip() + "..."
         if self.exc_type:
-            return f"rank {self.rank}: {self.exc_type}: {self.message}".rstrip(": ")
-        return f"rank {self.rank}: {self.message}"
+            return f"rank {self.rank}: {self.exc_type}: {message}".rstrip(": ")
+        return f"rank {self.rank}: {message}"
+
+
+def _ordered(failures: tuple[WorkerFailure, ...]) -> tuple[WorkerFailure, ...]:
+    """Real failures first (in arrival order), then the ranks that only lost their connection to them."""
+    real = tuple(f for f in failures if not f.lost_peer)
+    return real + tuple(f for f in failures if f.lost_peer) if real else failures
 
 
 def _format(failures: tuple[WorkerFailure, ...]) -> str:
-    """The exception text: every failing rank on one line each, then the first one's traceback."""
+    """The exception text: each real failure on a line, then the consequences, then the first one's traceback."""
     first = failures[0]
-    if len(failures) == 1:
+    real = [f for f in failures if not f.lost_peer] or list(failures)
+    after = [f for f in failures if f not in real]
+    if len(real) == 1:
         head = f"worker {first.summary()}"
     else:
-        ranks = ", ".join(str(f.rank) for f in failures)
-        head = f"{len(failures)} workers failed (ranks {ranks}):\n" + "\n".join(f"  {f.summary()}" for f in failures)
+        ranks = ", ".join(str(f.rank) for f in real)
+        head = f"{len(real)} workers failed (ranks {ranks}):\n" + "\n".join(f"  {f.summary()}" for f in real)
+    if after:
+        ranks = ", ".join(str(f.rank) for f in after)
+        head += (f"\nthen rank{'s' if len(after) > 1 else ''} {ranks} lost the connection to the failed worker "
+                 "(a consequence, not a second bug):\n" + "\n".join(f"  {f.summary()}" for f in after))
     if first.traceback:
         head += f"\n\nrank {first.rank}, your code only:\n{first.traceback.rstrip()}"
     return head
@@ -56,7 +88,8 @@ class WorkerError(NotebookAccelError, RuntimeError):
     failing rank's traceback, limited to your own frames.
 
     Attributes:
-        failures: every failing worker, first failure first (:class:`WorkerFailure`).
+        failures: every failing worker (:class:`WorkerFailure`): real failures first in the order they happened,
+            then the ranks that failed only because they lost the connection to a failed one.
         rank, exit_code, traceback: those of the first failure.
 
     Example:
@@ -69,7 +102,7 @@ class WorkerError(NotebookAccelError, RuntimeError):
     def __init__(self, failures: list[WorkerFailure] | tuple[WorkerFailure, ...]) -> None:
         if not failures:
             raise ValueError("WorkerError needs at least one failure")
-        self.failures: tuple[WorkerFailure, ...] = tuple(failures)
+        self.failures: tuple[WorkerFailure, ...] = _ordered(tuple(failures))
         first = self.failures[0]
         self.rank: int = first.rank
         self.exit_code: int | None = first.exit_code

@@ -228,7 +228,8 @@ class _Supervisor:
             return RunOutcome("timeout", elapsed, str(error).split(";")[0], tuple(running)), error
         if self.failures:
             worker_error = WorkerError(list(self.failures.values()))
-            summary = "; ".join(f.summary() for f in worker_error.failures)
+            summary = "; ".join(f.summary() for f in worker_error.failures if not f.lost_peer) or "; ".join(
+                f.summary() for f in worker_error.failures)
             return RunOutcome("failed", elapsed, summary, tuple(self.failures)), worker_error
         return RunOutcome("finished", elapsed), None
 

@@ -30,6 +30,27 @@ def test_several_failures_all_named() -> None:
     assert error.rank == 0 and error.failures == (KILLED, RAISED)
 
 
+LOST_PEER = WorkerFailure(
+    0, 1, None, "RuntimeError",
+    "[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:16025. This is typically caused by "
+    "a remote worker crashing. Check the logs of the remote worker before reporting an error." + " padding" * 20, "tb",
+)
+
+
+def test_lost_peer_is_reported_as_a_consequence_after_the_real_failure() -> None:
+    error = WorkerError([LOST_PEER, RAISED])  # even when the consequence arrived first
+    assert error.failures == (RAISED, LOST_PEER) and error.rank == 1 and error.traceback == RAISED.traceback
+    text = str(error)
+    assert text.startswith("worker rank 1: ValueError: bad lr\nthen rank 0 lost the connection to the failed worker")
+    assert "rank 0: RuntimeError: [../gloo" in text and "padding padding" not in text  # shortened
+    assert LOST_PEER.lost_peer and not RAISED.lost_peer and not KILLED.lost_peer
+
+
+def test_only_lost_peers_are_still_reported() -> None:
+    error = WorkerError([LOST_PEER])
+    assert error.failures == (LOST_PEER,) and str(error).startswith("worker rank 0: RuntimeError:")
+
+
 def test_pickles() -> None:
     error = pickle.loads(pickle.dumps(WorkerError([RAISED])))
     assert error.failures == (RAISED,) and str(error) == str(WorkerError([RAISED]))
