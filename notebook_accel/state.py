@@ -12,6 +12,7 @@ loaders: whether gradients sync on this batch, and whether the innermost active 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 from collections.abc import Callable, Iterator
@@ -81,6 +82,21 @@ def _init_group(env: LaunchEnvironment, backend: str, kwargs: InitProcessGroupKw
     if kwargs is not None and kwargs.timeout is not None:
         extra["timeout"] = kwargs.timeout
     dist.init_process_group(backend, init_method=init_method, rank=env.rank, world_size=env.world_size, **extra)
+    atexit.register(_destroy_at_exit, dist.group.WORLD)
+
+
+def _destroy_at_exit(group: Any) -> None:
+    """Destroy the group we created when the interpreter exits (scripts, torchrun), unless the user already did.
+
+    Left to C++ static destructors, a gloo group aborts the process at exit now and then ("terminate called
+    without an active exception", SIGABRT: seen in 2 of 12 plain torchrun runs here, 0 of 16 with this). Launched
+    notebook workers leave through ``os._exit`` and never get here.
+    """
+    try:
+        if dist.is_initialized() and dist.group.WORLD is group:
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - best effort at exit; a failure here must not mask the real exit status
+        pass
 
 
 class ProcessState:

@@ -98,3 +98,29 @@ def test_decorators_and_print(capsys: pytest.CaptureFixture[str]) -> None:
 def test_gradient_state_without_loaders() -> None:
     gs = GradientState()
     assert gs.sync_gradients and not gs.end_of_dataloader and gs.remainder == -1 and not gs.in_dataloader
+
+
+_EXIT_SCRIPT = """
+import atexit, os, torch.distributed as dist
+# registered first, so it runs last: after the Accelerator's own exit hook (one os.write: lines stay whole)
+atexit.register(lambda: os.write(1, f"group at exit: {dist.is_initialized()}\\n".encode()))
+from notebook_accel import Accelerator
+accelerator = Accelerator()
+accelerator.wait_for_everyone()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_group_created_by_the_accelerator_is_destroyed_at_exit(tmp_path: Any) -> None:
+    """Under torchrun the process exits normally: the group we made must be gone before C++ teardown runs."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "exit_hook.py"
+    script.write_text(_EXIT_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)],
+        capture_output=True, text=True, timeout=100,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("group at exit: False") == 2, result.stdout + result.stderr
