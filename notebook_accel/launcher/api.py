@@ -11,13 +11,13 @@ from notebook_accel import hardware
 from notebook_accel.config import Config, resolve_config
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.errors import LaunchError
-from notebook_accel.events import RunInfo, RunOutcome, Sink
+from notebook_accel.events import RunInfo, Sink
 from notebook_accel.launcher import preflight
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.ports import check_port_free, free_port
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
 from notebook_accel.launcher.spawn import start_workers
-from notebook_accel.launcher.supervisor import supervise
+from notebook_accel.launcher.supervisor import finish_aborted, supervise
 
 __all__ = ["notebook_launcher"]
 
@@ -203,10 +203,6 @@ def notebook_launcher(
     try:
         handles = start_workers(envs, max(1, hardware.cpu_count() // local), function, tuple(args))
     except BaseException as e:
-        elapsed = time.monotonic() - start
-        if isinstance(e, KeyboardInterrupt):
-            sink.finish(RunOutcome("interrupted", elapsed, "interrupted"))
-        else:
-            sink.finish(RunOutcome("failed", elapsed, f"could not start the workers: {type(e).__name__}: {e}"))
+        finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
         raise
     return supervise(handles, sink, limit, start)

@@ -27,7 +27,7 @@ from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, Work
 from notebook_accel.launcher.lines import LineSplitter
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
 
-__all__ = ["supervise", "signal_name", "GRACE_SECONDS"]
+__all__ = ["finish_aborted", "supervise", "signal_name", "GRACE_SECONDS"]
 
 GRACE_SECONDS = 3.0
 SETTLE_SECONDS = 0.3
@@ -260,6 +260,14 @@ def _sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: str) -> None:
+    """Tell ``sink`` the run ended early: ``interrupted`` for the stop button, else ``failed`` with ``context``."""
+    if isinstance(error, KeyboardInterrupt):
+        sink.finish(RunOutcome("interrupted", elapsed, "interrupted"))
+    else:
+        sink.finish(RunOutcome("failed", elapsed, f"{context}: {type(error).__name__}: {error}"))
+
+
 def supervise(
     handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None
 ) -> Any:
@@ -287,11 +295,7 @@ def supervise(
         state.loop(timeout)
     except BaseException as e:
         state.stop_now()
-        elapsed = time.monotonic() - start_time
-        if isinstance(e, KeyboardInterrupt):
-            sink.finish(RunOutcome("interrupted", elapsed, "interrupted"))
-        else:
-            sink.finish(RunOutcome("failed", elapsed, f"launcher error: {type(e).__name__}: {e}"))
+        finish_aborted(sink, e, time.monotonic() - start_time, "launcher error")
         raise
     close_handles(handles)
     outcome, error = state.outcome_error(time.monotonic() - start_time, timeout)
