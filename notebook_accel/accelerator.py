@@ -204,8 +204,14 @@ class Accelerator(ProcessFacade):
         place = self.device_placement if device_placement is None else device_placement
         prepared = prepare_data_loader(loader, self.state, self.gradient_state, self.dataloader_config, place)
         if not any(prepared is d for d in self._dataloaders):
+            prepared.loader_index = len(self._dataloaders)
+            prepared.training_probe = self._models_training
             self._dataloaders.append(prepared)
         return prepared
+
+    def _models_training(self) -> bool | None:
+        """Whether a prepared model is in training mode (``None`` without one): names a loader train or eval."""
+        return any(m.training for m in self._models) if self._models else None
 
     def _prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         """Wrap one scheduler with the prepared optimizers it drives."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Union, runtime_checkable
 
 __all__ = [
+    "TICK_SECONDS",
     "Started",
     "Log",
     "Metrics",
@@ -26,6 +27,9 @@ __all__ = [
     "RunOutcome",
     "Sink",
 ]
+
+
+TICK_SECONDS = 0.25  # the longest the launcher's loop waits before calling an optional ``Sink.tick``
 
 
 @dataclass(frozen=True)
@@ -58,13 +62,20 @@ class Metrics:
 
 @dataclass(frozen=True)
 class Progress:
-    """A loop's position: ``n`` of ``total`` items done (``total`` is ``None`` when unknown)."""
+    """A loop's position: ``n`` of ``total`` items done (``total`` is ``None`` when unknown).
+
+    ``desc`` names the loop: for a prepared DataLoader what the user iterates (``"train"``, ``"eval"`` or the
+    loader's explicit ``name``), for :func:`~notebook_accel.progress.progress` its ``desc``. ``epoch`` is the
+    1-based epoch a prepared loader is in (``None`` for other loops); ``source`` says which of the two sent it.
+    """
 
     rank: int
     n: int
     total: int | None
     desc: str
     time: float
+    epoch: int | None = None
+    source: Literal["loader", "loop"] = "loop"
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,11 @@ class Sink(Protocol):
 
     A sink must be quick (it runs on the launcher's supervising loop) and must not raise; the launcher
     treats a sink error as a bug in the sink, reports it once and carries on without it.
+
+    Optional: a sink may also define ``tick(now: float) -> None``. The supervising loop then wakes at least
+    every :data:`TICK_SECONDS` even when no event arrives and calls it with ``time.monotonic()``, so a sink can
+    move its clock (elapsed time, rate, ETA) and show values it held back for throttling. It is not part of
+    the protocol's required members (``isinstance(obj, Sink)`` does not ask for it).
     """
 
     def start(self, info: RunInfo) -> None:

@@ -99,16 +99,16 @@ def _to_channel(
 ) -> Iterator[T]:
     """Post a Progress event at the start, at most every ``interval`` seconds, and at the end."""
     clock = time.monotonic
-    writer.post(Progress(rank, 0, total, desc, time.time()))
+    writer.post(Progress(rank, 0, total, desc, time.time(), None, "loop"))
     n = 0
     next_at = clock() + interval
     for item in items:
         yield item
         n += 1
         if clock() >= next_at:
-            writer.post(Progress(rank, n, total, desc, time.time()))
+            writer.post(Progress(rank, n, total, desc, time.time(), None, "loop"))
             next_at = clock() + interval
-    writer.post(Progress(rank, n, total, desc, time.time()))
+    writer.post(Progress(rank, n, total, desc, time.time(), None, "loop"))
 
 
 def _to_terminal(items: Iterable[T], total: int | None, desc: str, interval: float) -> Iterator[T]:

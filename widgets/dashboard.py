@@ -1,18 +1,22 @@
 """The live training dashboard: the :class:`~notebook_accel.events.Sink` the launcher uses in a Jupyter kernel.
 
 Layout, top to bottom: a header (function, status, elapsed time), a table of ranks (status, device, pid,
-progress), the main progress bar with rate and ETA, the error of the first failing rank (hidden until then),
-the live curves (one panel per metric group), a table of the latest values, and the output of the workers in
-two tabs, "main process" and "all ranks" (tabs switch in the browser, so they work while the kernel is busy
-running the launch; a kernel-side toggle would not).
+progress), the run's overall progress (training batches over all epochs) and the current loop's (train or
+eval loader, with the user's 1-based epoch), the error of the first failing rank (hidden until then), the live
+curves (inline SVG, one panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`), a
+table of the latest values, and the output of the workers in two tabs, "main process" and "all ranks".
 
-Cost control: ``handle`` runs on the launcher's loop in the kernel's main thread. It updates the pure-Python
-:class:`~notebook_accel.widgets.state.RunState` (O(1) per event); the text widgets are refreshed at most every
-``refresh_interval`` seconds (and at once for status changes: started, finished, failed, exited); the curves
-are redrawn at most every ``plot_interval`` seconds and never more than ``plot_share`` of the time (a slow
-machine redraws less often), only when new metrics arrived. The widgets are displayed once and updated in
-place (no ``clear_output``). At ``finish`` the final state is drawn, the dashboard freezes, and a static
-snapshot (PNG + summary) is displayed below it for saved notebooks, HTML exports and nbval.
+Timing: ``handle`` runs on the launcher's loop in the kernel's main thread and updates the pure-Python
+:class:`~notebook_accel.widgets.state.RunState` (O(1) per event); the widgets are refreshed at most every
+``refresh_interval`` seconds (at once for status changes). Between events the launcher calls :meth:`tick`
+at least every :data:`~notebook_accel.events.TICK_SECONDS`: it moves the clock (elapsed, rate, ETA) and shows
+every value held back by the throttle, so nothing waits for the next event. The curves are rebuilt at most
+every ``plot_interval`` seconds (and never more than ``plot_share`` of the time) when new metrics arrived.
+
+At ``finish`` the live widget view is *replaced in place* (its display id) by one static output
+(:class:`~notebook_accel.widgets.snapshot.StaticResult`: the curves drawn once by matplotlib as a PNG, the
+summary, the error once, the output in a collapsible block), and the widgets are closed: a saved notebook, an
+HTML export and GitHub show that result and no widget view.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ import ipywidgets as w
 from notebook_accel.events import Event, Exited, Failed, Finished, RunInfo, RunOutcome, Started
 from notebook_accel.widgets import views
 from notebook_accel.widgets.plots import CurvePlot
-from notebook_accel.widgets.snapshot import snapshot_outputs
+from notebook_accel.widgets.snapshot import StaticResult
 from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.svg import curves_svg
 
 __all__ = ["Dashboard"]
 
@@ -36,26 +41,28 @@ _URGENT = (Started, Finished, Failed, Exited)
 _BAR_STYLES = {"finished": "success", "failed": "danger", "timeout": "danger", "interrupted": "warning"}
 
 
-def _ipython_display(obj: object) -> None:
-    """Display ``obj`` in the current cell (imported late: only the dashboard needs IPython.display)."""
-    from IPython.display import display
+def _ipython_display(obj: object) -> Any:
+    """Display ``obj`` in the current cell with a display id; return the handle that can replace it."""
+    from IPython.display import display  # imported late: only the dashboard needs IPython.display
 
-    display(obj)
+    return display(obj, display_id=True)
 
 
 class Dashboard:
-    """Live view of a launched run, built from ipywidgets and matplotlib (Agg).
+    """Live view of a launched run, built from ipywidgets (curves as inline SVG; matplotlib for the final PNG).
 
     Args:
         show_all_ranks: open the log pane on the "all ranks" tab instead of "main process".
-        refresh_interval: the least number of seconds between two refreshes of the text widgets.
+        refresh_interval: the least number of seconds between two refreshes of the widgets.
         plot_interval: the least number of seconds between two redraws of the curves.
         plot_share: the largest fraction of time spent redrawing curves (the interval grows on slow machines).
         budget: points kept per metric series (min/max buckets; spikes survive).
         max_log_lines: output lines kept per pane; the pane shows the last ``shown_log_lines`` of them.
         shown_log_lines: output lines rendered in each log pane.
         clock: monotonic clock in seconds (injected by tests).
-        display: how widgets and the snapshot are shown (default ``IPython.display.display``).
+        display: shows the widgets; may return a handle whose ``update(obj)`` replaces them in place at the end
+            (default: ``IPython.display.display(obj, display_id=True)``); without a handle the result is shown
+            by a second call.
 
     Example:
         >>> from notebook_accel import notebook_launcher
@@ -68,13 +75,13 @@ class Dashboard:
         show_all_ranks: bool = False,
         *,
         refresh_interval: float = 0.25,
-        plot_interval: float = 1.0,
-        plot_share: float = 0.025,
+        plot_interval: float = 0.25,
+        plot_share: float = 0.05,
         budget: int = 200,
         max_log_lines: int = 1000,
         shown_log_lines: int = 200,
         clock: Callable[[], float] = time.monotonic,
-        display: Callable[[object], None] | None = None,
+        display: Callable[[object], Any] | None = None,
     ) -> None:
         self.show_all_ranks = show_all_ranks
         self.refresh_interval = refresh_interval
@@ -88,6 +95,9 @@ class Dashboard:
         self.state: RunState | None = None
         self.plot = CurvePlot()
         self.png: bytes | None = None
+        self.svg = ""
+        self.handle_: Any = None
+        self.ticks = 0
         self.refreshes = 0
         self.redraws = 0
         self.frozen = False
@@ -105,7 +115,10 @@ class Dashboard:
         self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="50%"))
         self.bar_label = w.Label()
         self.error = w.HTML(layout=w.Layout(display="none"))
-        self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        self.overall_bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="50%"))
+        self.overall_label = w.Label()
+        self.overall_row = w.HBox([self.overall_bar, self.overall_label], layout=w.Layout(display="none"))
+        self.curves = w.HTML()
         self.metrics = w.HTML()
         self.log_main = w.HTML()
         self.log_all = w.HTML()
@@ -113,8 +126,8 @@ class Dashboard:
         self.logs.set_title(0, "main process")
         self.logs.set_title(1, "all ranks")
         self.root = w.VBox(
-            [self.header, self.ranks, w.HBox([self.bar, self.bar_label]), self.error, self.image, self.metrics,
-             self.logs]
+            [self.header, self.ranks, self.overall_row, w.HBox([self.bar, self.bar_label]), self.error, self.curves,
+             self.metrics, self.logs]
         )
 
     # -- Sink protocol ----------------------------------------------------------------------------------
@@ -123,11 +136,11 @@ class Dashboard:
         """Show the dashboard under the cell for the run described by ``info``."""
         if self.state is not None:  # the same dashboard passed to a second launch: fresh widgets, old view kept
             self._build_widgets()
-            self.plot, self.png, self._seen, self._next_plot = CurvePlot(), None, {}, 0.0
+            self.plot, self.png, self.svg, self._seen, self._next_plot = CurvePlot(), None, "", {}, 0.0
         self.state = RunState(info, budget=self.budget, max_log_lines=self.max_log_lines)
         self._started_at = self.clock()
         self.frozen = False
-        self._display(self.root)
+        self.handle_ = self._display(self.root)
         self._guarded(self._refresh, True)
 
     def handle(self, event: Event) -> None:
@@ -135,21 +148,54 @@ class Dashboard:
         state = self.state
         if state is None or self.frozen:
             return
-        state.apply(event)
         now = self.clock()
+        state.apply(event, now)
         if now >= self._next_refresh or isinstance(event, _URGENT):
             self._guarded(self._refresh, False)
 
+    def tick(self, now: float) -> None:
+        """The launcher's periodic wake-up: move the clock and show every value held back by the throttle.
+
+        ``now`` is the launcher's ``time.monotonic()``; the dashboard reads its own (injectable) clock.
+        """
+        if self.state is None or self.frozen:
+            return
+        self.ticks += 1
+        self._guarded(self._refresh, False)
+
     def finish(self, outcome: RunOutcome) -> None:
-        """Draw the final state, freeze, and display the static snapshot (curves PNG + summary)."""
+        """Replace the live view in place by the static result (PNG curves, summary, error, output); close it."""
         state = self.state
         if state is None or self.frozen:
             return
         state.finish(outcome)
-        self._guarded(self._refresh, True)
         self.frozen = True
-        for obj in snapshot_outputs(state, self.png if state.series else None, outcome.elapsed):
-            self._guarded(self._display, obj)
+        if state.series:
+            self._guarded(self._render_png)
+        result = StaticResult(state, self.png if state.series else None, outcome.elapsed)
+        update = getattr(self.handle_, "update", None)
+        if update is not None:
+            self._guarded(update, result)
+        else:
+            self._guarded(self._display, result)
+        self._guarded(self._close_widgets)
+
+    def _render_png(self) -> None:
+        """Draw the final curves with matplotlib for the static result."""
+        if self.state is not None:
+            self.png = self.plot.render(self.state.series)
+
+    def _close_widgets(self) -> None:
+        """Close every widget of the live view (their models leave the front end; nothing is left to save)."""
+        for widget in [self.root, *self._all_children(self.root)]:
+            widget.close()
+
+    def _all_children(self, box: w.Widget) -> list[w.Widget]:
+        """The widgets inside ``box``, depth first."""
+        out: list[w.Widget] = []
+        for child in getattr(box, "children", ()):
+            out += [child, *self._all_children(child)]
+        return out
 
     # -- drawing ----------------------------------------------------------------------------------------
 
@@ -169,10 +215,15 @@ class Dashboard:
         outcome = state.outcome
         elapsed = outcome.elapsed if outcome is not None else now - self._started_at
         self.header.value = views.header_html(state, elapsed)
+        fraction, label = views.progress_text(state, now)
+        self.bar.value, self.bar_label.value = fraction, label
+        overall, overall_label = views.overall_text(state, now)
+        if overall_label:
+            self.overall_row.layout.display = ""
+            self.overall_bar.value = overall if overall is not None else 0.0
+            self.overall_label.value = overall_label
         if self._changed("state", state.version):
             self.ranks.value = views.ranks_html(state)
-            fraction, label = views.progress_text(state)
-            self.bar.value, self.bar_label.value = fraction, label
             self.bar.bar_style = _BAR_STYLES.get(state.status, "")
             error = views.error_html(state)
             if error and error != self.error.value:
@@ -184,17 +235,17 @@ class Dashboard:
             self.log_all.value = views.logs_html(state.logs_all, with_rank=True, max_lines=n)
         if self._changed("table", state.metrics_version):
             self.metrics.value = views.metrics_html(state)
-        if (force or now >= self._next_plot) and (self._changed("plot", state.metrics_version) or self.png is None):
+        if (force or now >= self._next_plot) and (self._changed("plot", state.metrics_version) or not self.svg):
             self._redraw(now)
 
     def _redraw(self, now: float) -> None:
-        """Render the curves into the image widget; schedule the next redraw from how long this one took."""
+        """Rebuild the SVG curves; schedule the next redraw from how long this one took."""
         state = self.state
         if state is None:
             return
         started = time.perf_counter()
-        self.png = self.plot.render(state.series)
-        self.image.value = self.png
+        self.svg = curves_svg(state.series)
+        self.curves.value = self.svg
         self.redraws += 1
         cost = time.perf_counter() - started
         self._next_plot = now + max(self.plot_interval, cost / self.plot_share)

@@ -59,6 +59,7 @@ class CurvePlot:
         for name, line in self.lines.items():
             xs, ys = series[name].points()
             line.set_data(xs, ys)
+            line.set_marker("o" if len(xs) == 1 else "")  # a lone point has no line to draw: show a dot
         for ax in self._axes.values():
             ax.relim()  # type: ignore[attr-defined]
             ax.autoscale_view()  # type: ignore[attr-defined]

@@ -1,21 +1,25 @@
-"""The static record a finished run leaves in the cell: a PNG of the curves and a short summary.
+"""The static record a finished run leaves in the cell: one output with the curves, the summary and the output.
 
-Widgets need a live kernel (or saved widget state) to render; a saved notebook, an HTML export and an nbval
-run see only plain outputs. So when the run ends the dashboard also displays :func:`snapshot_outputs`:
-an ``image/png`` of the curves (when anything was logged) and a summary with ``text/html`` and ``text/plain``
-representations (status, elapsed time, per-rank status, final metric values, the error if any, and the main
-process's last output lines, so ``accelerator.print`` output survives in a saved notebook too).
+Widgets need a live kernel (or saved widget state) to render; a saved notebook, an HTML export, GitHub and an
+nbval run see only plain outputs. So when the run ends the dashboard *replaces* its live widget view in place
+(its display id) with :class:`StaticResult`: one ``text/html`` output (the headline, the error once as one
+line, the curves as an inline PNG, the final metric values, the main process's output in a collapsible
+``<details>`` block) with a ``text/plain`` twin for terminals and nbval. The full worker traceback is not
+repeated: the exception raised in the cell carries it.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 
 from notebook_accel.widgets.state import RunState
 
-SNAPSHOT_LOG_LINES = 20  # the main process's last output lines kept in the static summary
+SNAPSHOT_LOG_LINES = 20  # the main process's last output lines in the plain-text summary
+SNAPSHOT_HTML_LINES = 1000  # the main process's output lines kept in the collapsible block of the HTML result
 
-__all__ = ["Summary", "snapshot_outputs", "summary_text", "summary_html", "format_value", "format_duration"]
+__all__ = ["Summary", "StaticResult", "snapshot_outputs", "summary_text", "summary_html", "format_value",
+           "format_duration"]
 
 
 def format_value(value: float) -> str:
@@ -40,9 +44,9 @@ def _headline(state: RunState, elapsed: float) -> str:
     return f"{info.function_name}: {state.status} in {format_duration(elapsed)} ({info.num_processes} {noun}, {info.backend})"
 
 
-def _last_output(state: RunState) -> list[str]:
-    """The main process's last :data:`SNAPSHOT_LOG_LINES` output lines."""
-    lines = list(state.logs_main)[-SNAPSHOT_LOG_LINES:]
+def _last_output(state: RunState, count: int = SNAPSHOT_LOG_LINES) -> list[str]:
+    """The main process's last ``count`` output lines."""
+    lines = list(state.logs_main)[-count:]
     return [line.text for line in lines]
 
 
@@ -61,23 +65,28 @@ def summary_text(state: RunState, elapsed: float) -> str:
     return "\n".join(lines)
 
 
-def summary_html(state: RunState, elapsed: float) -> str:
-    """The HTML summary: headline, error, and a table of the final metric values."""
+def summary_html(state: RunState, elapsed: float, png: bytes | None = None) -> str:
+    """The HTML result: headline, the error (one line), the curves (inline PNG), final values, output block."""
     esc = html.escape
     color = {"finished": "#1a7f37"}.get(state.status, "#b42318")
-    parts = [f'<div style="font-family:sans-serif"><b style="color:{color}">{esc(_headline(state, elapsed))}</b>']
+    parts = [f'<div style="font-family:sans-serif;font-size:13px"><b style="color:{color}">'
+             f"{esc(_headline(state, elapsed))}</b>"]
     if state.outcome is not None and state.outcome.error:
-        parts.append(f'<pre style="color:#b42318;white-space:pre-wrap">{esc(state.outcome.error)}</pre>')
+        parts.append(f'<div style="color:#b42318;white-space:pre-wrap;margin:2px 0">{esc(state.outcome.error)}</div>')
+    if png is not None:
+        data = base64.b64encode(png).decode("ascii")
+        parts.append(f'<div><img alt="training curves" style="max-width:100%" src="data:image/png;base64,{data}"/></div>')
     if state.latest:
         rows = "".join(
             f"<tr><td>{esc(name)}</td><td>{step}</td><td>{format_value(value)}</td></tr>"
             for name, (step, value) in state.latest.items()
         )
         parts.append(f"<table><tr><th>metric</th><th>step</th><th>last value</th></tr>{rows}</table>")
-    output = _last_output(state)
+    output = _last_output(state, SNAPSHOT_HTML_LINES)
     if output:
-        parts.append(f"<details><summary>last output of rank {state.main_rank}</summary>"
-                     f'<pre style="white-space:pre-wrap">{esc(chr(10).join(output))}</pre></details>')
+        parts.append(f"<details><summary>output of rank {state.main_rank} ({len(output)} lines)</summary>"
+                     f'<pre style="white-space:pre-wrap;max-height:400px;overflow:auto;font-size:12px">'
+                     f"{esc(chr(10).join(output))}</pre></details>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -96,8 +105,26 @@ class Summary:
         return self.text
 
 
+class StaticResult(Summary):
+    """What replaces the live dashboard at the end: one displayable with ``text/html`` and ``text/plain``.
+
+    Example:
+        >>> from notebook_accel.events import RunInfo, RunOutcome
+        >>> state = RunState(RunInfo(1, ("cpu",), "gloo", "train")); state.finish(RunOutcome("finished", 1.0))
+        >>> StaticResult(state, None, 1.0)._repr_mimebundle_()["text/plain"].splitlines()[0]
+        'train: finished in 1.0s (1 process, gloo)'
+    """
+
+    def __init__(self, state: RunState, png: bytes | None, elapsed: float) -> None:
+        super().__init__(summary_html(state, elapsed, png), summary_text(state, elapsed))
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
+        """Both forms in one output (no widget view, so a saved or exported notebook shows it as is)."""
+        return {"text/html": self.html, "text/plain": self.text}
+
+
 def snapshot_outputs(state: RunState, png: bytes | None, elapsed: float) -> list[object]:
-    """The objects to display when the run ends: the curves' PNG (if any) and the summary.
+    """The objects that show a finished run: one :class:`StaticResult` (kept as a list for callers).
 
     Args:
         state: the finished run.
@@ -105,12 +132,6 @@ def snapshot_outputs(state: RunState, png: bytes | None, elapsed: float) -> list
         elapsed: the run's duration in seconds.
 
     Returns:
-        A list of displayable objects (an ``IPython.display.Image`` and a :class:`Summary`).
+        ``[StaticResult(...)]``.
     """
-    from IPython.display import Image
-
-    out: list[object] = []
-    if png is not None:
-        out.append(Image(data=png, format="png"))
-    out.append(Summary(summary_html(state, elapsed), summary_text(state, elapsed)))
-    return out
+    return [StaticResult(state, png, elapsed)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from notebook_accel.events import (
@@ -25,6 +25,7 @@ from notebook_accel.events import (
     RunOutcome,
     Started,
 )
+from notebook_accel.widgets.progress_model import ProgressState, RunProgress
 from notebook_accel.widgets.series import Series
 
 __all__ = ["RankState", "ProgressState", "LogLine", "RunState", "RankStatus", "RunStatus", "group_of", "label_of"]
@@ -61,32 +62,6 @@ class RankState:
     detail: str = ""
 
 
-@dataclass
-class ProgressState:
-    """The main loop's position, with a rate measured over the recent reports."""
-
-    desc: str = ""
-    n: int = 0
-    total: int | None = None
-    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=20))
-
-    @property
-    def rate(self) -> float | None:
-        """Items per second over the recent reports, ``None`` until two reports are apart in time."""
-        if len(self.samples) < 2:
-            return None
-        (t0, n0), (t1, n1) = self.samples[0], self.samples[-1]
-        return (n1 - n0) / (t1 - t0) if t1 > t0 and n1 >= n0 else None
-
-    @property
-    def eta(self) -> float | None:
-        """Seconds left at the current rate, ``None`` when the total or the rate is unknown."""
-        rate = self.rate
-        if self.total is None or not rate:
-            return None
-        return max(self.total - self.n, 0) / rate
-
-
 @dataclass(frozen=True)
 class LogLine:
     """One output line of a worker."""
@@ -120,7 +95,7 @@ class RunState:
         self.ranks: dict[int, RankState] = {r: RankState(r) for r in range(info.num_processes)}
         for rank, device in enumerate(info.devices[: info.num_processes]):
             self.ranks[rank].device = device
-        self.progress = ProgressState()
+        self.run_progress = RunProgress()
         self.series: dict[str, Series] = {}
         self.latest: dict[str, tuple[int | None, float]] = {}
         self.logs_main: deque[LogLine] = deque(maxlen=max_log_lines)
@@ -132,6 +107,12 @@ class RunState:
         self.logs_version = 0  # bumped when output lines arrive
         self.main_rank = 0  # the rank whose output fills the main log pane; its metrics carry no suffix
         self._heard_from_a_rank = False
+        self._now = 0.0
+
+    @property
+    def progress(self) -> ProgressState:
+        """The loop that reported last (an empty one before any report)."""
+        return self.run_progress.current or ProgressState()
 
     def groups(self) -> dict[str, list[str]]:
         """Metric names by panel, in the order they first appeared."""
@@ -140,9 +121,10 @@ class RunState:
             out.setdefault(group_of(name), []).append(name)
         return out
 
-    def apply(self, event: Event) -> None:
-        """Update the model with one event (unknown event types are ignored)."""
+    def apply(self, event: Event, now: float = 0.0) -> None:
+        """Update the model with one event (unknown event types are ignored); ``now`` is the dashboard clock."""
         self.version += 1
+        self._now = now
         if event.rank not in self.ranks or not self._heard_from_a_rank:
             self._rank(event.rank)
         kind = type(event)
@@ -209,18 +191,17 @@ class RunState:
             step = event.step if event.step is not None else series.count
             series.append(step, value)
             self.latest[name] = (step, value)
+            if not suffix and step is not None:
+                self.run_progress.on_step(step, event.time, self._now)
 
     def _progress(self, event: Progress) -> None:
-        """Track each rank's count; the lowest reporting rank drives the main progress bar."""
+        """Track each rank's count; the lowest reporting rank drives the progress bars."""
         rank = self._rank(event.rank)
-        rank.progress = f"{event.n}/{event.total}" if event.total is not None else str(event.n)
+        count = f"{event.n}/{event.total}" if event.total is not None else str(event.n)
+        rank.progress = f"{event.desc} {count}" if event.desc else count
         if event.rank != min(r for r, s in self.ranks.items() if s.progress):
             return
-        p = self.progress
-        if event.desc != p.desc or event.n < p.n or event.total != p.total:
-            p.samples.clear()
-        p.desc, p.n, p.total = event.desc, event.n, event.total
-        p.samples.append((event.time, event.n))
+        self.run_progress.apply(event, self._now)
 
     def _log(self, event: Log) -> None:
         """Split the text into lines and keep them (the main rank's also in the main buffer)."""

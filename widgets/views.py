@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.state import LogLine, RunState
 
-__all__ = ["header_html", "ranks_html", "progress_text", "metrics_html", "logs_html", "error_html", "STATUS_COLORS"]
+__all__ = ["header_html", "ranks_html", "progress_text", "overall_text", "metrics_html", "logs_html", "error_html", "STATUS_COLORS"]
 
 STATUS_COLORS = {
     "starting": "#6b7280",
@@ -58,18 +58,46 @@ def ranks_html(state: RunState) -> str:
     return f"<table {_TABLE}><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def progress_text(state: RunState) -> tuple[float, str]:
-    """The progress bar's fraction (0..1; 0 when the total is unknown) and its label."""
-    p = state.progress
-    if not p.desc and not p.samples:
-        return 0.0, "waiting for progress"
-    count = f"{p.n}/{p.total}" if p.total is not None else f"{p.n}"
+def progress_text(state: RunState, now: float = 0.0) -> tuple[float, str]:
+    """The current loop's bar: its fraction (0..1; 0 when the total is unknown) and label.
+
+    ``train · epoch 2 · 9/23 · 4.10 it/s · ETA 3.4s`` (the ETA counts down to ``now``, the dashboard clock).
+    """
+    p = state.run_progress.current
+    if p is None:
+        overall = state.run_progress.overall(now)
+        if overall is not None:  # no loop reports: the logged steps are the progress
+            rate = f" · {overall.rate:.2f} steps/s" if overall.rate is not None else ""
+            return 0.0, f"step {overall.done}{rate}"
+        return 0.0, "no progress yet (iterate a prepared DataLoader, use progress(), or accelerator.log(...))"
+    parts = [p.desc] if p.desc else []
+    if p.epoch is not None:
+        parts.append(f"epoch {p.epoch}")
+    parts.append(f"{p.n}/{p.total}" if p.total is not None else f"{p.n}")
     rate = p.rate
-    parts = [f"{p.desc}: {count}" if p.desc else count]
     parts.append(f"{rate:.2f} it/s" if rate is not None else "? it/s")
     if p.total is not None:
-        parts.append(f"ETA {format_duration(p.eta)}")
+        parts.append(f"ETA {format_duration(p.eta_at(now))}")
     fraction = min(p.n / p.total, 1.0) if p.total else 0.0
+    return fraction, " · ".join(parts)
+
+
+def overall_text(state: RunState, now: float = 0.0) -> tuple[float | None, str]:
+    """The whole run's bar: fraction (``None`` when the run's length is unknown) and label.
+
+    ``all epochs · epoch 2/3 · 32/69 batches · ETA 8.0s``; without the epoch count ``epoch 2 · 32 batches``.
+    """
+    rp = state.run_progress
+    o = rp.overall(now)
+    if o is None or o.unit != "batches":
+        return None, ""
+    parts = ["run"]
+    if o.epoch is not None:
+        parts.append(f"epoch {o.epoch}/{o.epochs}" if o.epochs is not None else f"epoch {o.epoch}")
+    parts.append(f"{o.done}/{o.total} batches" if o.total is not None else f"{o.done} batches")
+    if o.total is not None:
+        parts.append(f"ETA {format_duration(o.eta)}")
+    fraction = min(o.done / o.total, 1.0) if o.total else None
     return fraction, " · ".join(parts)
 
 

@@ -16,7 +16,7 @@ Shuffling is a pure function of (base seed, epoch), the base seed agreed by ever
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -83,6 +83,9 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         self._position = 0
         self._resume_from = 0
         self._parent: PreparedDataLoader | None = None
+        self.name: str | None = None  # what the dashboard calls this loader; None: guessed (see progress_name)
+        self.training_probe: Callable[[], bool | None] | None = None  # set by the Accelerator: models in train mode?
+        self.loader_index = 0  # the order in which the Accelerator prepared it
         self._user_generator = options.get("generator")
 
     # ---- position -------------------------------------------------------------------------------------------
@@ -171,6 +174,8 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         self.end_of_dataloader = False
         writer = channel.current() if self.state.is_main_process else None
         total = self._total_or_none() if writer is not None else None
+        name = self.progress_name() if writer is not None else ""
+        epoch = self._epoch + 1
         self.gradient_state.active_loaders.append(self)
         try:
             iterator = super().__iter__()
@@ -182,8 +187,8 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                 self.end_of_dataloader = upcoming is _DONE
                 self._position += 1
                 if writer is not None:
-                    writer.post(Progress(self.state.process_index, self._position, total, f"epoch {self._epoch}",
-                                         time.time()))
+                    writer.post(Progress(self.state.process_index, self._position, total, name, time.time(),
+                                         epoch, "loader"))
                 yield current
                 current = upcoming
             self._epoch += 1
@@ -194,6 +199,21 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
             self.end_of_dataloader = False
             if self in self.gradient_state.active_loaders:
                 self.gradient_state.active_loaders.remove(self)
+
+    def progress_name(self) -> str:
+        """What the dashboard calls this loader's progress: ``name`` when set, else ``"train"`` or ``"eval"``.
+
+        The guess, at the start of each iteration: the mode of the models prepared by the same Accelerator
+        (any in ``model.train()`` -> ``"train"``, all in ``model.eval()`` -> ``"eval"``); without a prepared
+        model, the first prepared loader is ``"train"`` and later ones ``"eval"`` (accelerate's usual
+        ``prepare(model, optimizer, train_loader, eval_loader)`` order). Set ``loader.name = "valid"`` to choose.
+        """
+        if self.name:
+            return self.name
+        training = self.training_probe() if self.training_probe is not None else None
+        if training is None:
+            training = self.loader_index == 0
+        return "train" if training else "eval"
 
     def _total_or_none(self) -> int | None:
         """Batches per epoch, or ``None`` when unknown."""
@@ -220,6 +240,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
             loader._resume_from = num_batches  # iterable datasets: skip by reading, once
         loader._epoch = self._epoch
         loader._parent = self
+        loader.name, loader.training_probe, loader.loader_index = self.name, self.training_probe, self.loader_index
         return loader
 
     def _rebuilt(self, **where: Any) -> PreparedDataLoader:

@@ -45,6 +45,11 @@ class GuardedSink:
         """Forward :meth:`Sink.finish`."""
         self._call("finish", outcome)
 
+    def tick(self, now: float) -> None:
+        """Forward the optional ``tick`` (see :class:`~notebook_accel.events.Sink`) when the sink has one."""
+        if self._sink is not None and hasattr(self._sink, "tick"):
+            self._call("tick", now)
+
 
 def in_jupyter_kernel() -> bool:
     """True when this code runs inside an IPython kernel (a notebook), not a terminal IPython or a script."""

@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
 from notebook_accel.channel import read_events
-from notebook_accel.events import Event, Exited, Failed, Finished, Log, RunOutcome, Sink, Started
+from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, Log, RunOutcome, Sink, Started
 from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
 from notebook_accel.launcher.lines import LineSplitter
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
@@ -74,6 +74,7 @@ class _Supervisor:
         self.stop_stage = 0  # 0 running, 1 failure seen (TERM pending), 2 TERM sent, 3 KILL sent
         self.next_stop: float | None = None
         self.timed_out = False
+        self.next_tick = 0.0
 
     # -- reading ------------------------------------------------------------------------------------------
     def on_conn(self, conn: Connection) -> None:
@@ -192,6 +193,9 @@ class _Supervisor:
                 continue
             target = self.next_stop if self.stop_stage else deadline
             limit = None if target is None else max(0.0, target - now)
+            tick = getattr(self.sink, "tick", None)  # optional: wake at least every TICK_SECONDS to call it
+            if tick is not None:
+                limit = TICK_SECONDS if limit is None else min(limit, TICK_SECONDS)
             ready = wait([*self.conns, *self.fds, *self.sentinels], limit)
             for obj in ready:
                 if isinstance(obj, Connection):
@@ -202,6 +206,9 @@ class _Supervisor:
             for obj in ready:
                 if not isinstance(obj, Connection) and obj in self.sentinels:
                     self.on_exit(obj)
+            if tick is not None and time.monotonic() >= self.next_tick:
+                self.next_tick = time.monotonic() + TICK_SECONDS
+                tick(self.next_tick - TICK_SECONDS)
 
     def stop_now(self) -> None:
         """Interrupt or internal error: TERM, grace on the sentinels only, KILL, reap. Ignores further SIGINTs."""
