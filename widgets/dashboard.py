@@ -91,7 +91,7 @@ class Dashboard:
         self.max_log_lines = max_log_lines
         self.shown_log_lines = shown_log_lines
         self.clock = clock
-        self._display = display or _ipython_display
+        self._display = display if display is not None else _ipython_display
         self.state: RunState | None = None
         self.plot = CurvePlot()
         self.png: bytes | None = None

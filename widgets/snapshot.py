@@ -18,7 +18,7 @@ from notebook_accel.widgets.state import RunState
 SNAPSHOT_LOG_LINES = 20  # the main process's last output lines in the plain-text summary
 SNAPSHOT_HTML_LINES = 1000  # the main process's output lines kept in the collapsible block of the HTML result
 
-__all__ = ["Summary", "StaticResult", "snapshot_outputs", "summary_text", "summary_html", "format_value",
+__all__ = ["Summary", "StaticResult", "summary_text", "summary_html", "format_value",
            "format_duration"]
 
 
@@ -121,17 +121,3 @@ class StaticResult(Summary):
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
         """Both forms in one output (no widget view, so a saved or exported notebook shows it as is)."""
         return {"text/html": self.html, "text/plain": self.text}
-
-
-def snapshot_outputs(state: RunState, png: bytes | None, elapsed: float) -> list[object]:
-    """The objects that show a finished run: one :class:`StaticResult` (kept as a list for callers).
-
-    Args:
-        state: the finished run.
-        png: the final curves (``None`` when nothing was logged).
-        elapsed: the run's duration in seconds.
-
-    Returns:
-        ``[StaticResult(...)]``.
-    """
-    return [StaticResult(state, png, elapsed)]

@@ -146,9 +146,37 @@ def test_progress_events_on_the_main_process() -> None:
             pass  # not the main process: nothing posted
     finally:
         channel.uninstall()
-    assert [(e.n, e.total, e.desc) for e in writer.events] == [(1, 3, "epoch 0"), (2, 3, "epoch 0"),
-                                                               (3, 3, "epoch 0")]
-    assert all(isinstance(e, Progress) and e.rank == 0 for e in writer.events)
+    assert [(e.n, e.total, e.desc, e.epoch) for e in writer.events] == [(1, 3, "train", 1), (2, 3, "train", 1),
+                                                                          (3, 3, "train", 1)]
+    assert all(isinstance(e, Progress) and e.rank == 0 and e.source == "loader" for e in writer.events)
+
+
+def test_progress_names_the_loader_by_the_models_mode_order_or_explicit_name() -> None:
+    from notebook_accel import Accelerator
+
+    writer = _Writer()
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(1, 1))
+    train, valid = accelerator.prepare(DataLoader(range(4), batch_size=2), DataLoader(range(2), batch_size=2))
+    channel.install(writer)  # type: ignore[arg-type]
+    try:
+        model.train()
+        list(train)
+        list(train)
+        model.eval()
+        list(valid)
+        model.train()
+        list(valid)  # the model's mode wins over the order of preparation
+        valid.name = "holdout"
+        list(valid)
+    finally:
+        channel.uninstall()
+    seen = [(e.desc, e.epoch) for e in writer.events if e.n == e.total]
+    assert seen == [("train", 1), ("train", 2), ("eval", 1), ("train", 2), ("holdout", 3)]
+    bare = _prepare(DataLoader(range(2), batch_size=2))  # no Accelerator, no model: the first loader is "train"
+    assert bare.progress_name() == "train"
+    bare.loader_index = 1
+    assert bare.progress_name() == "eval"
 
 
 def test_breaking_out_leaves_no_active_loader() -> None:

@@ -1,13 +1,13 @@
-"""Headless tests for notebook_accel.widgets.dashboard: widget values, throttling, freezing, the snapshot."""
+"""Headless tests for notebook_accel.widgets.dashboard: widget values, throttling, ticking, the in-place result."""
 
 from __future__ import annotations
 
 import pytest
-from IPython.display import Image
 
 from notebook_accel.events import Exited, Failed, Finished, Log, Metrics, Progress, RunInfo, RunOutcome, Started, Sink
 from notebook_accel.widgets import Dashboard
-from notebook_accel.widgets.snapshot import Summary
+from notebook_accel.widgets import dashboard as dashboard_module
+from notebook_accel.widgets.snapshot import StaticResult
 
 
 class Clock:
@@ -20,12 +20,27 @@ class Clock:
         return self.now
 
 
+class Shown(list):  # type: ignore[type-arg]
+    """Records what was displayed; each display returns a handle recording its in-place updates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.updates: list[object] = []
+
+    def __call__(self, obj: object) -> "Shown":
+        self.append(obj)
+        return self
+
+    def update(self, obj: object) -> None:
+        self.updates.append(obj)
+
+
 INFO = RunInfo(2, ("cpu", "cpu"), "gloo", "train")
 
 
-def _dashboard(**kw: object) -> tuple[Dashboard, Clock, list[object]]:
-    clock, shown = Clock(), []
-    dash = Dashboard(clock=clock, display=shown.append, **kw)  # type: ignore[arg-type]
+def _dashboard(**kw: object) -> tuple[Dashboard, Clock, Shown]:
+    clock, shown = Clock(), Shown()
+    dash = Dashboard(clock=clock, display=shown, **kw)  # type: ignore[arg-type]
     dash.start(INFO)
     return dash, clock, shown
 
@@ -33,12 +48,12 @@ def _dashboard(**kw: object) -> tuple[Dashboard, Clock, list[object]]:
 def test_is_a_sink_and_displays_its_widgets_once() -> None:
     dash, clock, shown = _dashboard()
     assert isinstance(dash, Sink)
-    assert shown == [dash.root]
+    assert list(shown) == [dash.root]
     assert "train" in dash.header.value and "starting" in dash.header.value
     dash.handle(Started(0, 4242, "cpu"))
     clock.now += 5
     dash.handle(Metrics(0, 1, {"train/loss": 1.0}, 0.0))
-    assert shown == [dash.root]  # updated in place, never displayed again
+    assert list(shown) == [dash.root] and shown.updates == []  # updated in place, never displayed again
 
 
 def test_widget_values_follow_the_run() -> None:
@@ -47,44 +62,68 @@ def test_widget_values_follow_the_run() -> None:
     dash.handle(Started(1, 4343, "cpu"))
     for step in range(50):
         dash.handle(Metrics(0, step, {"train/loss": 1.0 / (step + 1), "eval/loss": 2.0 / (step + 1)}, 0.0))
-        dash.handle(Progress(0, step + 1, 100, "epoch 0", 10.0 + step * 0.5))
+        dash.handle(Progress(0, step + 1, 100, "train", 10.0 + step * 0.5, 1, "loader"))
     dash.handle(Log(0, "stdout", "hello from rank 0"))
     dash.handle(Log(1, "stdout", "hello from rank 1"))
     clock.now += 10
     dash.refresh()
-    assert "4242" in dash.ranks.value and "running" in dash.ranks.value
+    assert "4242" in dash.ranks.value and "running" in dash.ranks.value and "train 50/100" in dash.ranks.value
     assert dash.bar.value == pytest.approx(0.5)
-    assert dash.bar_label.value == "epoch 0: 50/100 · 2.00 it/s · ETA 25.0s"
+    # ETA 25 s at the last report, counted down by the 10 s since it arrived
+    assert dash.bar_label.value == "train · epoch 1 · 50/100 · 2.00 it/s · ETA 15.0s"
     assert "train/loss" in dash.metrics.value and "0.02" in dash.metrics.value
     assert "hello from rank 0" in dash.log_main.value and "rank 1" not in dash.log_main.value
     assert "[1] hello from rank 1" in dash.log_all.value
     assert "10.0s" in dash.header.value
-    assert bytes(dash.image.value).startswith(b"\x89PNG")
-    line = dash.plot.lines["eval/loss"]
-    assert list(line.get_xdata()) == list(range(50))
-    assert list(line.get_ydata()) == [2.0 / (s + 1) for s in range(50)]
+    assert dash.curves.value.count("<svg") == 1 and dash.curves.value.count("<polyline") == 2
 
 
-def test_refreshes_are_throttled_by_time() -> None:
-    # plot_share=1.0: the redraw interval stays plot_interval unless one render takes more than 10 s
-    dash, clock, _ = _dashboard(refresh_interval=0.25, plot_interval=1.0, plot_share=1.0)
-    base_refreshes, base_redraws = dash.refreshes, dash.redraws
+def test_values_held_back_by_the_throttle_show_at_the_next_tick() -> None:
+    dash, clock, _ = _dashboard(refresh_interval=0.25)
+    dash.handle(Metrics(0, 1, {"loss": 1.0}, 0.0))
+    clock.now += 0.1
+    dash.handle(Metrics(0, 2, {"loss": 0.123}, 0.0))  # inside the throttle window: held back
+    assert "0.123" not in dash.metrics.value
+    clock.now += 0.15
+    dash.tick(clock.now)  # no event, but the launcher's wake-up shows it
+    assert "0.123" in dash.metrics.value and dash.ticks == 1
+
+
+def test_the_clock_and_eta_move_without_events() -> None:
+    dash, clock, _ = _dashboard()
+    dash.handle(Started(0, 1, "cpu"))
+    dash.handle(Progress(0, 10, 100, "train", 0.0, 1, "loader"))
+    dash.handle(Progress(0, 20, 100, "train", 1.0, 1, "loader"))  # 10 it/s: ETA 8 s
+    clock.now += 0.3
+    dash.tick(clock.now)
+    assert "0.3s" in dash.header.value and "ETA 7.7s" in dash.bar_label.value
+    clock.now += 5.0
+    dash.tick(clock.now)
+    assert "5.3s" in dash.header.value and "ETA 2.7s" in dash.bar_label.value
+
+
+def test_curves_follow_at_the_plot_interval_and_stay_within_the_budget() -> None:
+    dash, clock, _ = _dashboard(refresh_interval=0.25, plot_interval=0.25, plot_share=1.0)
+    base = dash.redraws
     for step in range(1000):
         dash.handle(Metrics(0, step, {"loss": float(step)}, 0.0))
-    assert dash.refreshes == base_refreshes  # same instant: nothing redrawn
+    assert dash.redraws == base  # same instant: nothing redrawn
     clock.now += 0.3
-    dash.handle(Metrics(0, 1000, {"loss": 0.0}, 0.0))
-    assert dash.refreshes == base_refreshes + 1
-    assert dash.redraws == base_redraws  # curves wait for plot_interval
-    assert "1000" in dash.metrics.value  # the table is not throttled by the curves
-    clock.now += 10.0
-    dash.handle(Metrics(0, 1001, {"loss": 0.0}, 0.0))
-    assert dash.redraws == base_redraws + 1
-    xdata = list(dash.plot.lines["loss"].get_xdata())
-    assert xdata[0] == 0 and xdata[-1] == 1001 and len(xdata) <= 2 * (200 + 2)  # downsampled to the budget
+    dash.tick(clock.now)
+    assert dash.redraws == base + 1
+    points = dash.curves.value.split('<polyline points="')[1].split('"')[0].split()
+    assert len(points) <= 2 * (200 + 2)  # downsampled to the budget
     clock.now += 5.0
-    dash.handle(Log(0, "stdout", "no new metrics"))
-    assert dash.redraws == base_redraws + 1  # nothing new to plot: no redraw
+    dash.tick(clock.now)
+    assert dash.redraws == base + 1  # nothing new to plot: no redraw
+
+
+def test_a_single_point_draws_a_marker() -> None:
+    dash, clock, _ = _dashboard()
+    dash.handle(Metrics(0, 3, {"train/loss": 0.5}, 0.0))
+    clock.now += 1
+    dash.tick(clock.now)
+    assert "<circle" in dash.curves.value and "<polyline" not in dash.curves.value
 
 
 def test_a_slow_redraw_stretches_the_plot_interval() -> None:
@@ -113,37 +152,48 @@ def test_error_box_is_hidden_until_a_failure() -> None:
     assert dash.error.layout.display == "none" and dash.error.value == ""
 
 
-def test_finish_draws_the_final_state_freezes_and_leaves_a_snapshot() -> None:
+def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None:
     dash, clock, shown = _dashboard()
     dash.handle(Started(0, 1, "cpu"))
     for step in range(10):
         dash.handle(Metrics(0, step, {"train/loss": 1.0 - step / 10}, 0.0))  # all in one throttle window
+    dash.handle(Log(0, "stdout", "epoch 1 done"))
     dash.handle(Finished(0, 3))
     dash.finish(RunOutcome("finished", 12.0))
-    assert len(dash.plot.lines["train/loss"].get_xdata()) == 10  # the last values are drawn
-    assert "finished" in dash.header.value and "12.0s" in dash.header.value
-    assert dash.bar.bar_style == "success"
-    image, summary = shown[1:]
-    assert isinstance(image, Image) and image.data == dash.png
-    assert isinstance(summary, Summary)
-    assert "train: finished in 12.0s" in repr(summary) and "train/loss = 0.1" in repr(summary)
-    assert "<table>" in summary._repr_html_()
-    refreshes, value = dash.refreshes, dash.metrics.value
-    clock.now += 10
+    assert list(shown) == [dash.root]  # nothing displayed below: the live view itself was replaced
+    (result,) = shown.updates
+    assert isinstance(result, StaticResult)
+    bundle = result._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"}
+    assert len(dash.plot.lines["train/loss"].get_xdata()) == 10  # the last values are in the PNG
+    assert dash.png is not None and 'src="data:image/png;base64,' in bundle["text/html"]
+    assert "<details><summary>output of rank 0" in bundle["text/html"] and "epoch 1 done" in bundle["text/html"]
+    assert "train: finished in 12.0s" in bundle["text/plain"] and "train/loss = 0.1" in bundle["text/plain"]
+    assert dash.root.comm is None and dash.curves.comm is None  # closed: no model left for the front end
     dash.handle(Metrics(0, 99, {"train/loss": 9.0}, 0.0))
+    dash.tick(clock.now + 10)
     dash.finish(RunOutcome("finished", 13.0))
-    assert (dash.refreshes, dash.metrics.value, len(shown)) == (refreshes, value, 3)
+    assert len(shown.updates) == 1
 
 
-def test_failure_snapshot_names_the_error_and_has_no_image_without_metrics() -> None:
+def test_failure_result_names_the_error_once_and_has_no_image_without_metrics() -> None:
     dash, _, shown = _dashboard()
-    dash.handle(Failed(1, "ValueError", "bad", "tb"))
+    dash.handle(Failed(1, "ValueError", "bad", "Traceback ... tb-marker"))
     dash.handle(Exited(0, -15, "SIGTERM"))
     dash.finish(RunOutcome("failed", 1.0, "rank 1 failed: ValueError: bad", (1,)))
-    assert len(shown) == 2 and isinstance(shown[1], Summary)
-    assert "error: rank 1 failed: ValueError: bad" in repr(shown[1])
-    assert "ranks: 0=stopped, 1=failed" in repr(shown[1])
-    assert dash.bar.bar_style == "danger"
+    (result,) = shown.updates
+    page = result._repr_mimebundle_()["text/html"]
+    assert page.count("ValueError: bad") == 1 and "tb-marker" not in page and "<img" not in page
+    assert "error: rank 1 failed: ValueError: bad" in repr(result)
+    assert "ranks: 0=stopped, 1=failed" in repr(result)
+
+
+def test_without_a_display_handle_the_result_is_displayed_after() -> None:
+    shown: list[object] = []
+    dash = Dashboard(clock=Clock(), display=shown.append)
+    dash.start(INFO)
+    dash.finish(RunOutcome("finished", 1.0))
+    assert len(shown) == 2 and isinstance(shown[1], StaticResult)
 
 
 def test_show_all_ranks_opens_the_all_ranks_tab() -> None:
@@ -163,11 +213,11 @@ def test_log_pane_shows_a_bounded_tail() -> None:
 def test_a_drawing_error_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     dash, clock, _ = _dashboard()
 
-    def boom(series: object) -> bytes:
+    def boom(series: object) -> str:
         raise RuntimeError("no fonts")
 
-    monkeypatch.setattr(dash.plot, "render", boom)
-    clock.now += 1000  # past any redraw interval, however slow the first render was
+    monkeypatch.setattr(dashboard_module, "curves_svg", boom)
+    clock.now += 1000  # past any redraw interval
     with pytest.warns(RuntimeWarning, match="could not draw: RuntimeError: no fonts"):
         dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))
     dash.finish(RunOutcome("finished", 1.0))
@@ -177,33 +227,26 @@ def test_a_drawing_error_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch)
 def test_events_before_start_are_ignored() -> None:
     dash = Dashboard(display=lambda obj: None)
     dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))
+    dash.tick(0.0)
     dash.finish(RunOutcome("finished", 0.0))
     assert dash.state is None
 
 
-def test_a_second_launch_gets_fresh_widgets_and_leaves_the_first_view_alone() -> None:
+def test_a_second_launch_gets_fresh_widgets() -> None:
     dash, _, shown = _dashboard()
     dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))
     dash.finish(RunOutcome("finished", 1.0))
-    first_root, first_table = dash.root, dash.metrics.value
+    first_root = dash.root
     dash.start(INFO)
     assert dash.root is not first_root and shown[-1] is dash.root
-    assert "no metrics logged yet" in dash.metrics.value and "loss" in first_table
+    assert "no metrics logged yet" in dash.metrics.value
     dash.handle(Started(0, 1, "cpu"))
     assert not dash.frozen and "running" in dash.ranks.value
 
 
 def test_a_timeout_without_a_failed_event_shows_the_outcome_error() -> None:
     dash, _, shown = _dashboard()
-    assert dash.bar.bar_style == ""  # starting is not an error
     dash.handle(Started(0, 1, "cpu"))
     dash.finish(RunOutcome("timeout", 30.0, "the run exceeded timeout=30 s"))
-    assert dash.error.layout.display == "" and "exceeded timeout=30 s" in dash.error.value
-    assert dash.bar.bar_style == "danger"
-    assert "train: timeout in 30.0s" in repr(shown[-1])
-
-
-def test_an_interrupt_is_a_warning_not_an_error() -> None:
-    dash, _, _ = _dashboard()
-    dash.finish(RunOutcome("interrupted", 2.0, "KeyboardInterrupt"))
-    assert dash.bar.bar_style == "warning" and "interrupted" in dash.header.value
+    page = shown.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
+    assert "train: timeout in 30.0s" in page and page.count("exceeded timeout=30 s") == 1

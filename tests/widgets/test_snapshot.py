@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+
 from notebook_accel.events import Failed, Log, Metrics, RunInfo, RunOutcome, Started
 from notebook_accel.widgets import views
-from notebook_accel.widgets.snapshot import format_duration, snapshot_outputs, summary_html, summary_text
+from notebook_accel.widgets.snapshot import StaticResult, format_duration, summary_html, summary_text
 from notebook_accel.widgets.state import RunState
 
 
@@ -43,11 +45,12 @@ def test_summary_keeps_the_main_process_last_output_lines() -> None:
     assert "epoch 29 &lt;ok&gt;" in page and "<ok>" not in page
 
 
-def test_snapshot_outputs_skip_the_image_without_curves() -> None:
+def test_static_result_inlines_the_curves_only_when_there_are_some() -> None:
     s = _finished_state()
-    assert len(snapshot_outputs(s, None, 1.0)) == 1
-    image, _ = snapshot_outputs(s, b"\x89PNG...", 1.0)
-    assert image.data == b"\x89PNG..."  # type: ignore[attr-defined]
+    assert "<img" not in StaticResult(s, None, 1.0).html
+    page = StaticResult(s, b"\x89PNG...", 1.0)._repr_mimebundle_()["text/html"]
+    encoded = base64.b64encode(b"\x89PNG...").decode()
+    assert f'src="data:image/png;base64,{encoded}"' in page
 
 
 def test_views_escape_user_text() -> None:
@@ -57,6 +60,6 @@ def test_views_escape_user_text() -> None:
     assert "&lt;fn&gt;" in views.header_html(s, 1.0) and "fp16" in views.header_html(s, 1.0)
     assert "<script>" not in views.logs_html(s.logs_all, with_rank=True, max_lines=10)
     assert "tb &lt;here&gt;" in views.error_html(s)
-    assert views.progress_text(s) == (0.0, "waiting for progress")
+    assert views.progress_text(s)[1].startswith("no progress yet")
     assert "no metrics logged yet" in views.metrics_html(s)
     assert "no output yet" in views.logs_html([], with_rank=False, max_lines=10)

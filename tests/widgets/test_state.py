@@ -78,18 +78,18 @@ def test_group_and_label() -> None:
 def test_progress_rate_and_eta() -> None:
     s = _state()
     for i in range(11):
-        s.apply(Progress(0, i * 10, 200, "epoch 0", 100.0 + i))
+        s.apply(Progress(0, i * 10, 200, "train", 100.0 + i, 1, "loader"))
     assert s.progress.n == 100 and s.progress.rate == pytest.approx(10.0)
     assert s.progress.eta == pytest.approx(10.0)
-    assert s.ranks[0].progress == "100/200"
-    s.apply(Progress(0, 0, 200, "epoch 1", 200.0))  # a new loop restarts the rate
-    assert s.progress.desc == "epoch 1" and s.progress.rate is None and s.progress.eta is None
+    assert s.ranks[0].progress == "train 100/200"
+    s.apply(Progress(0, 0, 200, "train", 200.0, 2, "loader"))  # a new epoch restarts the loop's rate
+    assert s.progress.epoch == 2 and s.progress.rate is None and s.progress.eta is None
 
 
 def test_rank_zero_drives_the_main_bar() -> None:
     s = _state()
-    s.apply(Progress(0, 5, 10, "epoch 0", 1.0))
-    s.apply(Progress(1, 7, 10, "epoch 0", 1.0))
+    s.apply(Progress(0, 5, 10, "", 1.0))
+    s.apply(Progress(1, 7, 10, "", 1.0))
     assert s.progress.n == 5 and s.ranks[1].progress == "7/10"
 
 

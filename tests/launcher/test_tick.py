@@ -1,0 +1,43 @@
+"""The supervisor's periodic wake-up: a sink with ``tick`` is called while the workers are silent."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from notebook_accel.events import TICK_SECONDS, Sink
+from notebook_accel.launcher import notebook_launcher
+from tests.launcher.recording import RecordingSink
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class TickingSink(RecordingSink):
+    """Records the times ``tick`` was called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ticks: list[float] = []
+
+    def tick(self, now: float) -> None:
+        self.ticks.append(now)
+
+
+def quiet_for_a_second() -> int:
+    time.sleep(1.2)
+    return 7
+
+
+def test_a_silent_run_still_ticks_the_sink_every_tick_interval() -> None:
+    sink = TickingSink()
+    assert notebook_launcher(quiet_for_a_second, num_processes=2, dashboard=sink) == 7
+    assert len(sink.ticks) >= 3  # ~1.2 s of silence at <= 0.25 s per tick
+    gaps = [b - a for a, b in zip(sink.ticks, sink.ticks[1:])]
+    assert max(gaps) < TICK_SECONDS + 0.5  # generous: a loaded 2-core box
+    assert sink.outcome is not None and sink.outcome.status == "finished"
+
+
+def test_tick_is_optional_for_a_sink() -> None:
+    assert isinstance(RecordingSink(), Sink) and not hasattr(RecordingSink(), "tick")
+    assert notebook_launcher(quiet_for_a_second, num_processes=1, dashboard=RecordingSink()) == 7
