@@ -58,6 +58,17 @@ def test_executed_top_to_bottom(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_widget_state_or_widget_views_are_committed(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    assert "widgets" not in nb.metadata, f"{path.name}: widget state in the metadata; re-run tools/execute_notebooks.py"
+    for number, cell in enumerate(_code_cells(path), start=1):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            assert "application/vnd.jupyter.widget-view+json" not in data, f"{path.name}, code cell {number}"
+            assert "VBox(children=" not in data.get("text/plain", ""), f"{path.name}, code cell {number}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_errors_only_where_expected(path: Path) -> None:
     for number, cell in enumerate(_code_cells(path), start=1):
         errors = [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]

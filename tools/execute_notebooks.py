@@ -107,6 +107,7 @@ def execute(notebook: Path, output: Path | None = None, cell_timeout: int = 300)
             nbformat.write(nb, FAILED / notebook.name)
             raise
     untag(tagged)
+    nb.metadata.pop("widgets", None)  # the dashboard leaves static outputs: committed notebooks keep no widget state
     target = output or notebook
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)

@@ -121,8 +121,12 @@ def curves_svg(series: Mapping[str, Series]) -> str:
         return ('<div style="color:#6b7280;font:12px sans-serif;padding:4px">'
                 "curves appear here after the first accelerator.log(...)</div>")
     groups: dict[str, list[tuple[str, str, list[float], list[float]]]] = {}
+    last = None
     for i, (name, s) in enumerate(series.items()):
         xs, ys = s.points()
         groups.setdefault(group_of(name), []).append((label_of(name), COLORS[i % len(COLORS)], xs, ys))
+        if xs and (last is None or xs[-1] > last):
+            last = xs[-1]
     panels = "".join(_panel(title, lines) for title, lines in groups.items())
-    return f'<div style="display:flex;flex-wrap:wrap;gap:6px">{panels}</div>'
+    step = "" if last is None else f' data-last-step="{last:.15g}"'  # the newest plotted step, for tests and tools
+    return f'<div style="display:flex;flex-wrap:wrap;gap:6px"{step}>{panels}</div>'
