@@ -62,10 +62,15 @@ def test_live_curves_follow_a_run_that_loads_both_cores() -> None:
     assert len(updates) >= duration, f"{len(updates)} curve updates in {duration:.1f} s of training"
     gaps = [b[0] - a[0] for a, b in zip(updates, updates[1:])]
     assert max(gaps) < 2.0, f"the curves froze for {max(gaps):.2f} s"
-    # lag: how long the oldest step not yet plotted had been logged when an update arrived
-    lags = [at - times[int(step) + 1] for at, step in updates if int(step) + 1 < len(times)]
-    lags = [max(lag, 0.0) for lag in lags]
-    assert lags and sorted(lags)[len(lags) // 2] <= 1.0, f"median plotted-vs-logged lag {sorted(lags)[len(lags) // 2]:.2f} s"
+    # lag: for every logged step, the time from its logging to the first comm update that plots it
+    lags, i = [], 0
+    for at, step in updates:
+        while i < len(times) and i <= step:
+            lags.append(max(at - times[i], 0.0))
+            i += 1
+    lags.sort()
+    assert len(lags) > 500 and lags[len(lags) // 2] <= 1.0, f"median plotted-vs-logged lag {lags[len(lags) // 2]:.2f} s"
+    assert lags[int(len(lags) * 0.95)] <= 2.0, f"95th percentile lag {lags[int(len(lags) * 0.95)]:.2f} s"
     kinds = [m.msg_type for m in messages]
     assert "update_display_data" in kinds  # the live view was replaced in place at the end
 
