@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
-EXTRAS = "test,tutorials,tensorboard"
+EXTRAS = "test,tutorials,tensorboard,browser"
+CHROMIUM = Path("/usr/bin/chromium")
 
 
 def _fingerprint() -> str:
@@ -52,6 +53,27 @@ def ensure_venv() -> Path:
     return PYTHON
 
 
+def ensure_chromium() -> None:
+    """Install Debian's chromium for the browser test when it is missing and we are root; else say it will skip.
+
+    Playwright drives this system browser (``executable_path``); ``playwright install`` is never used.
+    """
+    if CHROMIUM.exists():
+        return
+    apt = Path("/usr/bin/apt-get")
+    if os.name != "posix" or os.geteuid() != 0 or not apt.exists():
+        print(f"[dev] {CHROMIUM} is missing and this is not a root Debian shell: tests/browser will skip "
+              "(install the 'chromium' package to run it)", flush=True)
+        return
+    print("[dev] installing Debian's chromium for tests/browser: apt-get update && apt-get install -y chromium",
+          flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    ok = subprocess.run([str(apt), "update", "-qq"], env=env).returncode == 0
+    ok = ok and subprocess.run([str(apt), "install", "-y", "-qq", "chromium"], env=env).returncode == 0
+    if not ok:
+        print("[dev] could not install chromium: tests/browser will skip", flush=True)
+
+
 def main(argv: list[str]) -> int:
     """Dispatch ``test``, ``demo`` or ``bench``."""
     if not argv or argv[0] not in {"test", "demo", "bench"}:
@@ -61,6 +83,7 @@ def main(argv: list[str]) -> int:
     python = str(ensure_venv())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if command == "test":
+        ensure_chromium()
         return subprocess.run([python, "-m", "pytest", *rest], cwd=ROOT, env=env).returncode
     if command == "demo":
         return subprocess.run([python, str(ROOT / "tools" / "demo.py"), *rest], cwd=ROOT, env=env).returncode
