@@ -114,7 +114,10 @@ class ConsoleSink:
     def _progress(self, event: Progress) -> None:
         """``desc: 40/100 [40%] 12.3 it/s`` at most every interval, and always at the end."""
         now = self._clock()
-        start = self._progress_start.setdefault(event.desc, (event.time, event.n))
+        name = event.desc or "progress"
+        if event.epoch is not None:
+            name += f" epoch {event.epoch}"
+        start = self._progress_start.setdefault(name, (event.time, event.n))
         done = event.total is not None and event.n >= event.total
         if not done and now - self._last_progress < self._progress_interval:
             return
@@ -124,7 +127,7 @@ class ConsoleSink:
             text = f"{event.n}/{event.total} [{100 * event.n / event.total:.0f}%] {rate}"
         else:
             text = f"{event.n} {rate}"
-        self._write(sys.stdout, f"{event.desc or 'progress'}: {text}")
+        self._write(sys.stdout, f"{name}: {text}")
 
     def _metrics(self, event: Metrics) -> None:
         """``step 12: loss=0.4321, acc=0.9`` at most every interval."""

@@ -63,6 +63,18 @@ def test_progress_is_throttled_and_ends_complete(capsys: pytest.CaptureFixture[s
     assert len(lines) == 4  # t=0, 1.0, 2.0, and the final one at 2.5
 
 
+def test_a_loader_progress_line_names_its_epoch_and_each_epoch_has_its_own_rate(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sink = ConsoleSink(clock=Clock(), progress_interval=100.0)
+    sink.handle(Progress(0, 0, 4, "train", 0.0, 1, "loader"))
+    sink.handle(Progress(0, 4, 4, "train", 2.0, 1, "loader"))
+    sink.handle(Progress(0, 0, 4, "train", 10.0, 2, "loader"))
+    sink.handle(Progress(0, 4, 4, "train", 11.0, 2, "loader"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "train epoch 1: 4/4 [100%] 2.0 it/s" and lines[-1] == "train epoch 2: 4/4 [100%] 4.0 it/s"
+
+
 def test_metrics_line_at_most_every_interval(capsys: pytest.CaptureFixture[str]) -> None:
     clock = Clock()
     sink = ConsoleSink(clock=clock, metrics_interval=5.0)
