@@ -70,6 +70,14 @@ def test_no_widget_state_and_launch_cells_leave_no_widget_view(path: Path) -> No
             assert "VBox(children=" not in data.get("text/plain", ""), f"{path.name}, code cell {number}"
 
 
+def test_html_export_of_the_quickstart_shows_the_static_result() -> None:
+    from nbconvert import HTMLExporter
+
+    page, _ = HTMLExporter().from_filename(str(ROOT / "notebooks" / "01_quickstart.ipynb"))
+    assert "train: finished in" in page and 'src="data:image/png;base64,' in page
+    assert "<details>" in page and "widget-view" not in page and "VBox(children" not in page
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_errors_only_where_expected(path: Path) -> None:
     for number, cell in enumerate(_code_cells(path), start=1):

@@ -58,3 +58,13 @@ def test_empty_figure_has_a_placeholder() -> None:
     plot = CurvePlot()
     assert plot.render({}).startswith(b"\x89PNG")
     assert plot.figure is not None and "waiting" in plot.figure.texts[0].get_text()
+
+
+def test_a_single_point_is_drawn_with_a_marker() -> None:
+    plot = CurvePlot()
+    series = _series(loss=[(3, 0.5)])
+    plot.render(series)
+    assert plot.lines["loss"].get_marker() == "o"
+    series["loss"].append(4, 0.4)
+    plot.render(series)
+    assert plot.lines["loss"].get_marker() in ("", "None")
