@@ -10,7 +10,10 @@ Timing: ``handle`` runs on the launcher's loop in the kernel's main thread and u
 :class:`~notebook_accel.widgets.state.RunState` (O(1) per event); the widgets are refreshed at most every
 ``refresh_interval`` seconds (at once for status changes). Between events the launcher calls :meth:`tick`
 at least every :data:`~notebook_accel.events.TICK_SECONDS`: it moves the clock (elapsed, rate, ETA) and shows
-every value held back by the throttle, so nothing waits for the next event. The curves are rebuilt at most
+every value held back by the throttle, so nothing waits for the next event. (A timer thread in the dashboard
+would do the same but would write widget traits, and so send comm messages, from a second thread while the
+main thread does too; the launcher's loop already wakes for its own deadlines, so the tick costs nothing.)
+The curves are rebuilt at most
 every ``plot_interval`` seconds (and never more than ``plot_share`` of the time) when new metrics arrived.
 
 At ``finish`` the live widget view is *replaced in place* (its display id) by one static output
@@ -96,7 +99,7 @@ class Dashboard:
         self.plot = CurvePlot()
         self.png: bytes | None = None
         self.svg = ""
-        self.handle_: Any = None
+        self.display_handle: Any = None
         self.ticks = 0
         self.refreshes = 0
         self.redraws = 0
@@ -140,7 +143,7 @@ class Dashboard:
         self.state = RunState(info, budget=self.budget, max_log_lines=self.max_log_lines)
         self._started_at = self.clock()
         self.frozen = False
-        self.handle_ = self._display(self.root)
+        self.display_handle = self._display(self.root)
         self._guarded(self._refresh, True)
 
     def handle(self, event: Event) -> None:
@@ -173,7 +176,7 @@ class Dashboard:
         if state.series:
             self._guarded(self._render_png)
         result = StaticResult(state, self.png if state.series else None, outcome.elapsed)
-        update = getattr(self.handle_, "update", None)
+        update = getattr(self.display_handle, "update", None)
         if update is not None:
             self._guarded(update, result)
         else:
