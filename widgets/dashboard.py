@@ -223,6 +223,7 @@ class Dashboard:
         overall, overall_label = views.overall_text(state, now)
         if overall_label:
             self.overall_row.layout.display = ""
+            self.overall_bar.layout.visibility = "hidden" if overall is None else "visible"  # length unknown
             self.overall_bar.value = overall if overall is not None else 0.0
             self.overall_label.value = overall_label
         if self._changed("state", state.version):
