@@ -13,19 +13,21 @@ What is understood: ``\\n`` (new line, column 0), ``\\r``, ``\\b``, ``\\t``; CSI
 up/down/forward/back), ``E``/``F`` (next/previous line), ``G`` (column), ``K`` (erase in line), ``J`` (erase
 below/all), ``m`` (SGR: bold, dim, italic, underline, inverse, strike, 16/256/24-bit colours). Everything else
 (other CSI sequences, OSC titles and hyperlinks, other escapes, other control characters) is dropped. A line
-above the cursor is final as soon as no cursor-up seen so far could reach it.
+above the cursor is final as soon as no cursor-up seen so far could reach it; a line that was redrawn with
+``\\r`` (a progress bar) stays live until the line after it ends too, since a nested bar moves back up to it
+only after the line feed.
 
 This module imports nothing beyond the standard library: the launcher, the console sink and the dashboard
 all use it.
 
 Example:
     >>> s = Screen()
-    >>> s.feed("10%\\r50%\\r100%\\ndone")
-    ['100%']
+    >>> s.feed("epoch 1\\n10%\\r50%")
+    ['epoch 1']
     >>> s.live()
-    ['done']
-    >>> s.close()
-    ['done']
+    ['50%']
+    >>> s.feed("\\r100%\\ndone\\n")
+    ['100%', 'done']
 """
 
 from __future__ import annotations
@@ -279,14 +281,6 @@ class Screen:
         if self._down_since_up > self._reach:
             self._reach = 0
 
-    def _back(self, col: int) -> None:
-        """Move the cursor to ``col`` on its row; going back over text marks the row as redrawn."""
-        col = max(0, col)
-        row = self._rows[self._row]
-        if col < self._col and row.chars:
-            row.redrawn = True
-        self._col = col
-
     def _up(self, n: int) -> None:
         """Cursor up ``n`` rows, not above the first row that is not final yet."""
         n = max(1, n)
@@ -303,7 +297,7 @@ class Screen:
             self._rows[self._row].redrawn = True
             self._col = 0
         elif token == "\b":
-            self._back(self._col - 1)
+            self._col = max(0, self._col - 1)
         elif token == "\t":
             self._col = min((self._col // 8 + 1) * 8, self.max_line)
         elif match.group("final") is not None:
@@ -334,9 +328,9 @@ class Screen:
         elif final == "C":
             self._col = min(self._col + max(1, n), self.max_line)
         elif final == "D":
-            self._back(self._col - max(1, n))
+            self._col = max(0, self._col - max(1, n))
         elif final == "G":
-            self._back(min(max(1, n) - 1, self.max_line))
+            self._col = min(max(1, n) - 1, self.max_line)
         elif final == "K":  # 0: cursor to end, 1: start to cursor, 2: whole line
             row.erase(0 if n in (1, 2) else self._col, self._col + 1 if n == 1 else None)
         elif final == "J":  # 0: cursor to end of screen, 2/3: everything not final yet (1, above: ignored)

@@ -58,6 +58,8 @@ def summary_text(state: RunState, elapsed: float) -> str:
     if output:
         lines.append(f"last output of rank {state.main_rank}:")
         lines.extend(f"  {text}" for text in output)
+    if state.info.log_dir:
+        lines.append(f"full output of every rank: {state.info.log_dir}/rank<N>.log")
     return "\n".join(lines)
 
 
@@ -78,6 +80,9 @@ def summary_html(state: RunState, elapsed: float) -> str:
     if output:
         parts.append(f"<details><summary>last output of rank {state.main_rank}</summary>"
                      f'<pre style="white-space:pre-wrap">{esc(chr(10).join(output))}</pre></details>')
+    if state.info.log_dir:
+        parts.append(f'<div style="font-size:11px;color:#6b7280">full output of every rank: '
+                     f"<code>{esc(state.info.log_dir)}/rank&lt;N&gt;.log</code></div>")
     parts.append("</div>")
     return "".join(parts)
 

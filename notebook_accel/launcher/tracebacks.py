@@ -6,12 +6,15 @@ message that does. :func:`user_facing` wraps ``notebook_launcher`` so that the e
 (every :class:`~notebook_accel.errors.NotebookAccelError`, and ``KeyboardInterrupt``) leave it with those frames
 removed. The user's own frames stay (``num_processes=1`` runs the function in the kernel: its frames are the
 user's), and so does the exception object, its message and its cause. The one frame left, the wrapper's
-``raise``, is marked ``__tracebackhide__``, which IPython honours: the cell shows the user's line and the message.
+``raise``, is marked ``__tracebackhide__`` (pytest hides it); IPython never hides the frame an exception was
+raised in, so the exception also gets a ``_render_traceback_`` (IPython's hook for custom tracebacks) that
+renders it with IPython's own formatter from the user's frames only: the cell shows its line and the message.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 import sysconfig
 from pathlib import Path
 from types import TracebackType
@@ -66,15 +69,40 @@ def _entries(tb: TracebackType | None) -> list[TracebackType]:
     return out
 
 
+class _IPythonTraceback:
+    """An exception's ``_render_traceback_``: IPython's formatting of its traceback without our frames.
+
+    It holds the exception (a reference cycle the garbage collector breaks) and pickles as nothing: an
+    unpickled copy renders nothing and IPython falls back to its usual traceback.
+    """
+
+    def __init__(self, exc: BaseException | None = None) -> None:
+        self._exc = exc
+
+    def __call__(self) -> list[str]:
+        """The structured traceback IPython shows (raises outside IPython, so IPython falls back)."""
+        exc = self._exc
+        shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+        if exc is None or shell is None:
+            raise LookupError("no exception or no IPython shell to render with")
+        tb = without_launcher_frames(exc.__traceback__)
+        return shell.InteractiveTB.structured_traceback(type(exc), exc, tb)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[type[_IPythonTraceback], tuple[()]]:
+        """Pickled without the exception (which holds this object)."""
+        return (type(self), ())
+
+
 def user_facing(function: F) -> F:
     """Decorate a public entry point: its own errors reach the caller with the launcher's frames removed."""
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # noqa: F841 - read by IPython and pytest
+        __tracebackhide__ = True  # noqa: F841 - read by pytest
         try:
             return function(*args, **kwargs)
         except (NotebookAccelError, KeyboardInterrupt) as e:
+            e._render_traceback_ = _IPythonTraceback(e)  # type: ignore[attr-defined]
             raise e.with_traceback(without_launcher_frames(e.__traceback__))  # noqa: B904 - same exception
 
     return wrapper  # type: ignore[return-value]
