@@ -51,6 +51,7 @@ _ESCAPE = (
 _TOKEN = re.compile(_ESCAPE + r"|[\x00-\x1a\x1c-\x1f\x7f]")  # or a control character (ESC is above)
 # An escape that may still be cut short at the end of a chunk: kept until the next chunk completes it.
 _INCOMPLETE = re.compile(r"\r\Z|\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[ -/]*)?\Z")
+_ONLY_TEXT = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")  # anything but printable text and newlines
 _SGR_IN_TEXT = re.compile(r"\x1b\[([0-9;]*)m")
 _ANY_ESCAPE = re.compile(_ESCAPE)
 _MAX_PENDING = 4096  # an unterminated escape longer than this is dropped
@@ -234,6 +235,8 @@ class Screen:
         if cut is not None and len(text) - cut.start() <= _MAX_PENDING:
             self._pending = text[cut.start() :]
             text = text[: cut.start()]
+        if self._plain_append_ok() and _ONLY_TEXT.search(text) is None:
+            return self._append_plain(text)
         pos = 0
         for match in _TOKEN.finditer(text):
             if match.start() > pos:
@@ -260,6 +263,40 @@ class Screen:
         return lines
 
     # -- writing ------------------------------------------------------------------------------------------
+    def _plain_append_ok(self) -> bool:
+        """The common case: the cursor at the end of the last row, which has no styles and was not redrawn."""
+        row = self._rows[-1]
+        return (
+            self._reach == 0 and self._row == len(self._rows) - 1 and self._col == len(row.chars)
+            and (self._style is DEFAULT or self._style == DEFAULT) and row.styles is None and not row.redrawn
+        )
+
+    def _append_plain(self, text: str) -> list[str]:
+        """Fast path of :meth:`feed` for uncoloured text and newlines written at the end (most output)."""
+        parts = text.split("\n")
+        if max(map(len, parts)) + self._col >= self.max_line:
+            self._print_lines(parts)
+            return self._take_final()
+        row = self._rows[-1]
+        if len(parts) == 1:
+            row.chars.extend(text)
+            self._col += len(text)
+            return []
+        first = "".join(row.chars) + parts[0]
+        new = _Row()
+        new.chars.extend(parts[-1])
+        self._rows[-1] = new
+        self._col = len(new.chars)
+        self._down_since_up += len(parts) - 1
+        return [first.rstrip(" "), *(part.rstrip(" ") for part in parts[1:-1])]
+
+    def _print_lines(self, parts: list[str]) -> None:
+        """Print ``parts`` with a newline between each (the slow path, which cuts over-long lines)."""
+        for i, part in enumerate(parts):
+            if i:
+                self._newline()
+            self._print(part)
+
     def _print(self, text: str) -> None:
         """Write printable text at the cursor, cutting over-long lines."""
         while text:

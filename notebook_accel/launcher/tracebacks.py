@@ -4,8 +4,9 @@ A ``WorkerError`` travels up from the supervising loop through the launcher's mo
 button, from inside ``selectors``): a traceback of frames that say nothing about the user's code, above the
 message that does. :func:`user_facing` wraps ``notebook_launcher`` so that the errors it raises on purpose
 (every :class:`~notebook_accel.errors.NotebookAccelError`, and ``KeyboardInterrupt``) leave it with those frames
-removed. The user's own frames stay (``num_processes=1`` runs the function in the kernel: its frames are the
-user's), and so does the exception object, its message and its cause. The one frame left, the wrapper's
+removed, from it and from the exceptions it was raised from. The user's own frames stay (``num_processes=1``
+runs the function in the kernel: its frames are the user's), and so do the exception object, its message and
+its cause. The one frame left, the wrapper's
 ``raise``, is marked ``__tracebackhide__`` (pytest hides it); IPython never hides the frame an exception was
 raised in, so the exception also gets a ``_render_traceback_`` (IPython's hook for custom tracebacks) that
 renders it with IPython's own formatter from the user's frames only: the cell shows its line and the message.
@@ -93,6 +94,16 @@ class _IPythonTraceback:
         return (type(self), ())
 
 
+def _trim_chain(exc: BaseException) -> None:
+    """Remove our frames from the exceptions ``exc`` was raised from (an ``OSError`` under a ``LaunchError``)."""
+    seen = {id(exc)}
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        cause.with_traceback(without_launcher_frames(cause.__traceback__))
+        cause = cause.__cause__ or cause.__context__
+
+
 def user_facing(function: F) -> F:
     """Decorate a public entry point: its own errors reach the caller with the launcher's frames removed."""
 
@@ -103,6 +114,7 @@ def user_facing(function: F) -> F:
             return function(*args, **kwargs)
         except (NotebookAccelError, KeyboardInterrupt) as e:
             e._render_traceback_ = _IPythonTraceback(e)  # type: ignore[attr-defined]
+            _trim_chain(e)
             raise e.with_traceback(without_launcher_frames(e.__traceback__))  # noqa: B904 - same exception
 
     return wrapper  # type: ignore[return-value]

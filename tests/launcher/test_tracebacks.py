@@ -21,7 +21,18 @@ def test_a_refused_launch_shows_only_the_callers_frame() -> None:
     with pytest.raises(LaunchError) as info:
         notebook_launcher(print, num_processes=-3)
     assert _files(info.value) == ["test_tracebacks.py", "tracebacks.py"]  # the call, and the hidden re-raise
-    assert info.value.__cause__ is None or isinstance(info.value.__cause__, BaseException)
+
+
+def test_the_cause_of_a_refused_launch_loses_our_frames_too() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(LaunchError) as info:
+            notebook_launcher(print, num_processes=2, use_port=busy.getsockname()[1])
+    assert isinstance(info.value.__cause__, OSError)
+    assert _files(info.value.__cause__) == []
 
 
 def user_code_that_times_out() -> None:
