@@ -113,7 +113,7 @@ def user_facing(function: F) -> F:
         try:
             return function(*args, **kwargs)
         except (NotebookAccelError, KeyboardInterrupt) as e:
-            e._render_traceback_ = _IPythonTraceback(e)  # type: ignore[attr-defined]
+            setattr(e, "_render_traceback_", _IPythonTraceback(e))  # noqa: B010 - read by IPython
             _trim_chain(e)
             raise e.with_traceback(without_launcher_frames(e.__traceback__))  # noqa: B904 - same exception
 
