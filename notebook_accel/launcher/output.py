@@ -71,7 +71,7 @@ class RankOutput:
         self._file: IO[str] | None = None
         if log_path is not None:
             try:
-                self._file = open(log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed by close()
+                self._file = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close(); flushed per read
             except OSError as e:
                 self._file_failed(e)
         self.closed = False
@@ -79,11 +79,15 @@ class RankOutput:
     # -- input --------------------------------------------------------------------------------------------
     def ordered(self, data: bytes, now: float) -> list[Log]:
         """Bytes from the ordered pipe (stdout, with stderr in frames)."""
-        return self._segments(self._demux.feed(data), now)
+        events = self._segments(self._demux.feed(data), now)
+        self._flush_file()
+        return events
 
     def stderr(self, data: bytes, now: float) -> list[Log]:
         """Bytes from the fd-2 pipe (C-level stderr)."""
-        return self._write("stderr", self._decoders["fd2"].decode(data), now)
+        events = self._write("stderr", self._decoders["fd2"].decode(data), now)
+        self._flush_file()
+        return events
 
     def _segments(self, segments: list[Segment], now: float) -> list[Log]:
         """Decode and replay demultiplexed segments in order."""
@@ -166,6 +170,14 @@ class RankOutput:
             self._file.write("\n".join(strip_ansi(line) for line in lines) + "\n")
         except (OSError, ValueError) as e:
             self._file_failed(e)
+
+    def _flush_file(self) -> None:
+        """Push what this read added to the file (once per read, not per line: a tail -f sees it at once)."""
+        if self._file is not None:
+            try:
+                self._file.flush()
+            except (OSError, ValueError) as e:
+                self._file_failed(e)
 
     def _file_failed(self, error: Exception) -> None:
         """Stop writing the file (the run goes on) and say so once."""
