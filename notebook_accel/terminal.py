@@ -255,6 +255,18 @@ class Screen:
             end -= 1
         return [row.styled() for row in rows[:end]]
 
+    def settle(self) -> list[str]:
+        """Make final a redrawn line kept live only because a nested bar *might* come back to it.
+
+        Called when the program wrote elsewhere (its other stream) in between: a nested bar moves back up
+        at once, so the line is done, and handing it out now keeps the order of the two streams.
+        """
+        if self._row == 0 or self._reach:
+            return []
+        for row in self._rows[: self._row]:
+            row.redrawn = False
+        return self._take_final()
+
     def close(self) -> list[str]:
         """End of the stream: every remaining line is final (trailing blank lines left out)."""
         self._pending = ""

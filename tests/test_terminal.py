@@ -52,6 +52,13 @@ def test_backspace_tab_and_cursor_columns() -> None:
     assert replay("a\x1b[3Cb\n") == (["a   b"], [])
 
 
+def test_settle_hands_out_a_held_bar_line_but_not_nested_bars() -> None:
+    screen = Screen()
+    assert screen.feed("\rbar 100%\n") == [] and screen.settle() == ["bar 100%"] and screen.settle() == []
+    screen.feed("\router\n\rinner\x1b[A")  # nested bars in progress: nothing to settle
+    assert screen.settle() == [] and screen.live() == ["outer", "inner"]
+
+
 def test_erase_in_line() -> None:
     assert replay("abcdef\x1b[3D\x1b[K\n") == (["abc"], [])
     assert replay("abcdef\x1b[3D\x1b[1K\n") == (["    ef"], [])

@@ -97,11 +97,20 @@ class RankOutput:
         return events
 
     def _write(self, stream: Stream, text: str, now: float) -> list[Log]:
-        """Replay ``text`` on the stream's screen; final lines now, the live region when due."""
+        """Replay ``text`` on the stream's screen; final lines now, the live region when due.
+
+        A bar line the other stream still holds back (see :meth:`~notebook_accel.terminal.Screen.settle`) is
+        handed out first, so the two streams' lines keep the order they were written in.
+        """
         if not text:
             return []
+        other: Stream = "stderr" if stream == "stdout" else "stdout"
+        events = self._after(other, self._streams[other].screen.settle(), now)
+        return events + self._after(stream, self._streams[stream].screen.feed(text), now)
+
+    def _after(self, stream: Stream, finals: list[str], now: float) -> list[Log]:
+        """The events for lines that became final on ``stream``, and for its live region if it changed."""
         state = self._streams[stream]
-        finals = state.screen.feed(text)
         events: list[Log] = []
         was_shown = state.shown
         if finals:

@@ -81,3 +81,9 @@ def test_an_unwritable_log_file_warns_once_and_the_output_goes_on(tmp_path: Path
     with pytest.warns(RuntimeWarning, match="cannot write rank 0's output"):
         out = RankOutput(0, tmp_path / "missing" / "rank0.log")
     assert out.ordered(b"still here\n", now=0.0) == [Log(0, "stdout", "still here")]
+
+
+def test_a_finished_bar_comes_before_what_the_other_stream_writes_next() -> None:
+    out = RankOutput(0, None)
+    assert out.ordered(frame(b"\r 50%|#####\r100%|##########\n"), now=0.0) == []  # a nested bar may come back
+    assert out.ordered(b"done\n", now=0.0) == [Log(0, "stderr", "100%|##########"), Log(0, "stdout", "done")]
