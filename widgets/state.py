@@ -29,7 +29,7 @@ from notebook_accel.events import (
 from notebook_accel.terminal import strip_ansi
 from notebook_accel.widgets.series import Series
 
-__all__ = ["RankState", "ProgressState", "LogLine", "LogBuffer", "RunState", "RankStatus", "RunStatus", "group_of", "label_of"]
+__all__ = ["RankState", "ProgressState", "LogLine", "RunState", "RankStatus", "RunStatus", "group_of", "label_of"]
 
 RankStatus = Literal["starting", "running", "finished", "failed", "stopped"]
 RunStatus = Literal["starting", "running", "finished", "failed", "timeout", "interrupted"]

@@ -69,7 +69,7 @@ class _Supervisor:
         self.sink = sink
         self.grace = grace
         self.conns: dict[Connection, WorkerHandle] = {h.events: h for h in handles}
-        self.outputs = {h.rank: RankOutput(h.rank, None if log_dir is None else rank_log(log_dir, h.rank)) for h in handles}
+        self.outputs = {h.rank: RankOutput(h.rank, log_dir and rank_log(log_dir, h.rank)) for h in handles}
         self.fds: dict[int, tuple[WorkerHandle, Literal["ordered", "fd2"]]] = {}
         for h in handles:
             self.fds[h.stdout_fd] = (h, "ordered")

@@ -75,7 +75,7 @@ def _error_text(cell: Any) -> str:
 
 
 @pytest.mark.timeout(180)
-def test_notebook_tqdm_in_workers_is_the_console_bar_and_sends_no_widget_messages(kernel: tuple[Any, Any, Path]) -> None:
+def test_notebook_tqdm_in_workers_is_the_console_bar_without_widget_messages(kernel: tuple[Any, Any, Path]) -> None:
     _, kc, log = kernel
     cell = execute(kc, "notebook_launcher(bars, num_processes=2, dashboard=False)", timeout=120)
     assert cell.status == "ok", cell.evalue
