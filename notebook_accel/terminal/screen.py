@@ -1,149 +1,22 @@
-"""Output as a terminal shows it: carriage returns, cursor movements, erasing and ANSI colours, in pure Python.
-
-Workers write for a terminal: tqdm redraws its bar with ``\\r``, nested bars move the cursor up (``ESC[A``),
-libraries colour their text with SGR sequences (``ESC[31m``). A :class:`Screen` replays one output stream the
-way a terminal would and hands back the lines that can no longer change (*final* lines) and the few that still
-can (the *live* region: the line being written, and the lines a cursor-up has shown to be redrawn in place).
-
-Lines are handed out as *styled text*: plain characters with normalised SGR sequences where the style
-changes, and a reset at the end of a styled line. :func:`strip_ansi` turns it into plain text,
-:func:`ansi_to_html` into HTML (``<span style="color:...">``) for the dashboard's log pane.
-
-What is understood: ``\\n`` (new line, column 0), ``\\r``, ``\\b``, ``\\t``; CSI ``A``/``B``/``C``/``D`` (cursor
-up/down/forward/back), ``E``/``F`` (next/previous line), ``G`` (column), ``K`` (erase in line), ``J`` (erase
-below/all), ``m`` (SGR: bold, dim, italic, underline, inverse, strike, 16/256/24-bit colours). Everything else
-(other CSI sequences, OSC titles and hyperlinks, other escapes, other control characters) is dropped. A line
-above the cursor is final as soon as no cursor-up seen so far could reach it; a line that was redrawn with
-``\\r`` (a progress bar) stays live until the line after it ends too, since a nested bar moves back up to it
-only after the line feed.
-
-This module imports nothing beyond the standard library: the launcher, the console sink and the dashboard
-all use it.
-
-Example:
-    >>> s = Screen()
-    >>> s.feed("epoch 1\\n10%\\r50%")
-    ['epoch 1']
-    >>> s.live()
-    ['50%']
-    >>> s.feed("\\r100%\\ndone\\n")
-    ['100%', 'done']
-"""
+"""The screen of one output stream: what a terminal shows after the bytes a program wrote (see the package doc)."""
 
 from __future__ import annotations
 
-import html
 import re
-from dataclasses import dataclass, replace
 
-__all__ = ["Screen", "Style", "strip_ansi", "ansi_to_html", "MAX_LINE"]
+from notebook_accel.terminal.sgr import DEFAULT, ESCAPE, RESET, Style, apply_sgr
+
+__all__ = ["Screen", "MAX_LINE", "MAX_REACH"]
 
 MAX_LINE = 65536  # a line longer than this without a newline is cut there and handed out (as a terminal wraps)
 MAX_REACH = 200  # rows a cursor-up may reach back; more is clamped (a full-screen program is not a log)
 
-# A complete control sequence, or a lone control character. Text between matches is printed as it is.
-_ESCAPE = (
-    r"\x1b\[(?P<csi>[0-?]*)[ -/]*(?P<final>[@-~])"  # CSI: parameters, intermediates, final byte
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC (window title, hyperlink), ended by BEL or ST
-    r"|\x1b[ -/]*[0-~]"  # other escapes (ESC 7, ESC M, character set selection, ...)
-    r"|\x1b"  # a lone ESC
-)
-_TOKEN = re.compile(_ESCAPE + r"|[\x00-\x1a\x1c-\x1f\x7f]")  # or a control character (ESC is above)
+# An escape sequence or a lone control character. Text between matches is printed as it is.
+_TOKEN = re.compile(ESCAPE + r"|[\x00-\x1a\x1c-\x1f\x7f]")
 # An escape that may still be cut short at the end of a chunk: kept until the next chunk completes it.
 _INCOMPLETE = re.compile(r"\r\Z|\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[ -/]*)?\Z")
 _ONLY_TEXT = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")  # anything but printable text and newlines
-_SGR_IN_TEXT = re.compile(r"\x1b\[([0-9;]*)m")
-_ANY_ESCAPE = re.compile(_ESCAPE)
 _MAX_PENDING = 4096  # an unterminated escape longer than this is dropped
-
-
-@dataclass(frozen=True)
-class Style:
-    """The graphic rendition of a character cell (SGR state).
-
-    ``fg``/``bg`` are ``None`` (the default colour), a palette index 0-255, or ``"#rrggbb"``.
-    """
-
-    fg: int | str | None = None
-    bg: int | str | None = None
-    bold: bool = False
-    dim: bool = False
-    italic: bool = False
-    underline: bool = False
-    inverse: bool = False
-    strike: bool = False
-
-    def sgr(self) -> str:
-        """The SGR sequence that sets exactly this style from a reset state (``""`` for the default style)."""
-        codes = [str(c) for c, on in zip((1, 2, 3, 4, 7, 9), self._flags()) if on]
-        if self.fg is not None:
-            codes.append(_colour_code(self.fg, 30))
-        if self.bg is not None:
-            codes.append(_colour_code(self.bg, 40))
-        return f"\x1b[{';'.join(codes)}m" if codes else ""
-
-    def _flags(self) -> tuple[bool, ...]:
-        """Bold, dim, italic, underline, inverse, strike."""
-        return (self.bold, self.dim, self.italic, self.underline, self.inverse, self.strike)
-
-
-DEFAULT = Style()
-_RESET = "\x1b[0m"
-
-
-def _colour_code(colour: int | str, base: int) -> str:
-    """SGR parameters for a colour: ``31``, ``91``, ``38;5;208`` or ``38;2;r;g;b`` (``base`` 30 or 40)."""
-    if isinstance(colour, str):
-        r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
-        return f"{base + 8};2;{r};{g};{b}"
-    if colour < 8:
-        return str(base + colour)
-    if colour < 16:
-        return str(base + 60 + colour - 8)
-    return f"{base + 8};5;{colour}"
-
-
-def _extended_colour(params: list[int], i: int) -> tuple[int | str | None, int]:
-    """Read ``5;n`` or ``2;r;g;b`` after a 38/48 at ``params[i]``; returns the colour and the next index."""
-    if i + 1 < len(params) and params[i + 1] == 5 and i + 2 < len(params):
-        return max(0, min(params[i + 2], 255)), i + 3
-    if i + 1 < len(params) and params[i + 1] == 2 and i + 4 < len(params):
-        r, g, b = (max(0, min(v, 255)) for v in params[i + 2 : i + 5])
-        return f"#{r:02x}{g:02x}{b:02x}", i + 5
-    return None, len(params)  # malformed: ignore the rest
-
-
-def apply_sgr(style: Style, params: list[int]) -> Style:
-    """The style after an SGR sequence with ``params`` (an empty list means reset)."""
-    if not params:
-        return DEFAULT
-    i = 0
-    while i < len(params):
-        p = params[i]
-        i += 1
-        if p == 0:
-            style = DEFAULT
-        elif p in _FLAG_ON:
-            style = replace(style, **{_FLAG_ON[p]: True})
-        elif p in _FLAG_OFF:
-            style = replace(style, **dict.fromkeys(_FLAG_OFF[p], False))
-        elif 30 <= p <= 37 or 90 <= p <= 97:
-            style = replace(style, fg=p - 30 if p < 90 else p - 90 + 8)
-        elif 40 <= p <= 47 or 100 <= p <= 107:
-            style = replace(style, bg=p - 40 if p < 100 else p - 100 + 8)
-        elif p in (38, 48):
-            colour, i = _extended_colour(params, i - 1)
-            if colour is not None:
-                style = replace(style, fg=colour) if p == 38 else replace(style, bg=colour)
-        elif p == 39:
-            style = replace(style, fg=None)
-        elif p == 49:
-            style = replace(style, bg=None)
-    return style
-
-
-_FLAG_ON = {1: "bold", 2: "dim", 3: "italic", 4: "underline", 7: "inverse", 9: "strike"}
-_FLAG_OFF = {22: ("bold", "dim"), 23: ("italic",), 24: ("underline",), 27: ("inverse",), 29: ("strike",)}
 
 
 class _Row:
@@ -154,7 +27,7 @@ class _Row:
     def __init__(self) -> None:
         self.chars: list[str] = []
         self.styles: list[Style] | None = None  # None: every character has the default style
-        self.redrawn = False  # the cursor went back over this line's text (a progress bar): it may be redrawn
+        self.redrawn = False  # a carriage return rewrote it (a progress bar): a nested bar may come back to it
 
     def put(self, col: int, text: str, style: Style) -> None:
         """Write ``text`` from column ``col`` on, over what was there (padding with spaces up to ``col``)."""
@@ -198,11 +71,11 @@ class _Row:
         for i, style in enumerate(self.styles[:end]):
             if style != current:
                 out.append("".join(self.chars[start:i]))
-                out.append(_RESET + style.sgr() if current != DEFAULT else style.sgr())
+                out.append(RESET + style.sgr() if current != DEFAULT else style.sgr())
                 current, start = style, i
         out.append("".join(self.chars[start:end]))
         if current != DEFAULT:
-            out.append(_RESET)
+            out.append(RESET)
         return "".join(out)
 
 
@@ -404,82 +277,3 @@ class Screen:
         del self._rows[:first_live]
         self._row -= first_live
         return [row.styled() for row in final]
-
-
-def strip_ansi(text: str) -> str:
-    """``text`` without escape sequences (for files, and for sinks that are not terminals)."""
-    return _ANY_ESCAPE.sub("", text) if "\x1b" in text else text
-
-
-# xterm's 16 basic colours, then the 6x6x6 cube and the grey ramp of the 256-colour palette.
-_BASIC = (
-    "#000000", "#cd3131", "#0dbc79", "#949800", "#2472c8", "#bc3fbc", "#11a8cd", "#a5a5a5",
-    "#666666", "#f14c4c", "#23d18b", "#b5ba00", "#3b8eea", "#d670d6", "#29b8db", "#e5e5e5",
-)  # fmt: skip
-
-
-def palette(index: int) -> str:
-    """The ``#rrggbb`` of a 256-colour palette index."""
-    if index < 16:
-        return _BASIC[index]
-    if index < 232:
-        index -= 16
-        levels = [0 if v == 0 else 55 + 40 * v for v in (index // 36, index // 6 % 6, index % 6)]
-        return "#{:02x}{:02x}{:02x}".format(*levels)
-    grey = 8 + 10 * (index - 232)
-    return f"#{grey:02x}{grey:02x}{grey:02x}"
-
-
-def _css(style: Style) -> str:
-    """The CSS declarations for a style (``""`` for the default)."""
-    fg, bg = style.fg, style.bg
-    if style.inverse:
-        fg, bg = (bg if bg is not None else "#ffffff"), (fg if fg is not None else "#111111")
-    if style.bold and isinstance(fg, int) and fg < 8:
-        fg += 8  # terminals show bold basic colours bright
-    css = []
-    if fg is not None:
-        css.append(f"color:{fg if isinstance(fg, str) else palette(fg)}")
-    if bg is not None:
-        css.append(f"background-color:{bg if isinstance(bg, str) else palette(bg)}")
-    if style.bold:
-        css.append("font-weight:bold")
-    if style.dim:
-        css.append("opacity:0.7")
-    if style.italic:
-        css.append("font-style:italic")
-    lines = [n for n, on in (("underline", style.underline), ("line-through", style.strike)) if on]
-    if lines:
-        css.append(f"text-decoration:{' '.join(lines)}")
-    return ";".join(css)
-
-
-def ansi_to_html(text: str) -> str:
-    """Styled text (one or more lines) as HTML-escaped text with ``<span style=...>`` for coloured parts.
-
-    Example:
-        >>> ansi_to_html("ok \\x1b[31mred\\x1b[0m <b>")
-        'ok <span style="color:#cd3131">red</span> &lt;b&gt;'
-    """
-    if "\x1b" not in text:
-        return html.escape(text, quote=False)
-    out: list[str] = []
-    style = DEFAULT
-    pos = 0
-    for match in _ANY_ESCAPE.finditer(text):
-        out.append(_span(text[pos : match.start()], style))
-        sgr = _SGR_IN_TEXT.fullmatch(match.group())
-        if sgr is not None:
-            style = apply_sgr(style, [int(p) if p else 0 for p in sgr.group(1).split(";")] if sgr.group(1) else [])
-        pos = match.end()
-    out.append(_span(text[pos:], style))
-    return "".join(out)
-
-
-def _span(text: str, style: Style) -> str:
-    """Escaped ``text``, wrapped in a span when ``style`` is not the default."""
-    if not text:
-        return ""
-    escaped = html.escape(text, quote=False)
-    css = _css(style)
-    return f'<span style="{css}">{escaped}</span>' if css else escaped
