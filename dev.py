@@ -4,6 +4,8 @@
     python3 dev.py test [pytest args]   # make .venv, install the package with its test extra, run the suite
     python3 dev.py demo                 # make .venv, run the quickstart notebook headless into build/
     python3 dev.py bench                # run every benchmark in benchmarks/ and print its ratios
+    python3 dev.py test-gpu [--cpu] [--wheels DIR] [pytest args]
+                                        # on a GPU machine: .venv-gpu with a CUDA torch, then tests/gpu
 
 The virtual environment is made once in ``.venv`` and re-synced only when pyproject.toml, setup.py or
 constraints.txt change. torch is pinned by constraints.txt to the CPU build the tests use.
@@ -53,11 +55,16 @@ def ensure_venv() -> Path:
 
 
 def main(argv: list[str]) -> int:
-    """Dispatch ``test``, ``demo`` or ``bench``."""
-    if not argv or argv[0] not in {"test", "demo", "bench"}:
+    """Dispatch ``test``, ``demo``, ``bench`` or ``test-gpu``."""
+    if not argv or argv[0] not in {"test", "demo", "bench", "test-gpu"}:
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
+    if command == "test-gpu":
+        sys.path.insert(0, str(ROOT / "tools"))
+        import gpu_env
+
+        return gpu_env.main(rest, cpu_python=ensure_venv() if "--cpu" in rest else None)
     python = str(ensure_venv())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if command == "test":

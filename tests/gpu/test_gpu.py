@@ -1,0 +1,106 @@
+"""CUDA paths for real: training on the GPU, fp16 and bf16, device choice, NVML, exact resume, CUDA results.
+
+Each case runs in a fresh process (``tests/gpu/cases.py``) so that this process never initialises CUDA and a
+case can set ``CUDA_VISIBLE_DEVICES`` before torch is imported. Skipped without a GPU (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gpu.conftest import ON_CPU
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVICE = "cpu" if ON_CPU else "cuda:0"
+
+
+def run_case(name: str, env: dict[str, str] | None = None, timeout: float = 600.0) -> dict[str, Any]:
+    """Run ``tests.gpu.cases NAME`` in a new Python process and return what it printed after ``RESULT``."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "tests.gpu.cases", name], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        pytest.fail(f"case {name} exited with {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n"
+                    f"--- stderr\n{proc.stderr[-4000:]}")
+    return dict(json.loads(lines[-1][len("RESULT "):]))
+
+
+def test_single_process_trains_on_the_gpu() -> None:
+    result = run_case("single_process")
+    assert result["device"] == DEVICE and result["batch_device"] == DEVICE
+    assert result["pid"] == result["launcher_pid"]  # num_processes=1 runs in the launching process
+    assert result["last"] < result["first"] * 0.5
+
+
+def test_forked_single_worker_forms_an_nccl_group_and_leaves_the_kernel_clean() -> None:
+    result = run_case("forked_one_process")
+    assert result["pid"] != result["launcher_pid"]
+    assert result["backend"] == ("gloo" if ON_CPU else "nccl")
+    assert result["value"] == [3.0] * 4
+    assert result["device"] == DEVICE
+    assert result["kernel_cuda_initialized"] is False
+
+
+def test_cuda_tensor_result_arrives_on_the_cpu() -> None:
+    result = run_case("cuda_tensor_result")
+    assert result["device"] == "cpu"
+    assert result["value"] == [0, 2, 4, 6]
+    assert result["kernel_cuda_initialized"] is False
+
+
+def test_fp16_grad_scaler_skips_the_inf_step() -> None:
+    result = run_case("fp16_scaler")
+    assert result["skipped"] == [False, False, True, False, False, False]
+    assert result["changed"] == [True, True, False, True, True, True]
+    scales = result["scales"]
+    assert scales[2] == scales[1] * 0.5  # backoff_factor 0.5 on the skipped step
+    assert result["device"] == DEVICE
+
+
+def test_bf16_autocast_computes_in_bf16_and_returns_fp32() -> None:
+    result = run_case("bf16_autocast")
+    assert result == {"inner": "torch.bfloat16", "output": "torch.float32", "explicit": "torch.bfloat16",
+                      "grad": "torch.float32", "device": DEVICE}
+
+
+@pytest.mark.cuda_only
+def test_nvml_counts_gpus_without_initialising_cuda() -> None:
+    result = run_case("physical_gpus")
+    assert result["visible"] >= 1 and len(result["uuids"]) == result["visible"]
+    assert all(uuid.startswith("GPU-") for uuid in result["uuids"])
+    assert result["torch_initialized"] is False
+    assert result["kernel_cuda_initialized"] is False
+
+
+@pytest.mark.cuda_only
+def test_cuda_visible_devices_set_before_import_is_honoured() -> None:
+    physical = run_case("physical_gpus")
+    last = len(physical["uuids"]) - 1
+    result = run_case("visible_devices", env={"CUDA_VISIBLE_DEVICES": str(last)})
+    assert result["count"] == 1
+    assert result["device"] == "cuda:0"  # device 0 of the mask ...
+    assert result["uuid"] == physical["uuids"][last]  # ... is the physical GPU the mask names
+
+
+@pytest.mark.cuda_only
+def test_gpu_ids_choose_the_device_and_refuse_a_missing_one() -> None:
+    result = run_case("gpu_ids")
+    assert result["device"] == f"cuda:{result['last']}"
+    assert "do not exist" in result["refused"] and str(result["last"] + 1) in result["refused"]
+
+
+def test_checkpoint_saved_on_the_gpu_resumes_exactly(tmp_path: Path) -> None:
+    env = {"GPU_CASE_FOLDER": str(tmp_path)}
+    straight = run_case("checkpoint_straight")
+    saved = run_case("checkpoint_first_part", env=env)
+    assert Path(saved["path"]).is_dir()
+    resumed = run_case("checkpoint_resumed", env=env)
+    assert resumed == straight  # bitwise weights, the device RNG's next draw, the scheduler's lr
