@@ -21,6 +21,7 @@ __all__ = [
     "CONFIG_FILE_VAR",
     "cuda_visible_devices",
     "config_file_path",
+    "log_root",
     "hf_home",
     "patched_environ",
 ]
@@ -175,6 +176,20 @@ def hf_home(environ: Mapping[str, str] | None = None) -> str:
 
 
 XDG_CONFIG_HOME = "XDG_CONFIG_HOME"
+
+
+LOG_DIR = "NOTEBOOK_ACCEL_LOG_DIR"
+_OFF = ("off", "none", "no", "false", "0")
+
+
+def log_root(environ: Mapping[str, str] | None = None) -> str | None:
+    """Where launches keep each rank's output: ``$NOTEBOOK_ACCEL_LOG_DIR``, else ``runs`` (relative to the
+    working directory); ``None`` when the variable says ``off`` (or ``none``, ``no``, ``false``, ``0``)."""
+    env = os.environ if environ is None else environ
+    value = (env.get(LOG_DIR) or "").strip()
+    if value.lower() in _OFF:
+        return None
+    return value or "runs"
 
 
 def config_home(environ: Mapping[str, str] | None = None) -> str:

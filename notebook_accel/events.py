@@ -43,11 +43,24 @@ class Started:
 
 @dataclass(frozen=True)
 class Log:
-    """Whole lines a worker wrote to ``stream`` (no trailing newline; several lines joined by ``\\n``)."""
+    """Output of a worker's ``stream``, as a terminal shows it (``\\r`` redraws and cursor movements applied).
+
+    ``partial=False`` (the usual case): whole lines that can no longer change, joined by ``\\n`` (no trailing
+    newline), in the order the worker wrote them across stdout and stderr. They also end the stream's live
+    region: a consumer stops showing the last ``partial`` text of this rank and stream.
+
+    ``partial=True``: the stream's *live region* (the line being written, e.g. a tqdm bar, or the few rows a
+    nested bar redraws in place) now reads ``text``; it replaces the previous partial text of this rank and
+    stream (``""``: nothing). Its final form arrives later as whole lines.
+
+    Lines keep the worker's colours as ANSI SGR sequences (``\\x1b[31m``); see :mod:`notebook_accel.terminal`
+    to strip them or turn them into HTML.
+    """
 
     rank: int
     stream: Literal["stdout", "stderr"]
     text: str
+    partial: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,11 @@ Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited]
 
 @dataclass(frozen=True)
 class RunInfo:
-    """What is being launched, given to :meth:`Sink.start`."""
+    """What is being launched, given to :meth:`Sink.start`.
+
+    ``log_dir`` is the run's folder holding each local rank's whole output in ``rank<N>.log`` (empty when output
+    is not kept, e.g. ``num_processes=1``, whose output goes straight to the cell).
+    """
 
     num_processes: int
     devices: tuple[str, ...]
@@ -118,6 +135,7 @@ class RunInfo:
     function_name: str
     mixed_precision: str = "no"
     start_time: float = 0.0
+    log_dir: str = ""  # the folder with every rank's full output (``rank<N>.log``); "" when not kept
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ _ISOLATED_HOME = tempfile.mkdtemp(prefix="notebook-accel-tests-")
 os.environ["XDG_CONFIG_HOME"] = os.path.join(_ISOLATED_HOME, "config")
 os.environ["HF_HOME"] = os.path.join(_ISOLATED_HOME, "hf")
 os.environ.pop("NOTEBOOK_ACCEL_CONFIG_FILE", None)
+# Launches keep every rank's output in a run folder: the tests' go to the same temporary place, not ./runs.
+os.environ["NOTEBOOK_ACCEL_LOG_DIR"] = os.path.join(_ISOLATED_HOME, "runs")
 
 
 _IGNORED_VARS = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}  # torch sets the latter on first optimizer use

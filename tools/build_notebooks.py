@@ -11,7 +11,9 @@ A source is a Python file in the "percent" format that editors and jupytext unde
     print("a code cell")
 
 Markdown cells are the comment lines with ``# `` stripped; ``# %% tags=["metrics"]`` gives a code cell tags.
-nbval's markers (``# NBVAL_CHECK_OUTPUT``, ``# NBVAL_RAISES_EXCEPTION``) are ordinary comments in the code.
+nbval's markers (``# NBVAL_CHECK_OUTPUT``) are ordinary comments in the code. A cell meant to fail is tagged
+``# %% tags=["raises-exception"]``: JupyterLab's *Run All* then goes on past its error, and nbval and nbclient
+accept it (the ``# NBVAL_RAISES_EXCEPTION`` comment would stop *Run All*).
 
 Cells get stable ids (``cell-01``, ...) so a rebuild gives a small diff. A rebuild keeps the outputs of every
 code cell whose text did not change *only if the whole notebook's code is unchanged* (the outputs of a

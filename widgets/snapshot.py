@@ -62,6 +62,8 @@ def summary_text(state: RunState, elapsed: float) -> str:
     if output:
         lines.append(f"last output of rank {state.main_rank}:")
         lines.extend(f"  {text}" for text in output)
+    if state.info.log_dir:
+        lines.append(f"full output of every rank: {state.info.log_dir}/rank<N>.log")
     return "\n".join(lines)
 
 
@@ -87,6 +89,9 @@ def summary_html(state: RunState, elapsed: float, png: bytes | None = None) -> s
         parts.append(f"<details><summary>output of rank {state.main_rank} ({len(output)} lines)</summary>"
                      f'<pre style="white-space:pre-wrap;max-height:400px;overflow:auto;font-size:12px">'
                      f"{esc(chr(10).join(output))}</pre></details>")
+    if state.info.log_dir:
+        parts.append(f'<div style="font-size:11px;color:#6b7280">full output of every rank: '
+                     f"<code>{esc(state.info.log_dir)}/rank&lt;N&gt;.log</code></div>")
     parts.append("</div>")
     return "".join(parts)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import signal
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Literal
 
 from notebook_accel.events import (
@@ -25,6 +26,7 @@ from notebook_accel.events import (
     RunOutcome,
     Started,
 )
+from notebook_accel.terminal import strip_ansi
 from notebook_accel.widgets.progress_model import ProgressState, RunProgress
 from notebook_accel.widgets.series import Series
 
@@ -69,6 +71,66 @@ class LogLine:
     rank: int
     stream: Literal["stdout", "stderr"]
     text: str
+    styled: str = ""  # the line with its ANSI colours (SGR), when it has any; ``text`` is plain
+    live: bool = False  # still being written (a tqdm bar, a line without its newline): shown last, may change
+
+
+def _lines(event: Log, live: bool) -> list[LogLine]:
+    """The event's text as lines."""
+    out = []
+    for styled in event.text.split("\n"):
+        plain = strip_ansi(styled)
+        out.append(LogLine(event.rank, event.stream, plain, styled if plain != styled else "", live))
+    return out
+
+
+class LogBuffer:
+    """What a log pane shows: the last ``maxlen`` final lines, then the live lines of every rank and stream.
+
+    Output arrives replayed as a terminal shows it (:mod:`notebook_accel.terminal`): final lines, and per rank
+    and stream a live region (a tqdm bar being redrawn) that replaces the previous one and is shown last. The
+    whole output is kept in the run's log files, in the folder ``where``.
+
+    Iterating gives every line in display order; ``len`` and indexing work on that order too.
+
+    Args:
+        maxlen: final lines kept (older ones are dropped; the log files keep them).
+        where: where the whole output is kept (a folder), shown by the pane; ``""`` when it is not kept.
+
+    Example:
+        >>> b = LogBuffer(100)
+        >>> b.add(Log(0, "stdout", "epoch 1")); b.add(Log(0, "stderr", " 40%|####", partial=True))
+        >>> [(line.text, line.live) for line in b]
+        [('epoch 1', False), (' 40%|####', True)]
+    """
+
+    def __init__(self, maxlen: int, where: str = "") -> None:
+        self.final: deque[LogLine] = deque(maxlen=maxlen)
+        self.live: dict[tuple[int, str], list[LogLine]] = {}
+        self.where = where
+
+    def add(self, event: Log) -> None:
+        """Apply one event: final lines are appended and end the stream's live region; partial text replaces it."""
+        key = (event.rank, event.stream)
+        if event.partial:
+            if event.text:
+                self.live[key] = _lines(event, live=True)
+            else:
+                self.live.pop(key, None)
+            return
+        self.live.pop(key, None)
+        self.final.extend(_lines(event, live=False))
+
+    def __iter__(self) -> Iterator[LogLine]:
+        yield from self.final
+        for key in sorted(self.live):
+            yield from self.live[key]
+
+    def __len__(self) -> int:
+        return len(self.final) + sum(len(lines) for lines in self.live.values())
+
+    def __getitem__(self, index: int) -> LogLine:
+        return list(self)[index]
 
 
 class RunState:
@@ -98,8 +160,8 @@ class RunState:
         self.run_progress = RunProgress()
         self.series: dict[str, Series] = {}
         self.latest: dict[str, tuple[int | None, float]] = {}
-        self.logs_main: deque[LogLine] = deque(maxlen=max_log_lines)
-        self.logs_all: deque[LogLine] = deque(maxlen=max_log_lines)
+        self.logs_main = LogBuffer(max_log_lines, info.log_dir)
+        self.logs_all = LogBuffer(max_log_lines, info.log_dir)
         self.failure: Failed | None = None
         self.outcome: RunOutcome | None = None
         self.version = 0  # bumped on every change, so a view can skip redraws when nothing changed
@@ -204,13 +266,11 @@ class RunState:
         self.run_progress.apply(event, self._now)
 
     def _log(self, event: Log) -> None:
-        """Split the text into lines and keep them (the main rank's also in the main buffer)."""
+        """Keep the event's lines, or its live region (the main rank's also in the main buffer)."""
         self.logs_version += 1
-        for text in event.text.split("\n"):
-            line = LogLine(event.rank, event.stream, text)
-            self.logs_all.append(line)
-            if event.rank == self.main_rank:
-                self.logs_main.append(line)
+        self.logs_all.add(event)
+        if event.rank == self.main_rank:
+            self.logs_main.add(event)
 
     def _failed(self, event: Failed) -> None:
         """Mark the rank failed; the first failure is the one shown."""

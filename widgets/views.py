@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 
+from notebook_accel.terminal import ansi_to_html
 from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.state import LogLine, RunState
 
@@ -115,22 +116,34 @@ def metrics_html(state: RunState) -> str:
 
 
 def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_px: int = 220) -> str:
-    """A scroll box with the last ``max_lines`` lines, anchored at the bottom (newest visible).
+    """A scroll box with the last ``max_lines`` lines, anchored at the bottom (newest visible), in their colours.
 
+    Lines keep the worker's ANSI colours (as HTML); stderr is red where the worker chose no colour. The live
+    lines (a tqdm bar being redrawn) come last. When ``lines`` is a :class:`~notebook_accel.widgets.state.LogBuffer`
+    whose output is kept in files, a caption says where (the pane keeps only a tail).
     ``flex-direction: column-reverse`` keeps the box scrolled to the end without any script.
     """
-    tail = list(lines)[-max_lines:]
+    everything = list(lines)
+    tail = everything[-max_lines:]
     out = []
     for line in tail:
-        text = html.escape(line.text)
+        text = ansi_to_html(line.styled) if line.styled else html.escape(line.text, quote=False)
         prefix = f"[{line.rank}] " if with_rank else ""
         if line.stream == "stderr":
             out.append(f'<span style="color:#b42318">{prefix}{text}</span>')
         else:
             out.append(prefix + text)
     body = "\n".join(out) if out else '<span style="color:#6b7280">no output yet</span>'
+    where = getattr(lines, "where", "")
+    caption = ""
+    if where:
+        shown = f"showing the last {len(tail)} lines &middot; " if len(everything) > len(tail) else ""
+        caption = (
+            '<div style="font-family:sans-serif;font-size:11px;color:#6b7280;margin:2px 0">'
+            f"{shown}every rank&#x27;s full output: <code>{html.escape(where)}/rank&lt;N&gt;.log</code></div>"
+        )
     return (
-        f'<div style="height:{height_px}px;overflow-y:auto;display:flex;flex-direction:column-reverse;'
+        f'{caption}<div style="height:{height_px}px;overflow-y:auto;display:flex;flex-direction:column-reverse;'
         'border:1px solid #e5e7eb;padding:4px">'
         f'<pre style="margin:0;font-size:12px;white-space:pre-wrap">{body}</pre></div>'
     )

@@ -15,9 +15,11 @@ from notebook_accel.events import RunInfo, Sink
 from notebook_accel.launcher import preflight
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.ports import check_port_free, free_port
+from notebook_accel.launcher.runlogs import create_run_folder, display_path
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
 from notebook_accel.launcher.spawn import start_workers
 from notebook_accel.launcher.supervisor import finish_aborted, supervise
+from notebook_accel.launcher.tracebacks import user_facing
 
 __all__ = ["notebook_launcher"]
 
@@ -111,6 +113,7 @@ def _function_name(function: Callable[..., Any]) -> str:
     return str(getattr(function, "__qualname__", None) or type(function).__name__)
 
 
+@user_facing
 def notebook_launcher(
     function: Callable[..., Any],
     args: Sequence[Any] = (),
@@ -136,6 +139,10 @@ def notebook_launcher(
     ``cores / workers`` threads. Worker ``i`` uses visible CUDA device ``i`` (or ``gpu_ids[i]``) with nccl, or
     the CPU with gloo when no GPU is visible. ``num_processes=1`` runs in this process (no fork). Every
     argument left ``None`` comes from ``config`` (or the default config file), else the default.
+
+    Each worker's whole output (stdout and stderr in the order written, as a terminal shows it) is kept in
+    ``runs/<date>-<time>-<function>/rank<N>.log`` (the root is ``$NOTEBOOK_ACCEL_LOG_DIR``; ``off`` keeps none);
+    the dashboard and the console say where. Errors raised here carry none of the launcher's frames.
 
     Args:
         function: the training function; any callable (lambdas and functions defined in the notebook work).
@@ -190,14 +197,17 @@ def notebook_launcher(
     nodes, node = preflight.check_nodes(s.num_nodes, s.node_rank, s.port, s.master_addr)
     devices, backend = preflight.resolve_devices(s.num_processes, s.gpu_ids, s.use_cpu)
     local = len(devices)
-    in_process = local == 1 and nodes == 1
+    # A timeout bounds a single process by running it in one forked worker: stopping a forked process is safe,
+    # while interrupting the kernel's own thread (SIGALRM) could land inside an import and break the kernel.
+    in_process = local == 1 and nodes == 1 and limit is None
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
     port = _choose_port(s.port, s.master_addr, node)
     envs = _environments(devices, node, nodes, s.master_addr, port, precision, steps)
     sink = GuardedSink(choose_sink(dashboard, show_all_ranks, main_rank=node * local))
+    folder = None if in_process else create_run_folder(_function_name(function))
     sink.start(RunInfo(local, tuple(devices), "none" if in_process else backend, _function_name(function),
-                       precision or "no", time.time()))
+                       precision or "no", time.time(), "" if folder is None else display_path(folder)))
     if in_process:
         return run_in_process(function, tuple(args), envs[0], sink, limit, start)
     try:
@@ -205,4 +215,4 @@ def notebook_launcher(
     except BaseException as e:
         finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
         raise
-    return supervise(handles, sink, limit, start)
+    return supervise(handles, sink, limit, start, log_dir=folder)

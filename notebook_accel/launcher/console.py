@@ -2,8 +2,11 @@
 
 What it prints:
 
-- the launcher's first line, saying what really runs (``Launching 2 processes on CPU (gloo)``);
-- the main process's output, each line whole, to stdout/stderr as the worker wrote it;
+- the launcher's first line, saying what really runs (``Launching 2 processes on CPU (gloo)``), and where
+  every rank's whole output is kept;
+- the main process's output, each line whole, to stdout/stderr as the worker wrote it, with its colours on a
+  terminal or in a notebook (stripped in a file or a pipe); on a terminal, the unfinished lines (a tqdm bar)
+  are drawn live at the bottom on stderr and redrawn in place (:class:`TerminalOutput`);
 - other ranks' stderr (warnings, errors) prefixed ``[rank N]``; their stdout only with ``show_all_ranks``
   (then every line, the main process's included, is prefixed);
 - a progress line from ``Progress`` events at most every ``progress_interval`` seconds, and a short metrics
@@ -13,13 +16,15 @@ What it prints:
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
-from typing import Callable, TextIO
+from typing import Callable, Literal, TextIO
 
 from notebook_accel.events import Event, Log, Metrics, Progress, RunInfo, RunOutcome
+from notebook_accel.terminal import strip_ansi
 
-__all__ = ["ConsoleSink", "describe_launch"]
+__all__ = ["ConsoleSink", "TerminalOutput", "describe_launch"]
 
 
 def describe_launch(info: RunInfo) -> str:
@@ -49,6 +54,78 @@ def _rate(n: int, elapsed: float) -> str:
         return "? it/s"
     per_second = n / elapsed
     return f"{per_second:.1f} it/s" if per_second >= 1 else f"{1 / per_second:.1f} s/it"
+
+
+def _is_tty(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal (a closed or odd stream is not)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _shows_colours(stream: TextIO) -> bool:
+    """A terminal, or a Jupyter kernel's stream (front ends render ANSI colours)."""
+    return _is_tty(stream) or type(stream).__module__.startswith("ipykernel")
+
+
+class TerminalOutput:
+    """Writes output lines to ``sys.stdout`` / ``sys.stderr`` (looked up at each write) and keeps a live area.
+
+    Final lines keep their ANSI colours where they can be shown and lose them elsewhere. The live area (the
+    unfinished lines of the streams shown, e.g. a tqdm bar) is drawn only when stderr is a terminal: at the
+    bottom, on stderr, erased and redrawn around every write, cut to the terminal's width.
+    """
+
+    def __init__(self) -> None:
+        self._live: dict[tuple[int, str], list[str]] = {}
+        self._drawn = 0  # lines of the live area on screen now
+
+    def lines(self, stream: Literal["stdout", "stderr"], lines: list[str]) -> None:
+        """Write whole lines (under the live area, which is redrawn below them)."""
+        target = sys.stderr if stream == "stderr" else sys.stdout
+        text = "\n".join(lines) + "\n"
+        self._erase()
+        target.write(text if _shows_colours(target) else strip_ansi(text))
+        target.flush()
+        self._draw()
+
+    def live(self, key: tuple[int, str], lines: list[str]) -> None:
+        """Replace the live lines of ``key`` (a rank and stream); an empty list removes them."""
+        if not _is_tty(sys.stderr):
+            return
+        if lines:
+            self._live[key] = lines
+        elif self._live.pop(key, None) is None:
+            return
+        self._erase()
+        self._draw()
+
+    def drop(self, key: tuple[int, str]) -> None:
+        """Forget the live lines of ``key`` (its final lines are about to be written)."""
+        self._live.pop(key, None)
+
+    def clear(self) -> None:
+        """Erase and forget the whole live area (at the end of the run)."""
+        self._erase()
+        self._live.clear()
+
+    def _erase(self) -> None:
+        """Remove the live area from the screen; the cursor ends where it began."""
+        if self._drawn:
+            sys.stderr.write("\r\x1b[K" + "\x1b[A\x1b[K" * (self._drawn - 1))
+            sys.stderr.flush()
+            self._drawn = 0
+
+    def _draw(self) -> None:
+        """Draw the live area at the cursor, each line cut to the terminal's width (so none wraps)."""
+        if not self._live or not _is_tty(sys.stderr):
+            return
+        width = max(10, shutil.get_terminal_size().columns - 1)
+        rows = [strip_ansi(line)[:width] for key in sorted(self._live) for line in self._live[key]]
+        sys.stderr.write("\n".join(rows))
+        sys.stderr.flush()
+        self._drawn = len(rows)
 
 
 class ConsoleSink:
@@ -82,16 +159,18 @@ class ConsoleSink:
         self._last_progress = -float("inf")
         self._last_metrics = -float("inf")
         self._progress_start: dict[str, tuple[float, int]] = {}
+        self._out = TerminalOutput()
+        self._log_dir = ""
 
-    @staticmethod
-    def _write(stream: TextIO, text: str) -> None:
-        """Write whole lines and flush, so they reach the cell or terminal now."""
-        stream.write(text + "\n")
-        stream.flush()
+    def _write(self, stream: TextIO, text: str) -> None:
+        """Write whole lines and flush, so they reach the cell or terminal now (under the live area)."""
+        self._out.lines("stderr" if stream is sys.stderr else "stdout", text.split("\n"))
 
     def start(self, info: RunInfo) -> None:
-        """Print what is launched."""
-        self._write(sys.stdout, describe_launch(info))
+        """Print what is launched, and where the output of every rank is kept."""
+        self._log_dir = info.log_dir
+        where = f"; every rank's output is kept in {info.log_dir}/" if info.log_dir else ""
+        self._write(sys.stdout, describe_launch(info) + where)
 
     def handle(self, event: Event) -> None:
         """Print output lines, throttled progress and metrics; ignore the rest."""
@@ -104,12 +183,17 @@ class ConsoleSink:
 
     def _log(self, event: Log) -> None:
         """Main process: as written. Others: stderr prefixed; stdout only with ``show_all_ranks``."""
-        stream = sys.stderr if event.stream == "stderr" else sys.stdout
-        if event.rank == self.main_rank and not self.show_all_ranks:
-            self._write(stream, event.text)
-        elif self.show_all_ranks or event.stream == "stderr":
-            prefix = f"[rank {event.rank}] "
-            self._write(stream, "\n".join(prefix + line for line in event.text.split("\n")))
+        plain = event.rank == self.main_rank and not self.show_all_ranks
+        if not (plain or self.show_all_ranks or event.stream == "stderr"):
+            return
+        prefix = "" if plain else f"[rank {event.rank}] "
+        lines = [prefix + line for line in event.text.split("\n")] if event.text or not event.partial else []
+        key = (event.rank, event.stream)
+        if event.partial:
+            self._out.live(key, lines)
+        else:
+            self._out.drop(key)
+            self._out.lines(event.stream, lines)
 
     def _progress(self, event: Progress) -> None:
         """``desc: 40/100 [40%] 12.3 it/s`` at most every interval, and always at the end."""
@@ -141,10 +225,12 @@ class ConsoleSink:
 
     def finish(self, outcome: RunOutcome) -> None:
         """One closing line (to stderr when the run did not finish)."""
+        self._out.clear()
         elapsed = f"{outcome.elapsed:.1f} s"
         if outcome.status == "finished":
             self._write(sys.stdout, f"Finished in {elapsed}")
             return
         words = {"failed": "Failed", "timeout": "Timed out", "interrupted": "Interrupted"}[outcome.status]
         detail = f": {outcome.error}" if outcome.error and outcome.status != "interrupted" else ""
-        self._write(sys.stderr, f"{words} after {elapsed}{detail}")
+        where = f" (every rank's output: {self._log_dir}/)" if self._log_dir else ""
+        self._write(sys.stderr, f"{words} after {elapsed}{detail}{where}")

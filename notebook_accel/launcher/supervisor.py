@@ -8,6 +8,10 @@ report their own exception rather than being killed mid-report, then SIGTERM to 
 (``GRACE_SECONDS``) in which their events are still collected, then SIGKILL, and every worker is reaped. A
 timeout stops the run the same way, without the settle; an interrupt (the notebook's stop button) or an
 error in the launcher itself sends SIGTERM at once, SIGKILL after the grace, reaps, and re-raises.
+
+Output bytes go to each rank's :class:`~notebook_accel.launcher.output.RankOutput`, which turns them into
+``Log`` events as a terminal shows them and keeps them in the run's log files; the loop also wakes when an
+unfinished line is due to be shown (:attr:`~notebook_accel.launcher.output.RankOutput.next_due`).
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any, Literal
 
 from notebook_accel.channel import read_events
-from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, Log, RunOutcome, Sink, Started
+from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Sink, Started
 from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
-from notebook_accel.launcher.lines import LineSplitter
+from notebook_accel.launcher.output import RankOutput
+from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
 
 __all__ = ["finish_aborted", "supervise", "signal_name", "GRACE_SECONDS"]
@@ -58,15 +64,16 @@ def _death_message(exit_code: int, name: str | None) -> str:
 class _Supervisor:
     """State of one supervised run (private: :func:`supervise` is the interface)."""
 
-    def __init__(self, handles: Sequence[WorkerHandle], sink: Sink, grace: float) -> None:
+    def __init__(self, handles: Sequence[WorkerHandle], sink: Sink, grace: float, log_dir: Path | None) -> None:
         self.handles = list(handles)
         self.sink = sink
         self.grace = grace
         self.conns: dict[Connection, WorkerHandle] = {h.events: h for h in handles}
-        self.fds: dict[int, tuple[WorkerHandle, Literal["stdout", "stderr"], LineSplitter]] = {}
+        self.outputs = {h.rank: RankOutput(h.rank, log_dir and rank_log(log_dir, h.rank)) for h in handles}
+        self.fds: dict[int, tuple[WorkerHandle, Literal["ordered", "fd2"]]] = {}
         for h in handles:
-            self.fds[h.stdout_fd] = (h, "stdout", LineSplitter())
-            self.fds[h.stderr_fd] = (h, "stderr", LineSplitter())
+            self.fds[h.stdout_fd] = (h, "ordered")
+            self.fds[h.stderr_fd] = (h, "fd2")
         self.sentinels: dict[int, WorkerHandle] = {h.process.sentinel: h for h in handles}
         self.finished: dict[int, Any] = {}
         self.failures: dict[int, WorkerFailure] = {}  # insertion order = order of detection
@@ -101,20 +108,38 @@ class _Supervisor:
         self.sink.handle(event)
 
     def on_fd(self, fd: int) -> None:
-        """Read what is there; pass on whole lines; end of file flushes the last partial line and closes."""
-        handle, stream, splitter = self.fds[fd]
+        """Read what is there and pass it on as output; end of file flushes and closes."""
+        handle, kind = self.fds[fd]
         try:
             data = os.read(fd, _READ_SIZE)
         except BlockingIOError:
             return
         except OSError:
             data = b""
-        lines = splitter.feed(data) if data else splitter.finish()
-        if lines:
-            self.sink.handle(Log(handle.rank, stream, "\n".join(lines)))
         if not data:
-            del self.fds[fd]
-            handle.close_stream(fd)
+            self.on_fd_eof(fd)
+            return
+        output = self.outputs[handle.rank]
+        now = time.monotonic()
+        self.emit(output.ordered(data, now) if kind == "ordered" else output.stderr(data, now))
+
+    def emit(self, events: Sequence[Event]) -> None:
+        """Pass events to the sink, in order."""
+        for event in events:
+            self.sink.handle(event)
+
+    def flush_output(self) -> None:
+        """Show the unfinished lines that have waited long enough."""
+        now = time.monotonic()
+        for output in self.outputs.values():
+            due = output.next_due
+            if due is not None and now >= due:
+                self.emit(output.due(now))
+
+    def next_output_due(self) -> float | None:
+        """When an unfinished line is next due to be shown."""
+        times = [t for t in (o.next_due for o in self.outputs.values()) if t is not None]
+        return min(times) if times else None
 
     def drain(self, handle: WorkerHandle) -> None:
         """Everything a dead worker left in its pipes (a grandchild holding them open cannot stall us)."""
@@ -132,12 +157,12 @@ class _Supervisor:
                     self.on_fd_eof(fd)
 
     def on_fd_eof(self, fd: int) -> None:
-        """Treat ``fd`` as finished even though it is not at end of file (a grandchild holds it)."""
-        handle, stream, splitter = self.fds.pop(fd)
-        lines = splitter.finish()
-        if lines:
-            self.sink.handle(Log(handle.rank, stream, "\n".join(lines)))
+        """``fd`` is finished (end of file, or a dead worker's pipe a grandchild holds open); after the rank's
+        last pipe, its output is flushed and its log file closed."""
+        handle, _ = self.fds.pop(fd)
         handle.close_stream(fd)
+        if not any(h is handle for h, _ in self.fds.values()):
+            self.emit(self.outputs[handle.rank].close())
 
     def on_exit(self, sentinel: int) -> None:
         """A worker ended: read what it left, reap it, report it, and decide whether that is a failure."""
@@ -192,6 +217,9 @@ class _Supervisor:
                 self.advance_stop()
                 continue
             target = self.next_stop if self.stop_stage else deadline
+            due = self.next_output_due()
+            if due is not None:
+                target = due if target is None else min(target, due)
             limit = None if target is None else max(0.0, target - now)
             tick = getattr(self.sink, "tick", None)  # optional: wake at least every TICK_SECONDS to call it
             if tick is not None:
@@ -206,6 +234,7 @@ class _Supervisor:
             for obj in ready:
                 if not isinstance(obj, Connection) and obj in self.sentinels:
                     self.on_exit(obj)
+            self.flush_output()
             if tick is not None and time.monotonic() >= self.next_tick:
                 self.next_tick = time.monotonic() + TICK_SECONDS
                 tick(self.next_tick - TICK_SECONDS)
@@ -221,7 +250,14 @@ class _Supervisor:
                     self.sentinels.pop(sentinel).reap()  # type: ignore[call-overload,arg-type]
             for handle in self.alive():
                 _kill(handle, signal.SIGKILL)
+            for handle in self.handles:
+                handle.reap()
+            for fd in list(self.fds):  # what the workers wrote last, read once (a grandchild may keep writing)
+                if fd in self.fds and _readable(fd):
+                    self.on_fd(fd)
             close_handles(self.handles)
+            for output in self.outputs.values():
+                self.emit(output.close())
 
     def outcome_error(self, elapsed: float, timeout: float | None) -> tuple[RunOutcome, BaseException | None]:
         """The outcome for the sink and the exception to raise (``None`` on success)."""
@@ -276,7 +312,8 @@ def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: st
 
 
 def supervise(
-    handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None
+    handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None,
+    log_dir: Path | None = None,
 ) -> Any:
     """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
 
@@ -286,6 +323,7 @@ def supervise(
         timeout: seconds before the run is stopped, ``None`` for no limit.
         start_time: ``time.monotonic()`` at the start of the launch, for the elapsed time.
         grace: seconds between SIGTERM and SIGKILL when stopping (default ``GRACE_SECONDS``).
+        log_dir: the run folder receiving each rank's output as ``rank<N>.log`` (``None``: no files).
 
     Returns:
         Rank 0's return value (``None`` when rank 0 is on another node).
@@ -295,7 +333,7 @@ def supervise(
         LaunchTimeoutError: the run exceeded ``timeout``.
         KeyboardInterrupt: the run was interrupted; every worker was stopped first.
     """
-    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace)
+    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir)
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
         sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
     try:

@@ -1,15 +1,18 @@
 """The worker's side of a launch: what a forked child does from its first instruction to ``os._exit``.
 
 Order matters. The child first forgets what it inherited from the kernel (the kernel's event channel, an
-initialised torch.distributed group, ipykernel's streams and signal handlers), then points fd 1 and 2 at
-its own pipes (so C-level output is captured too), sets its rank environment and thread count, installs its
-event writer, runs the user's function, reports the result or the failure, and leaves with ``os._exit`` so
-none of the kernel's atexit handlers or finalizers run in a child.
+initialised torch.distributed group, ipykernel's streams, signal handlers and IPython shell:
+:mod:`.kernel_detach`), then points fd 1 and 2 at its own pipes (so C-level output is captured too) with
+``sys.stderr`` writing frames into the stdout pipe (so the order of stdout and stderr is kept:
+:mod:`.streams`), sets its rank environment and thread count, installs its event writer, runs the user's
+function, reports the result or the failure, and leaves with ``os._exit`` so none of the kernel's atexit
+handlers or finalizers run in a child.
 """
 
 from __future__ import annotations
 
 import ctypes
+import io
 import logging
 import os
 import signal
@@ -23,6 +26,8 @@ from typing import Any, Callable, NoReturn
 from notebook_accel import channel, environment
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Failed, Finished
+from notebook_accel.launcher.kernel_detach import detach_from_kernel
+from notebook_accel.launcher.streams import FramedWriter
 
 __all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main", "user_traceback"]
 
@@ -40,7 +45,8 @@ class WorkerSpec:
         env: the worker's launch environment (rank, world size, rendezvous, device, precision).
         threads: intra-op threads for torch (cores / local workers).
         events: write end of the event pipe.
-        stdout_fd, stderr_fd: write ends of the output pipes, duplicated onto fd 1 and 2.
+        stdout_fd: write end of the ordered pipe, duplicated onto fd 1; ``sys.stderr`` writes frames into it.
+        stderr_fd: write end of the fd-2 pipe (C-level stderr only).
         close_fds: the launcher's read ends inherited by the fork, closed at once in the child.
     """
 
@@ -131,17 +137,20 @@ def _forget_process_group() -> None:
 def _redirect_output(stdout_fd: int, stderr_fd: int, kernel: KernelState) -> None:
     """Point fd 1/2 at the launcher's pipes and rebuild ``sys.stdout``/``sys.stderr`` on them, line-buffered.
 
+    ``sys.stderr`` writes frames into the ordered pipe through a private duplicate of it (see
+    :mod:`.streams`), so stdout and stderr arrive in the order written; its ``fileno()`` is still 2.
     Logging handlers made in the kernel still hold the kernel's stream objects (ipykernel's, which would
     ship text around the capture); they are moved to the new streams.
     """
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
+    ordered = os.dup(stdout_fd)  # not inherited by the worker's own subprocesses
     os.close(stdout_fd)
     os.close(stderr_fd)
     sys.stdout = sys.__stdout__ = open(  # type: ignore[misc]
         1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
-    sys.stderr = sys.__stderr__ = open(  # type: ignore[misc]
-        2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(  # type: ignore[misc]
+        io.BufferedWriter(FramedWriter(ordered)), encoding="utf-8", errors="backslashreplace", line_buffering=True)
     for handler, fd in kernel.stream_handlers:
         handler.setStream(sys.stdout if fd == 1 else sys.stderr)
 
@@ -208,6 +217,7 @@ def worker_main(
             os.close(fd)
         if kernel.process_group:
             _forget_process_group()
+        detach_from_kernel()
         _redirect_output(spec.stdout_fd, spec.stderr_fd, kernel)
         spec.env.apply()
         _set_threads(spec.threads)

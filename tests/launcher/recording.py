@@ -23,10 +23,10 @@ class RecordingSink:
         self.outcome = outcome
 
     def lines(self, rank: int, stream: str = "stdout") -> list[str]:
-        """Every output line of ``rank`` on ``stream``, in order."""
+        """Every final output line of ``rank`` on ``stream``, in order (live partial lines left out)."""
         out: list[str] = []
         for e in self.events:
-            if isinstance(e, Log) and e.rank == rank and e.stream == stream:
+            if isinstance(e, Log) and not e.partial and e.rank == rank and e.stream == stream:
                 out.extend(e.text.split("\n"))
         return out
 

@@ -213,8 +213,7 @@ def load_newest(project_dir):
     accelerator.register_for_checkpointing(DiesDuringSecondSave(accelerator.process_index))
     return os.path.basename(accelerator.load_state())
 
-# %%
-# NBVAL_RAISES_EXCEPTION
+# %% tags=["raises-exception"]
 crash_dir = os.path.join(workdir, "crash")
 notebook_launcher(save_twice_and_crash, args=(crash_dir,), num_processes=2)
 
@@ -241,8 +240,7 @@ print("load_state() loaded:", loaded)
 # damaged files) is refused with a `CheckpointError` that names what does not match, before anything is changed.
 # Here the checkpoint saved by two processes is loaded by one:
 
-# %%
-# NBVAL_RAISES_EXCEPTION
+# %% tags=["raises-exception"]
 notebook_launcher(train, args=(2, None, checkpoint, os.path.join(workdir, "one_process")), num_processes=1)
 
 # %%

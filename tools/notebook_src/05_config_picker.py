@@ -74,8 +74,7 @@ print(config.distributed_type, config.num_processes, config.mixed_precision, con
 # A bad configuration is refused with **every** problem at once, each naming the field, the bad value and what is
 # allowed, so you fix them all in one go:
 
-# %%
-# NBVAL_RAISES_EXCEPTION
+# %% tags=["raises-exception"]
 Config(num_processes=0, mixed_precision="fp8", gradient_accumulation_steps=-1)
 
 # %% [markdown]
@@ -116,8 +115,7 @@ with open(accelerate_file, "w") as f:
     )
 print(load_config(accelerate_file).num_processes, "processes, from an accelerate file")
 
-# %%
-# NBVAL_RAISES_EXCEPTION
+# %% tags=["raises-exception"]
 with open(accelerate_file, "a") as f:
     f.write("num_proceses: 4\n")
 load_config(accelerate_file)

@@ -4,7 +4,7 @@
 # Distributed runs fail in ways a single process does not: one rank raises while the others wait for it, a
 # collective that one rank never reaches hangs forever, a worker is killed by the system. This notebook causes each
 # of them on purpose, shows what the cell ends with, and how to read it. Every failing cell below is *meant* to
-# fail.
+# fail, and is tagged `raises-exception` so that *Run All* goes on past it.
 #
 # The promise in every case: the cell ends with **one** clear error, every worker has been stopped and reaped,
 # and the next cell can launch again at once.
@@ -63,8 +63,7 @@ def train_with_a_bug(steps):
         time.sleep(0.1 if accelerator.process_index == 1 else 60)
     return "done"
 
-# %%
-# NBVAL_RAISES_EXCEPTION
+# %% tags=["raises-exception"]
 notebook_launcher(train_with_a_bug, args=(5,), num_processes=2)
 
 # %% [markdown]
@@ -132,8 +131,7 @@ def train_that_hangs():
     else:
         time.sleep(60)
 
-# %%
-# NBVAL_RAISES_EXCEPTION
+# %% tags=["raises-exception"]
 notebook_launcher(train_that_hangs, num_processes=2, timeout=5)
 
 # %% [markdown]
@@ -189,8 +187,7 @@ print("processes in the next launch:", again)
 # Some mistakes are caught before any worker is forked, with a `LaunchError` (a `ValueError`) that names the bad
 # value and the fix. Nothing was started, so there is nothing to clean up. A port that another program holds:
 
-# %%
-# NBVAL_RAISES_EXCEPTION
+# %% tags=["raises-exception"]
 busy = socket.socket()
 busy.bind(("127.0.0.1", 0))
 busy.listen()
