@@ -6,7 +6,7 @@ its ``accelerator.log`` / progress events reach the same sink (so the dashboard 
 goes straight to the cell, as any code in the kernel would.
 
 Exceptions propagate **as they are**: the user's own exception object with its full traceback, so
-``%debug`` and post-mortem tools work on it; there is no worker to name. A ``timeout`` raises
+``%debug`` and post-mortem tools work on it; there is no worker to name.
 A ``timeout`` is never handled here: ``notebook_launcher`` runs a single process with a timeout in one forked worker.
 """
 
