@@ -72,10 +72,11 @@ def slow() -> None:
 def test_timeout_runs_the_single_process_in_a_fork() -> None:
     """A timeout must never interrupt the kernel's own thread: the one process runs forked and is stopped there."""
     sink = RecordingSink()
+    alarm = signal.getsignal(signal.SIGALRM)
     with pytest.raises(LaunchTimeoutError, match="timeout=0.5"):
         notebook_launcher(slow, num_processes=1, timeout=0.5, dashboard=sink)
     assert sink.outcome is not None and sink.outcome.status == "timeout"
-    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGALRM) is alarm  # the kernel's thread was never armed
 
 
 def own_pid() -> int:
