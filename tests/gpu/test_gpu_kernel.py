@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.kernel.test_launcher_kernel import ROOT, execute
+from tests.kernel.test_launcher_kernel import execute, running_kernel
 
 jupyter_client = pytest.importorskip("jupyter_client")
 
@@ -37,17 +37,9 @@ LAUNCH = "pid, total = notebook_launcher(on_gpu, num_processes=1, timeout=300, d
 
 @pytest.fixture
 def kernel() -> Iterator[tuple[Any, Any]]:
-    """A kernel started in the repository root, always shut down."""
-    km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(ROOT))
-    kc = km.client()
-    try:
-        kc.start_channels()
-        kc.wait_for_ready(timeout=120)
+    """A fresh kernel for this test (it is restarted on purpose)."""
+    with running_kernel() as (km, kc):
         yield km, kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 @pytest.mark.timeout(600)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,21 +85,28 @@ def execute(kc: Any, code: str, timeout: float = 60.0, on_output: Any = None) ->
     return cell
 
 
-@pytest.fixture(scope="module")
-def kernel() -> Iterator[tuple[Any, Any]]:
-    """One kernel for the module, started in the repository root, always shut down."""
+@contextmanager
+def running_kernel() -> Iterator[tuple[Any, Any]]:
+    """A kernel started in the repository root, ready, and always shut down: (manager, client)."""
     km = jupyter_client.KernelManager(kernel_name="python3")
     km.start_kernel(cwd=str(ROOT))
     kc = km.client()
     try:
         kc.start_channels()
         kc.wait_for_ready(timeout=120)
-        setup = execute(kc, SETUP, timeout=120)
-        assert setup.status == "ok", setup.evalue
         yield km, kc
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def kernel() -> Iterator[tuple[Any, Any]]:
+    """One kernel for the module, with SETUP run in it."""
+    with running_kernel() as (km, kc):
+        setup = execute(kc, SETUP, timeout=120)
+        assert setup.status == "ok", setup.evalue
+        yield km, kc
 
 
 @pytest.mark.timeout(180)
