@@ -22,6 +22,7 @@ Tensors on an accelerator travel as CPU copies, so a returned CUDA tensor cannot
 
 from __future__ import annotations
 
+import copy
 import io
 import pickle
 import sys
@@ -124,13 +125,45 @@ class EventWriter:
                 return
 
 
+_WRAPPED_FORWARD = "_notebook_accel_original_forward"  # set by notebook_accel.precision.wrap_forward
+
+
+def _unwrapped(module: Any) -> Any:
+    """The user's module inside DDP and ``torch.compile`` wrappers, without our mixed-precision forward (a
+    copy of the module object is changed, never the user's)."""
+    ddp = sys.modules.get("torch.nn.parallel")
+    while True:
+        if ddp is not None and isinstance(module, ddp.DistributedDataParallel):
+            module = module.module
+        elif "_orig_mod" in getattr(module, "__dict__", {}) or "_orig_mod" in getattr(module, "_modules", {}):
+            module = module._orig_mod
+        else:
+            break
+    if _WRAPPED_FORWARD in module.__dict__:
+        module = copy.copy(module)
+        module.__dict__.pop(_WRAPPED_FORWARD)
+        module.__dict__.pop("forward", None)
+    return module
+
+
+def _loaded_as_is(value: Any) -> Any:
+    """What a wrapped module is loaded through in the kernel: its inner module, unchanged."""
+    return value
+
+
 class _ByValuePickler(pickle.Pickler):
-    """A plain pickler that copies tensors living on an accelerator to the CPU."""
+    """A plain pickler that copies tensors living on an accelerator to the CPU and sends a prepared model as
+    the user's own module: a DDP wrapper cannot be loaded where there is no process group (the kernel)."""
 
     def reducer_override(self, obj: Any) -> Any:
-        """Reduce a non-CPU tensor as its CPU copy; everything else as usual."""
+        """Reduce a non-CPU tensor as its CPU copy, a wrapped module as its inner module; the rest as usual."""
         torch = sys.modules.get("torch")
-        if torch is None or not isinstance(obj, torch.Tensor) or obj.device.type in ("cpu", "meta"):
+        if torch is None:
+            return NotImplemented
+        if isinstance(obj, torch.nn.Module):
+            inner = _unwrapped(obj)
+            return NotImplemented if inner is obj else (_loaded_as_is, (inner,))
+        if not isinstance(obj, torch.Tensor) or obj.device.type in ("cpu", "meta"):
             return NotImplemented
         copy = obj.detach().cpu()
         if isinstance(obj, torch.nn.Parameter):

@@ -76,6 +76,8 @@ class LaunchEnvironment:
         mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"`` from the launcher or config, else ``None``.
         gradient_accumulation_steps: from the launch config, else ``None``.
         launched: True inside a process started by :func:`notebook_accel.notebook_launcher`.
+        backend_vars: more variables for torch.distributed in a launched worker (the kernel's rendezvous
+            store, the loopback interface: :mod:`notebook_accel.launcher.rendezvous`), as (name, value) pairs.
 
     Example:
         >>> env = LaunchEnvironment.from_environ({"RANK": "1", "WORLD_SIZE": "2"})
@@ -93,6 +95,7 @@ class LaunchEnvironment:
     mixed_precision: str | None = None
     gradient_accumulation_steps: int | None = None
     launched: bool = False
+    backend_vars: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_distributed(self) -> bool:
@@ -138,6 +141,7 @@ class LaunchEnvironment:
             out[GRADIENT_ACCUMULATION_STEPS] = str(self.gradient_accumulation_steps)
         if self.launched:
             out[LAUNCHED] = "1"
+        out.update(self.backend_vars)
         return out
 
     def apply(self, environ: MutableMapping[str, str] | None = None) -> None:

@@ -15,6 +15,7 @@ from notebook_accel.events import RunInfo, Sink
 from notebook_accel.launcher import preflight
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.ports import check_port_free, free_port
+from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, worker_variables
 from notebook_accel.launcher.runlogs import create_run_folder, display_path
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
 from notebook_accel.launcher.spawn import start_workers
@@ -48,7 +49,7 @@ def _settings(
     use_cpu: bool | None,
     mixed_precision: str | None,
     gradient_accumulation_steps: int | None,
-    use_port: int | None,
+    use_port: int | str | None,
     master_addr: str,
     num_nodes: int,
     node_rank: int,
@@ -70,7 +71,7 @@ def _settings(
         use_cpu=bool(pick(use_cpu, "use_cpu")),
         mixed_precision=pick(mixed_precision, "mixed_precision"),
         gradient_accumulation_steps=pick(gradient_accumulation_steps, "gradient_accumulation_steps"),
-        port=pick(use_port, "main_process_port") or None,  # the config's 0 means "pick one"
+        port=preflight.check_port(pick(use_port, "main_process_port")),  # the config's 0 means "pick one"
         master_addr=master_addr,
         num_nodes=num_nodes,
         node_rank=node_rank,
@@ -94,7 +95,7 @@ def _choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
 
 def _environments(
     devices: Sequence[str], node_rank: int, num_nodes: int, master_addr: str, port: int,
-    mixed_precision: str | None, gradient_accumulation_steps: int | None,
+    mixed_precision: str | None, gradient_accumulation_steps: int | None, backend_vars: dict[str, str],
 ) -> list[LaunchEnvironment]:
     """One launch environment per local worker; global rank = node_rank * local workers + local rank."""
     local = len(devices)
@@ -103,6 +104,7 @@ def _environments(
             rank=node_rank * local + i, local_rank=i, world_size=num_nodes * local, local_world_size=local,
             master_addr=master_addr, master_port=port, device=device, mixed_precision=mixed_precision,
             gradient_accumulation_steps=gradient_accumulation_steps, launched=True,
+            backend_vars=tuple(backend_vars.items()),
         )
         for i, device in enumerate(devices)
     ]
@@ -120,7 +122,7 @@ def notebook_launcher(
     num_processes: int | None = None,
     *,
     mixed_precision: str | None = None,
-    use_port: int | None = None,
+    use_port: int | str | None = None,
     master_addr: str = _DEFAULT_ADDR,
     gpu_ids: str | int | Sequence[int] | None = None,
     timeout: float | None = None,
@@ -149,7 +151,8 @@ def notebook_launcher(
         args: positional arguments for ``function``.
         num_processes: processes on this machine; ``None``: one per visible GPU (else 1).
         mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; reaches every worker's ``Accelerator``.
-        use_port: rendezvous port; ``None`` picks a free one (single machine). A busy port is refused.
+        use_port: rendezvous port (an int, or a string of digits as accelerate takes it); ``None`` picks a free
+            one (single machine). A busy port is refused.
         master_addr: rendezvous address (node 0's address for several machines).
         gpu_ids: restrict this launch to these visible GPUs: ``"all"``, ``"0,2"``, ``[0, 2]``.
         timeout: seconds; a run still going then is stopped and :class:`LaunchTimeoutError` raised.
@@ -194,6 +197,7 @@ def notebook_launcher(
     steps = None if s.gradient_accumulation_steps is None else preflight.check_positive_int(
         "gradient_accumulation_steps", s.gradient_accumulation_steps)
     limit = preflight.check_timeout(timeout)
+    preflight.check_master_addr(s.master_addr)
     nodes, node = preflight.check_nodes(s.num_nodes, s.node_rank, s.port, s.master_addr)
     devices, backend = preflight.resolve_devices(s.num_processes, s.gpu_ids, s.use_cpu)
     local = len(devices)
@@ -202,17 +206,36 @@ def notebook_launcher(
     in_process = local == 1 and nodes == 1 and limit is None
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
-    port = _choose_port(s.port, s.master_addr, node)
-    envs = _environments(devices, node, nodes, s.master_addr, port, precision, steps)
+    # Node 0 of a forked run serves the rendezvous store itself, bound to master_addr only (.rendezvous).
+    listener = bind_listener(s.master_addr, s.port) if node == 0 and not in_process else None
+    port = _choose_port(s.port, s.master_addr, node) if listener is None else int(listener.getsockname()[1])
+    variables = {} if in_process else worker_variables(s.master_addr, nodes)
+    envs = _environments(devices, node, nodes, s.master_addr, port, precision, steps, variables)
+    store = None if listener is None else StoreServer(listener, nodes * local)
+    try:
+        return _run(function, tuple(args), dashboard, show_all_ranks, node, local, devices, backend, precision,
+                    in_process, envs, limit, start, store)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _run(
+    function: Callable[..., Any], args: tuple[Any, ...], dashboard: bool | Sink | None, show_all_ranks: bool,
+    node: int, local: int, devices: Sequence[str], backend: str, precision: str | None, in_process: bool,
+    envs: list[LaunchEnvironment], limit: float | None, start: float, store: StoreServer | None,
+) -> Any:
+    """The launch once every argument was checked: show it, then run in this process or fork and supervise."""
     sink = GuardedSink(choose_sink(dashboard, show_all_ranks, main_rank=node * local))
     folder = None if in_process else create_run_folder(_function_name(function))
     sink.start(RunInfo(local, tuple(devices), "none" if in_process else backend, _function_name(function),
                        precision or "no", time.time(), "" if folder is None else display_path(folder)))
     if in_process:
-        return run_in_process(function, tuple(args), envs[0], sink, limit, start)
+        return run_in_process(function, args, envs[0], sink, limit, start)
     try:
-        handles = start_workers(envs, max(1, hardware.cpu_count() // local), function, tuple(args))
+        handles = start_workers(envs, max(1, hardware.cpu_count() // local), function, args,
+                                inherited_fds=() if store is None else (store.fd,))
     except BaseException as e:
         finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
         raise
-    return supervise(handles, sink, limit, start, log_dir=folder)
+    return supervise(handles, sink, limit, start, log_dir=folder, before=None if store is None else store.start)

@@ -22,6 +22,9 @@ __all__ = [
     "check_positive_int",
     "check_mixed_precision",
     "check_timeout",
+    "check_master_addr",
+    "check_port",
+    "max_cpu_processes",
     "check_nodes",
     "parse_gpu_ids",
     "resolve_devices",
@@ -59,13 +62,53 @@ def check_mixed_precision(value: object) -> MixedPrecision | None:
     raise LaunchError(f"mixed_precision={value!r} is not allowed; use one of {list(_MIXED_PRECISION)} or None")
 
 
+def max_cpu_processes() -> int:
+    """The most CPU workers one launch may fork: 8 per core, at least 64 (far beyond any useful number, but
+    a typo such as ``10**12`` is refused before the machine runs out of processes)."""
+    return max(64, 8 * hardware.cpu_count())
+
+
 def check_timeout(value: object) -> float | None:
-    """``None`` or a positive, finite number of seconds."""
+    """``None`` or a positive, finite number of seconds (any size: the supervisor waits in bounded steps)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LaunchError(f"timeout={value!r} is not allowed; pass a number of seconds > 0, or None for no limit")
-    return float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not 0 < seconds < math.inf:
+        raise LaunchError(f"timeout={value!r} is not allowed; pass a number of seconds > 0, or None for no limit")
+    return seconds
+
+
+def check_port(value: object) -> int | None:
+    """``None``/``0`` (pick a free port) or a TCP port as an int or a string of digits (accelerate passes
+    ``use_port="29500"``), 1 to 65535."""
+    if value is None:
+        return None
+    port: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        port = value
+    elif isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 5:
+        port = int(value.strip())
+    if port is None or not 0 <= port <= 65535:
+        raise LaunchError(
+            f"use_port={value!r} is not a TCP port; pass a port from 1024 to 65535 (an int or a string such as "
+            "'29500'), or None to pick a free one"
+        )
+    return port or None
+
+
+def check_master_addr(value: object) -> str:
+    """A non-empty host name or address, as a string."""
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+        raise LaunchError(
+            f"master_addr={value!r} is not allowed; pass a host name or IP address as a string, e.g. '127.0.0.1' "
+            "for a single machine or node 0's address for several"
+        )
+    return value
 
 
 def check_nodes(num_nodes: object, node_rank: object, port: int | None, master_addr: str) -> tuple[int, int]:
@@ -130,7 +173,15 @@ def resolve_devices(
                 f"gpu_ids={gpu_ids!r} but no GPU is visible (no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides them); "
                 "drop gpu_ids to run on CPU, or check CUDA_VISIBLE_DEVICES"
             )
-        return ["cpu"] * (num_processes or 1), "gloo"
+        count = num_processes or 1
+        limit = max_cpu_processes()
+        if count > limit:
+            raise LaunchError(
+                f"num_processes={count} CPU workers on a machine with {hardware.cpu_count()} cores is more than the "
+                f"{limit} allowed (each worker is a full process with its own copy of the model); pass "
+                f"num_processes<={limit}, usually one per core or fewer"
+            )
+        return ["cpu"] * count, "gloo"
     allowed = list(range(visible))
     if ids is None:
         ids = allowed

@@ -1,22 +1,31 @@
 """The kernel's side of starting workers: one event pipe and two output pipes per worker, then a fork.
 
 Pipes are made just before each fork and the kernel closes the write ends right after it, so each pipe's
-write end lives only in its worker: when the worker exits, the kernel sees end-of-file. The kernel's read
-ends that a later fork inherits are closed first thing in that child (``WorkerSpec.close_fds``).
+write end lives only in its worker (and in whatever the worker forks). The worker's end is learnt from a
+pidfd (:mod:`.processes`), not from a pipe, so a child the worker leaves behind cannot hide it. The
+kernel's descriptors that a later fork inherits (read ends, pidfds, the rendezvous listener) are closed
+first thing in that child (``WorkerSpec.close_fds``). An interrupt (the stop button) that arrives while
+the workers are being forked is held until every fork has been recorded, then raised, so no worker is
+started without the kernel knowing its pid.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Callable
 
 from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.launcher.worker import WorkerSpec, survey_kernel, worker_main
+from notebook_accel.launcher.processes import exit_fd
+from notebook_accel.launcher.worker import KernelState, WorkerSpec, survey_kernel, worker_main
 
 __all__ = ["WorkerHandle", "start_workers", "close_handles"]
 
@@ -25,7 +34,11 @@ _FORK = multiprocessing.get_context("fork")
 
 @dataclass
 class WorkerHandle:
-    """The kernel's view of one started worker: its process and the read ends of its pipes."""
+    """The kernel's view of one started worker: its process, the read ends of its pipes, and the descriptor
+    that becomes readable when it exits (a pidfd; multiprocessing's sentinel where there is none).
+
+    The worker leads its own process group, whose id is its pid (``pid``, 0 until it was started).
+    """
 
     rank: int
     process: BaseProcess
@@ -34,6 +47,10 @@ class WorkerHandle:
     stderr_fd: int
     device: str
     exit_code: int | None = None
+    exit_fd: int = -1
+    pidfd: bool = False
+    pid: int = 0
+    sentinel: int = -1
 
     def reap(self) -> int:
         """Wait for the process to end (call once it has ended or was killed) and return its exit code."""
@@ -41,6 +58,9 @@ class WorkerHandle:
             self.process.join()
             self.exit_code = self.process.exitcode if self.process.exitcode is not None else -1
             self.process.close()
+        if self.pidfd and self.exit_fd >= 0:
+            os.close(self.exit_fd)
+            self.exit_fd = -1
         return self.exit_code
 
     def close_stream(self, fd: int) -> None:
@@ -60,10 +80,45 @@ def _pipe() -> tuple[int, int]:
     return read_fd, write_fd
 
 
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold SIGINT (the stop button) for the duration of the block, then deliver it as usual.
+
+    Blocking the signal with a mask would not do: in a kernel other threads receive it. Only the main
+    thread can change the handler; elsewhere the block runs unprotected.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[tuple[int, FrameType | None]] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        pending.append((signum, frame))
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            if callable(previous):
+                previous(*pending[0])
+            elif previous != signal.SIG_IGN:
+                raise KeyboardInterrupt
+
+
 def start_workers(
-    envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...]
+    envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...],
+    inherited_fds: Sequence[int] = (),
 ) -> list[WorkerHandle]:
     """Fork one worker per environment; on any error the ones already started are killed and reaped.
+
+    Args:
+        envs: one launch environment per worker.
+        threads: intra-op threads per worker.
+        function: the user's function; ``args`` its positional arguments.
+        inherited_fds: more of the kernel's descriptors each worker must close at once (the rendezvous
+            listener).
 
     Returns:
         The handles, in the order of ``envs``.
@@ -71,27 +126,8 @@ def start_workers(
     handles: list[WorkerHandle] = []
     kernel = survey_kernel()
     try:
-        for env in envs:
-            events_r, events_w = _FORK.Pipe(duplex=False)
-            out_r, out_w = _pipe()
-            err_r, err_w = _pipe()
-            held = [fd for h in handles for fd in (h.events.fileno(), h.stdout_fd, h.stderr_fd)]
-            spec = WorkerSpec(env, threads, events_w, out_w, err_w, (*held, events_r.fileno(), out_r, err_r))
-            process = _FORK.Process(
-                target=worker_main, args=(spec, kernel, function, args), name=f"notebook-accel-rank{env.rank}", daemon=False
-            )
-            handle = WorkerHandle(env.rank, process, events_r, out_r, err_r, env.device or "cpu")
-            try:
-                process.start()
-            except BaseException:
-                handle.exit_code = -1  # never started: nothing to reap
-                handles.append(handle)
-                raise
-            finally:
-                events_w.close()
-                os.close(out_w)
-                os.close(err_w)
-            handles.append(handle)
+        with _interrupts_held():
+            _fork_all(envs, threads, function, args, inherited_fds, kernel, handles)
     except BaseException:
         for handle in handles:
             if handle.exit_code is None:
@@ -99,6 +135,39 @@ def start_workers(
         close_handles(handles)
         raise
     return handles
+
+
+def _fork_all(
+    envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...],
+    inherited_fds: Sequence[int], kernel: KernelState, handles: list[WorkerHandle],
+) -> None:
+    """The loop of :func:`start_workers`: each new handle is appended as soon as its process exists."""
+    for env in envs:
+        events_r, events_w = _FORK.Pipe(duplex=False)
+        out_r, out_w = _pipe()
+        err_r, err_w = _pipe()
+        held = {fd for h in handles for fd in (h.events.fileno(), h.stdout_fd, h.stderr_fd, h.exit_fd, h.sentinel) if fd >= 0}
+        own = (events_r.fileno(), out_r, err_r)
+        spec = WorkerSpec(env, threads, events_w, out_w, err_w, (*inherited_fds, *held, *own))
+        process = _FORK.Process(
+            target=worker_main, args=(spec, kernel, function, args), name=f"notebook-accel-rank{env.rank}", daemon=False
+        )
+        handle = WorkerHandle(env.rank, process, events_r, out_r, err_r, env.device or "cpu")
+        try:
+            process.start()
+        except BaseException:
+            handle.exit_code = -1  # never started: nothing to reap
+            handles.append(handle)
+            raise
+        finally:
+            events_w.close()
+            os.close(out_w)
+            os.close(err_w)
+        handle.pid = process.pid or 0
+        handles.append(handle)
+        pidfd = exit_fd(handle.pid)
+        handle.sentinel = process.sentinel
+        handle.exit_fd, handle.pidfd = (process.sentinel, False) if pidfd is None else (pidfd, True)
 
 
 def close_handles(handles: Sequence[WorkerHandle]) -> None:

@@ -1,13 +1,16 @@
-"""Watching the workers: one loop over their event pipes, output pipes and process sentinels.
+"""Watching the workers: one loop over their event pipes, output pipes and exit descriptors (pidfds).
 
 ``multiprocessing.connection.wait`` wakes the loop for whichever comes first: an event, output bytes, or a
-worker's death, so a crash is noticed at once, a large return value is read while it is being written (no
+worker's death (its pidfd: a child the worker left behind cannot hide it, see :mod:`.processes`), so a
+crash is noticed at once, a large return value is read while it is being written (no
 deadlock), and nothing sleeps on the success path. The first failure (a ``Failed`` event, or a worker ending
 badly) starts the stop: a short settle (``SETTLE_SECONDS``) so that ranks failing at the same moment still
 report their own exception rather than being killed mid-report, then SIGTERM to the others, a grace
 (``GRACE_SECONDS``) in which their events are still collected, then SIGKILL, and every worker is reaped. A
 timeout stops the run the same way, without the settle; an interrupt (the notebook's stop button) or an
-error in the launcher itself sends SIGTERM at once, SIGKILL after the grace, reaps, and re-raises.
+error in the launcher itself sends SIGTERM at once, SIGKILL after the grace, reaps, and re-raises. Every
+signal goes to the worker's whole process group, and when the run ends, whatever the workers started and
+left behind is ended too (:func:`~notebook_accel.launcher.processes.end_groups`).
 
 Output bytes go to each rank's :class:`~notebook_accel.launcher.output.RankOutput`, which turns them into
 ``Log`` events as a terminal shows them and keeps them in the run's log files; the loop also wakes when an
@@ -20,7 +23,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -30,6 +33,7 @@ from notebook_accel.channel import read_events
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Sink, Started
 from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
 from notebook_accel.launcher.output import RankOutput
+from notebook_accel.launcher.processes import end_groups, signal_group
 from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
 
@@ -37,7 +41,9 @@ __all__ = ["finish_aborted", "supervise", "signal_name", "GRACE_SECONDS"]
 
 GRACE_SECONDS = 3.0
 SETTLE_SECONDS = 0.3
+LEFTOVER_GRACE_SECONDS = 1.0  # for processes a finished worker left behind, between SIGTERM and SIGKILL
 _READ_SIZE = 1 << 16
+_MAX_WAIT = 3600.0  # poll()'s millisecond timeout is a C int: one wait never asks for more than an hour
 
 
 def signal_name(exit_code: int | None) -> str | None:
@@ -74,7 +80,7 @@ class _Supervisor:
         for h in handles:
             self.fds[h.stdout_fd] = (h, "ordered")
             self.fds[h.stderr_fd] = (h, "fd2")
-        self.sentinels: dict[int, WorkerHandle] = {h.process.sentinel: h for h in handles}
+        self.sentinels: dict[int, WorkerHandle] = {h.exit_fd: h for h in handles}
         self.finished: dict[int, Any] = {}
         self.failures: dict[int, WorkerFailure] = {}  # insertion order = order of detection
         self.stopped: set[int] = set()
@@ -85,13 +91,17 @@ class _Supervisor:
 
     # -- reading ------------------------------------------------------------------------------------------
     def on_conn(self, conn: Connection) -> None:
-        """Receive one message of events; end of file closes the pipe."""
+        """Receive one message of events; end of file closes the pipe; a message the kernel cannot load (a
+        returned object that needs the workers' process group) is that rank's failure, not the launcher's."""
+        rank = next(h.rank for h in self.handles if h.events is conn)
         try:
             events = read_events(conn)
         except (EOFError, OSError):
             self.conns.pop(conn, None)
             conn.close()
             return
+        except Exception as e:  # noqa: BLE001 - whatever unpickling the user's objects raises
+            events = [Failed(rank, "ResultError", unloadable_message(rank, e), "")]
         for event in events:
             self.on_event(event)
             if isinstance(event, (Finished, Failed)):
@@ -220,7 +230,7 @@ class _Supervisor:
             due = self.next_output_due()
             if due is not None:
                 target = due if target is None else min(target, due)
-            limit = None if target is None else max(0.0, target - now)
+            limit = _MAX_WAIT if target is None else min(_MAX_WAIT, max(0.0, target - now))
             tick = getattr(self.sink, "tick", None)  # optional: wake at least every TICK_SECONDS to call it
             if tick is not None:
                 limit = TICK_SECONDS if limit is None else min(limit, TICK_SECONDS)
@@ -242,16 +252,17 @@ class _Supervisor:
     def stop_now(self) -> None:
         """Interrupt or internal error: TERM, grace on the sentinels only, KILL, reap. Ignores further SIGINTs."""
         with _sigint_ignored():
-            for handle in self.alive():
+            for handle in self.handles:  # the reaped ones too: what they started may still run
                 _kill(handle, signal.SIGTERM)
             deadline = time.monotonic() + self.grace
             while self.sentinels and time.monotonic() < deadline:
                 for sentinel in wait(list(self.sentinels), deadline - time.monotonic()):
                     self.sentinels.pop(sentinel).reap()  # type: ignore[call-overload,arg-type]
-            for handle in self.alive():
+            for handle in self.handles:
                 _kill(handle, signal.SIGKILL)
             for handle in self.handles:
                 handle.reap()
+            end_leftovers(self.handles)
             for fd in list(self.fds):  # what the workers wrote last, read once (a grandchild may keep writing)
                 if fd in self.fds and _readable(fd):
                     self.on_fd(fd)
@@ -283,11 +294,27 @@ def _readable(fd: int) -> bool:
 
 
 def _kill(handle: WorkerHandle, sig: signal.Signals) -> None:
-    """Send ``sig`` to a worker that may have just exited."""
-    try:
-        os.kill(handle.process.pid, sig)  # type: ignore[arg-type]
-    except (ProcessLookupError, ValueError):
-        pass
+    """Send ``sig`` to a worker (unless already reaped: its pid may be reused) and to its process group."""
+    if handle.exit_code is None:
+        try:
+            os.kill(handle.pid, sig)  # the worker may not have called setsid() yet
+        except ProcessLookupError:
+            pass
+    signal_group(handle.pid, sig)
+
+
+def unloadable_message(rank: int, error: BaseException) -> str:
+    """What to tell the user when rank ``rank``'s message (its return value) cannot be loaded in the kernel."""
+    return (
+        f"rank {rank} returned a value that cannot be loaded in the kernel ({type(error).__name__}: {error}); "
+        "an object tied to the workers' process group cannot leave them. Return plain data instead, e.g. "
+        "accelerator.unwrap_model(model).state_dict(), numbers, or a path to a file saved with save_model()"
+    )
+
+
+def end_leftovers(handles: Sequence[WorkerHandle]) -> None:
+    """End what the (reaped) workers started and left running; their process groups share their pids."""
+    end_groups([h.pid for h in handles if h.pid > 0], LEFTOVER_GRACE_SECONDS)
 
 
 @contextmanager
@@ -313,7 +340,7 @@ def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: st
 
 def supervise(
     handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None,
-    log_dir: Path | None = None,
+    log_dir: Path | None = None, before: Callable[[], None] | None = None,
 ) -> Any:
     """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
 
@@ -324,6 +351,8 @@ def supervise(
         start_time: ``time.monotonic()`` at the start of the launch, for the elapsed time.
         grace: seconds between SIGTERM and SIGKILL when stopping (default ``GRACE_SECONDS``).
         log_dir: the run folder receiving each rank's output as ``rank<N>.log`` (``None``: no files).
+        before: called first, under the same protection as the run (if it raises, the workers are stopped);
+            the launcher starts the rendezvous store with it.
 
     Returns:
         Rank 0's return value (``None`` when rank 0 is on another node).
@@ -337,12 +366,15 @@ def supervise(
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
         sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
     try:
+        if before is not None:
+            before()
         state.loop(timeout)
     except BaseException as e:
         state.stop_now()
         finish_aborted(sink, e, time.monotonic() - start_time, "launcher error")
         raise
     close_handles(handles)
+    end_leftovers(handles)
     outcome, error = state.outcome_error(time.monotonic() - start_time, timeout)
     sink.finish(outcome)
     if error is not None:

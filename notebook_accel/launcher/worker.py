@@ -32,6 +32,7 @@ from notebook_accel.launcher.streams import FramedWriter
 __all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main", "user_traceback"]
 
 _PR_SET_PDEATHSIG = 1
+_ORPHANED = 75  # EX_TEMPFAIL: the kernel died before this worker was set up
 # Process-group objects inherited from the kernel: kept alive (never destroyed) because their destructors
 # would join threads that do not exist in a forked child. os._exit ends the child without running them.
 _INHERITED: list[Any] = []
@@ -77,10 +78,25 @@ _PRCTL = _libc_function("prctl")
 _FFLUSH = _libc_function("fflush")  # os._exit skips C stdio buffers: printf output of extensions would be lost
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker if the kernel dies, so no orphan outlives a crashed kernel."""
+def _own_process_group() -> None:
+    """Lead a new session and process group, so the launcher can end everything this worker starts at once
+    (``killpg``) and a terminal's Ctrl-C reaches only the launcher, which stops the workers itself."""
+    try:
+        os.setsid()
+    except OSError:  # already a group leader (cannot happen after a fork, but never fatal)
+        pass
+
+
+def _die_with_parent(kernel_pid: int) -> None:
+    """Ask Linux to SIGKILL this worker if the kernel dies, so no orphan outlives a crashed kernel.
+
+    A kernel that died between the fork and this call would go unnoticed by the request, so the parent is
+    checked after it: a worker whose kernel is already gone leaves at once.
+    """
     if _PRCTL is not None:  # elsewhere the launcher's teardown still reaps every worker
         _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != kernel_pid:
+        os._exit(_ORPHANED)
 
 
 def _reset_signals() -> None:
@@ -97,10 +113,12 @@ class KernelState:
     of every logger and of torch.distributed's tables.
 
     Attributes:
+        pid: the kernel's pid (a worker whose parent is no longer this process leaves at once).
         process_group: torch.distributed is initialised in the kernel.
         stream_handlers: logging handlers writing to the kernel's ``sys.stdout`` (1) or ``sys.stderr`` (2).
     """
 
+    pid: int
     process_group: bool
     stream_handlers: tuple[tuple[logging.StreamHandler[Any], int], ...]
 
@@ -116,7 +134,7 @@ def survey_kernel() -> KernelState:
             fd = streams.get(id(getattr(handler, "stream", None)))
             if fd is not None and isinstance(handler, logging.StreamHandler):
                 handlers.append((handler, fd))
-    return KernelState(group, tuple(handlers))
+    return KernelState(os.getpid(), group, tuple(handlers))
 
 
 def _forget_process_group() -> None:
@@ -212,7 +230,8 @@ def worker_main(
     try:
         channel.uninstall()
         _reset_signals()
-        _die_with_parent()
+        _own_process_group()
+        _die_with_parent(kernel.pid)
         for fd in spec.close_fds:
             os.close(fd)
         if kernel.process_group:

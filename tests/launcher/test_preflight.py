@@ -172,3 +172,48 @@ def test_launch_gives_worker_i_gpu_i(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sink.info is not None and sink.info.devices == ("cuda:1", "cuda:0") and sink.info.backend == "nccl"
     with pytest.raises(LaunchError, match="num_processes=3"):
         notebook_launcher(return_device, num_processes=3, dashboard=sink)
+
+
+# -- argument gaps a fuzzer found (issue 11, item 8) ----------------------------------------------------------
+def quick() -> int:
+    return 1
+
+
+@pytest.mark.parametrize("value", [None, 5, "", " ", "127.0.0.1 ", b"127.0.0.1"])
+def test_master_addr_must_be_an_address_string(value: Any) -> None:
+    with pytest.raises(LaunchError, match="master_addr="):
+        notebook_launcher(quick, num_processes=2, master_addr=value, dashboard=RecordingSink())
+    assert child_pids() == []
+
+
+def test_absurd_cpu_process_counts_are_refused_before_forking(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpus(monkeypatch, 0)
+    limit = preflight.max_cpu_processes()
+    assert limit >= 64
+    for count in (limit + 1, 10**12, 10**4000):
+        with pytest.raises(LaunchError, match=f"the {limit} allowed"):
+            notebook_launcher(quick, num_processes=count, dashboard=RecordingSink())
+    assert preflight.resolve_devices(limit, None) == (["cpu"] * limit, "gloo")
+
+
+@pytest.mark.parametrize("value", [10**400, float("nan"), float("inf"), -1, 0, "5"])
+def test_timeout_out_of_range_is_refused(value: Any) -> None:
+    with pytest.raises(LaunchError, match="timeout="):
+        preflight.check_timeout(value)
+
+
+def test_a_timeout_of_months_runs_normally() -> None:
+    # poll() takes milliseconds as a C int (about 24.8 days): the supervisor must wait in bounded steps
+    assert notebook_launcher(quick, num_processes=2, timeout=3e7, dashboard=RecordingSink()) == 1
+
+
+@pytest.mark.parametrize("value, expected", [(None, None), (0, None), ("0", None), (29500, 29500), ("29611", 29611),
+                                             (" 29611 ", 29611)])
+def test_port_accepts_ints_and_digit_strings(value: Any, expected: int | None) -> None:
+    assert preflight.check_port(value) == expected
+
+
+@pytest.mark.parametrize("value", [True, -1, 65536, "29x", "", 1.5, "123456", 10**30])
+def test_port_rejects(value: Any) -> None:
+    with pytest.raises(LaunchError, match="use_port="):
+        preflight.check_port(value)

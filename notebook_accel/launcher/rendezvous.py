@@ -1,0 +1,135 @@
+"""The run's rendezvous store, served by the launching kernel on ``master_addr`` only.
+
+torch's default (``env://``, ``tcp://``) makes rank 0 serve a ``TCPStore`` on *every* interface of the machine,
+IPv4 and IPv6, whatever ``MASTER_ADDR`` says: anyone who can reach the machine can list and overwrite the
+run's keys. Instead, node 0's kernel binds the port on ``master_addr`` itself before forking (so the port is
+also held from the check to the run: no race with another program), serves the store on that socket
+(``TCPStore(master_listen_fd=...)``) for the length of the run, and tells every worker to connect to it as
+a client, the way ``torchrun``'s agent does (``TORCHELASTIC_USE_AGENT_STORE``). The workers' own
+``init_process_group("gloo"/"nccl")`` is unchanged.
+
+On a single machine with a loopback ``master_addr`` the collectives' own sockets stay on loopback too
+(``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` set to the loopback interface unless the user set them).
+With several machines, node 0 exposes the store port on ``master_addr`` and each node's gloo/nccl opens
+ports on the interface that reaches the others (see the README's "Several machines").
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import socket
+from typing import Any
+
+from notebook_accel import environment
+from notebook_accel.errors import LaunchError
+
+__all__ = ["StoreServer", "bind_listener", "worker_variables", "LOOPBACK_ADDRESSES"]
+
+LOOPBACK_ADDRESSES = ("127.0.0.1", "localhost", "::1")
+_BACKLOG = 1024
+
+
+def _family(host: str) -> socket.AddressFamily:
+    """The address family of ``host`` (a literal address, or a name resolved once)."""
+    if ":" in host:
+        return socket.AF_INET6
+    try:
+        return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][0]
+    except (socket.gaierror, UnicodeError, ValueError) as e:
+        raise LaunchError(
+            f"master_addr={host!r} cannot be resolved ({e}); pass this machine's address, e.g. '127.0.0.1' "
+            "for a single machine or its address on the network for node 0 of several"
+        ) from e
+
+
+def bind_listener(host: str, port: int | None) -> socket.socket:
+    """A listening socket on ``host``:``port`` (``None`` or 0: a free port chosen by the OS).
+
+    Raises:
+        LaunchError: the port is busy or privileged, or ``host`` is not an address of this machine.
+    """
+    family = _family(host)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers of a last run are fine
+        sock.bind((host, port or 0))
+        sock.listen(_BACKLOG)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise LaunchError(
+                f"master_addr={host!r} is not an address of this machine ({e.strerror}); node 0 serves the "
+                "rendezvous on it: use '127.0.0.1' for a single machine, or node 0's own address on the network"
+            ) from e
+        why = "is already in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
+        raise LaunchError(
+            f"port {port} on {host} {why}; pass another use_port=, or use_port=None to pick a free one "
+            "(a previous run may still hold it: wait a moment or stop that process)"
+        ) from e
+    return sock
+
+
+def worker_variables(master_addr: str, num_nodes: int) -> dict[str, str]:
+    """Variables that make every worker a client of the kernel's store (and, on one machine with a loopback
+    address, keep gloo and nccl on the loopback interface unless the user chose an interface)."""
+    out = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0"}  # the latter: torch < 2.4
+    if num_nodes == 1 and master_addr in LOOPBACK_ADDRESSES:
+        loopback = _loopback_interface()
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if loopback is not None and not environment.get(name):
+                out[name] = loopback
+    return out
+
+
+def _loopback_interface() -> str | None:
+    """The loopback interface's name (``lo`` on Linux), ``None`` where it cannot be told."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    return None
+
+
+class StoreServer:
+    """The run's ``TCPStore``, served from the kernel on a socket bound by :func:`bind_listener`.
+
+    Call :meth:`start` after the workers were forked (no store thread exists in the kernel at the fork) and
+    :meth:`close` when the run is over; the store owns the socket from :meth:`start` on.
+
+    Args:
+        listener: the bound, listening socket.
+        world_size: processes in the run.
+        timeout: how long a store operation may wait.
+    """
+
+    def __init__(self, listener: socket.socket, world_size: int, timeout: float = 1800.0) -> None:
+        self.listener = listener
+        self.world_size = world_size
+        self.timeout = timeout
+        self.host, self.port = listener.getsockname()[:2]
+        self._store: Any = None
+
+    @property
+    def fd(self) -> int:
+        """The listening descriptor (each forked worker closes its copy at once)."""
+        return self.listener.fileno()
+
+    def start(self) -> None:
+        """Serve the store; from now on it owns the listening socket."""
+        from torch.distributed import TCPStore
+
+        self._store = TCPStore(
+            self.host, self.port, self.world_size, True, datetime.timedelta(seconds=self.timeout),
+            wait_for_workers=False, master_listen_fd=self.listener.detach(),
+        )
+
+    def close(self) -> None:
+        """Stop serving and free the port. Idempotent; before :meth:`start`, just closes the socket."""
+        if self._store is not None:
+            self._store = None  # the server stops and closes its socket when the object goes
+        elif self.listener.fileno() >= 0:
+            self.listener.close()

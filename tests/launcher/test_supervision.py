@@ -1,0 +1,221 @@
+"""Supervision that nothing escapes: what workers start ends with the run, and the run's end is seen at once.
+
+Each test here failed before the worker had its own process group and the kernel watched a pidfd (issue 11).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from notebook_accel import Accelerator
+from notebook_accel.launcher import WorkerError, notebook_launcher, processes, worker
+from tests.helpers import child_pids
+from tests.launcher.recording import RecordingSink
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _rank() -> int:
+    return int(os.environ["RANK"])
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for init to reap it counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
+
+
+def _wait_ended(pids: list[int], seconds: float = 5.0) -> list[int]:
+    """The pids still running after up to ``seconds`` (a killed process takes a moment to go)."""
+    deadline = time.monotonic() + seconds
+    while seconds and any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if _running(p)]
+
+
+# -- worker bodies ------------------------------------------------------------------------------------------
+def fork_and_return(pid_file: str) -> str:
+    """Rank 0 leaves an os.fork child and a fork-context Process holding every inherited pipe, then returns."""
+    if _rank() == 0:
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        import multiprocessing
+
+        helper = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+        helper.start()
+        Path(pid_file).write_text(f"{child} {helper.pid}")
+    return f"rank {_rank()} done"
+
+
+def start_subprocess(pid_file: str) -> int:
+    """Each rank starts a long subprocess and returns without waiting for it."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    Path(f"{pid_file}.{_rank()}").write_text(str(proc.pid))
+    return proc.pid
+
+
+def loader_forever(pid_file: str) -> None:
+    """Iterate a DataLoader with worker processes until stopped."""
+    data = torch.utils.data.TensorDataset(torch.arange(10_000.0))
+    loader = torch.utils.data.DataLoader(data, batch_size=4, num_workers=2, persistent_workers=True)
+    while True:
+        for _ in loader:
+            if not Path(f"{pid_file}.{_rank()}").exists():
+                pids = [w.pid for w in loader._iterator._workers]  # type: ignore[union-attr]
+                Path(f"{pid_file}.{_rank()}").write_text(" ".join(map(str, pids)))
+            time.sleep(0.01)
+
+
+def return_prepared_model() -> torch.nn.Module:
+    """Return the DDP-wrapped model, with the mixed-precision forward installed."""
+    accelerator = Accelerator(mixed_precision="bf16")
+    torch.manual_seed(0)
+    return accelerator.prepare(torch.nn.Linear(3, 2))
+
+
+class NeedsWorker:
+    """An object that can be pickled in a worker but not loaded in the kernel."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (_load_only_in_worker, ("payload",))
+
+
+def _load_only_in_worker(value: str) -> str:
+    if "RANK" not in os.environ:
+        raise RuntimeError("Default process group has not been initialized")
+    return value
+
+
+def return_unloadable() -> object:
+    return NeedsWorker() if _rank() == 0 else None
+
+
+# -- tests ------------------------------------------------------------------------------------------------
+def test_a_forked_grandchild_does_not_hold_the_run(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids"
+    started = time.monotonic()
+    value = notebook_launcher(fork_and_return, args=(str(pid_file),), num_processes=2, dashboard=RecordingSink(),
+                              timeout=45)
+    elapsed = time.monotonic() - started
+    assert value == "rank 0 done"
+    assert elapsed < 30, f"the launch waited {elapsed:.1f} s for the worker's children (hang guard)"
+    pids = [int(p) for p in pid_file.read_text().split()]
+    assert _wait_ended(pids) == [], "the worker's children outlived the run"
+
+
+def test_processes_a_worker_starts_end_with_the_run(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    values = notebook_launcher(start_subprocess, args=(str(pid_file),), num_processes=2, dashboard=RecordingSink())
+    pids = [int((tmp_path / f"pid.{rank}").read_text()) for rank in (0, 1)]
+    assert values == pids[0]
+    assert _wait_ended(pids, seconds=0) == [], "subprocesses started by the workers are still running"
+
+
+def test_stop_button_ends_dataloader_workers(tmp_path: Path) -> None:
+    pid_file = tmp_path / "loader"
+
+    def interrupt_when_ready() -> None:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"loader.{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Thread(target=interrupt_when_ready, daemon=True)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        notebook_launcher(loader_forever, args=(str(pid_file),), num_processes=2, dashboard=RecordingSink())
+    timer.join()
+    pids = [int(p) for r in (0, 1) for p in (tmp_path / f"loader.{r}").read_text().split()]
+    assert len(pids) == 4
+    assert _wait_ended(pids, seconds=0) == [], "DataLoader workers outlived the stop"
+
+
+def test_an_interrupt_while_forking_leaks_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_fork = os.fork
+    forks: list[int] = []
+
+    def fork_then_interrupt() -> int:
+        pid = real_fork()
+        if pid:  # in the kernel, right after the fork: the stop button at the worst moment
+            forks.append(pid)
+            os.kill(os.getpid(), signal.SIGINT)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        notebook_launcher(time.sleep, args=(30,), num_processes=2, dashboard=RecordingSink())
+    monkeypatch.undo()
+    assert forks, "the test did not fork"
+    assert child_pids() == []
+    assert _wait_ended(forks) == []
+
+
+def test_a_worker_whose_kernel_is_gone_leaves_at_once() -> None:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            worker._die_with_parent(kernel_pid=1)  # not our parent: as if the kernel died before prctl
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == worker._ORPHANED
+
+
+def test_end_groups_terminates_a_group_and_reports_it() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        assert processes.group_members(proc.pid) == [proc.pid]
+        assert processes.end_groups([proc.pid], grace=2.0) == [proc.pid]
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+        assert processes.end_groups([proc.pid], grace=2.0) == []
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_exit_fd_is_readable_once_the_process_exits() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    fd = processes.exit_fd(proc.pid)
+    if fd is None:
+        proc.wait()
+        pytest.skip("this kernel has no pidfd_open (Linux < 5.3): the sentinel is used instead")
+    try:
+        from multiprocessing.connection import wait
+
+        assert wait([fd], 30) == [fd]
+    finally:
+        os.close(fd)
+        proc.wait()
+
+
+def test_a_returned_prepared_model_arrives_unwrapped() -> None:
+    model = notebook_launcher(return_prepared_model, num_processes=2, dashboard=RecordingSink())
+    assert type(model) is torch.nn.Linear
+    assert "forward" not in model.__dict__  # the mixed-precision forward stayed in the worker
+    torch.manual_seed(0)
+    assert torch.equal(model.weight, torch.nn.Linear(3, 2).weight)
+
+
+def test_a_value_the_kernel_cannot_load_is_a_clear_worker_error() -> None:
+    with pytest.raises(WorkerError, match="cannot be loaded in the kernel") as info:
+        notebook_launcher(return_unloadable, num_processes=2, dashboard=RecordingSink())
+    assert [f.rank for f in info.value.failures] == [0]
+    assert "Default process group has not been initialized" in str(info.value)
+    assert "state_dict()" in str(info.value)
+
