@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from notebook_accel import ops
+from notebook_accel.arguments import check_accelerator_arguments
 from notebook_accel.data import PreparedDataLoader, prepare_data_loader, skip_first_batches
 from notebook_accel.model import no_sync, prepare_model, unwrap_model
 from notebook_accel.environment import LaunchEnvironment
@@ -82,6 +83,11 @@ class Accelerator(ProcessFacade):
                  gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
                  step_scheduler_with_optimizer: bool = True,
                  kwargs_handlers: Sequence[KwargsHandler] | None = None) -> None:
+        check_accelerator_arguments(
+            device_placement=device_placement, split_batches=split_batches, cpu=cpu,
+            dataloader_config=dataloader_config, rng_types=rng_types, project_dir=project_dir,
+            project_config=project_config, step_scheduler_with_optimizer=step_scheduler_with_optimizer,
+            kwargs_handlers=kwargs_handlers)
         env = LaunchEnvironment.from_environ()
         ddp, scaler, init = resolve_handlers(kwargs_handlers)  # every option is checked before the group forms
         self._mixed_precision: MixedPrecision = resolve_mixed_precision(mixed_precision, env.mixed_precision)

@@ -315,6 +315,9 @@ def resolve_accumulation(steps: int | None, plugin: GradientAccumulationPlugin |
             raise ConfigurationError(f"gradient_accumulation_steps={steps!r} and gradient_accumulation_plugin "
                                      f"(num_steps={plugin.num_steps}) disagree; pass only one of them")
         return plugin
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ConfigurationError(f"gradient_accumulation_steps={steps!r} is not allowed; pass a whole number >= 1 "
+                                 "(1 means no accumulation)")
     return GradientAccumulationPlugin(num_steps=steps if steps is not None else (from_launch or 1))
 
 

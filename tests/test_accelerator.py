@@ -71,8 +71,8 @@ def test_options_are_honoured() -> None:
         ({"split_batches": False, "dataloader_config": DataLoaderConfiguration(split_batches=True)}, "conflicts"),
         ({"gradient_accumulation_steps": 2,
           "gradient_accumulation_plugin": GradientAccumulationPlugin(num_steps=3)}, "disagree"),
-        ({"gradient_accumulation_steps": 0}, "num_steps"),
-        ({"kwargs_handlers": [object()]}, "unsupported"),
+        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps=0 is not allowed"),
+        ({"kwargs_handlers": [object()]}, "not handlers"),
         ({"kwargs_handlers": [GradScalerKwargs(), GradScalerKwargs()]}, "two GradScalerKwargs"),
     ],
 )

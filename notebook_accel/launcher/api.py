@@ -189,6 +189,8 @@ def notebook_launcher(
     """
     start = time.monotonic()
     preflight.check_callable(function)
+    preflight.check_flag("show_all_ranks", show_all_ranks)
+    preflight.check_flag("use_cpu", use_cpu, optional=True)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise LaunchError(f"args={args!r:.80} is not allowed; pass a tuple of positional arguments, e.g. args=(lr,)")
     s = _settings(resolve_config(config), num_processes, gpu_ids, use_cpu, mixed_precision,

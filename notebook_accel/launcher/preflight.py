@@ -20,6 +20,7 @@ __all__ = [
     "Backend",
     "check_callable",
     "check_positive_int",
+    "check_flag",
     "check_mixed_precision",
     "check_timeout",
     "check_master_addr",
@@ -53,6 +54,17 @@ def check_positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise LaunchError(f"{name}={value!r} is not allowed; pass a whole number >= 1")
     return value
+
+
+def check_flag(name: str, value: object, optional: bool = False) -> bool | None:
+    """``value`` as a bool (``None`` too when ``optional``), else :class:`LaunchError` naming ``name``.
+
+    Strings are refused on purpose: ``use_cpu="no"`` would be true.
+    """
+    if isinstance(value, bool) or (optional and value is None):
+        return value
+    allowed = "True, False or None" if optional else "True or False"
+    raise LaunchError(f"{name}={value!r} is not allowed; pass {allowed}")
 
 
 def check_mixed_precision(value: object) -> MixedPrecision | None:

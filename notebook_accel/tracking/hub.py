@@ -40,6 +40,11 @@ def _resolve(log_with: LogWith) -> tuple[bool, list[str], list[GeneralTracker]]:
     """Split ``log_with`` into (live requested, file tracker names, tracker instances); refuse unknown names."""
     if log_with is None:
         return False, [], []
+    if not isinstance(log_with, (str, GeneralTracker, list, tuple)):
+        raise TrackerError(
+            f"log_with={log_with!r:.80} is not allowed; pass a tracker name from {list(TRACKER_NAMES)}, a "
+            "GeneralTracker instance, a list of them, or None"
+        )
     items: Sequence[Any] = [log_with] if isinstance(log_with, (str, GeneralTracker)) else log_with
     live, names, instances = False, [], []
     for item in items:

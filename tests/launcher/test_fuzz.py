@@ -1,0 +1,100 @@
+"""A seeded fuzzer for ``notebook_launcher``: every call succeeds or raises one of our errors, and leaves nothing.
+
+The values are the ones users and typos produce (wrong types, out of range, huge, NaN, strings for numbers).
+After each call: no child process, no new file descriptor, no changed environment variable or signal handler.
+The seed is fixed and the number of calls bounded, so a failure here is reproducible from its printed case.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+from typing import Any
+
+import pytest
+
+from notebook_accel.errors import NotebookAccelError
+from notebook_accel.launcher import notebook_launcher
+from tests.helpers import child_pids, open_fds
+from tests.launcher.recording import RecordingSink
+
+pytestmark = pytest.mark.timeout(300)
+
+SEED = 20261124
+CALLS = 200
+
+
+def answer(*args: Any) -> int:
+    """The function every fuzzed launch runs: quick, and its value tells success apart."""
+    return 42
+
+
+# Per parameter: (values that must work, values that must be refused with our error).
+POOLS: dict[str, tuple[list[Any], list[Any]]] = {
+    "function": ([answer], [42, None, "answer"]),
+    "args": ([(), []], ["abc", 5, None, {"a": 1}, b"xy"]),
+    "num_processes": ([None, 1, 2], [0, -1, 10**12, 10**4000, 1.5, "2", True, math.nan]),
+    "mixed_precision": ([None, "no", "bf16"], ["fp8", "FP17", 5, ""]),
+    "use_port": ([None, "0", 0], ["abc", -5, 70000, True, 1.5, "", "123456"]),
+    "master_addr": (["127.0.0.1", "localhost"], [None, 5, "", " ", "no-such-host.invalid", "192.0.2.1"]),
+    "gpu_ids": ([None, "all"], ["0", [0], "x", -1, [0, 0]]),
+    "timeout": ([None, 60, 3e7], [0, -1, math.nan, math.inf, 10**400, "5", True]),
+    "gradient_accumulation_steps": ([None, 1, 4], [0, -2, 2.5, "4"]),
+    "num_nodes": ([1], [0, -3, 2, 10**12, "2", 2.0]),
+    "node_rank": ([0], [1, -1, 10**9, "0", 0.0]),
+    "dashboard": ([False], ["yes", 3]),
+    "show_all_ranks": ([False, True], ["no", None, 2]),
+    "use_cpu": ([None, True, False], ["no", 2]),
+    "config": ([None], ["/nonexistent/config.yaml", 5, {}, []]),
+}
+
+
+def _case(rng: random.Random) -> tuple[dict[str, Any], list[str]]:
+    """One call's keyword arguments (none to two drawn from the bad values) and the names of the bad ones."""
+    bad = rng.sample(sorted(POOLS), rng.choice([0, 1, 1, 2]))
+    case: dict[str, Any] = {}
+    for name, (good, wrong) in POOLS.items():
+        if name in bad:
+            case[name] = rng.choice(wrong)
+        elif name == "function" or rng.random() < 0.4:
+            case[name] = rng.choice(good)
+    return case, bad
+
+
+def _handlers() -> tuple[Any, ...]:
+    return tuple(signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM))
+
+
+def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOTEBOOK_ACCEL_LOG_DIR", str(tmp_path / "runs"))
+    # torch.distributed opens a pipe once per process, the first time the store is served: not a per-call leak
+    assert notebook_launcher(answer, num_processes=2, dashboard=RecordingSink()) == 42
+    rng = random.Random(SEED)
+    outcomes: dict[str, int] = {}
+    for index in range(CALLS):
+        case, bad = _case(rng)
+        case.setdefault("dashboard", RecordingSink())
+        function = case.pop("function")
+        env, fds, handlers = dict(os.environ), open_fds(), _handlers()
+        label = f"case {index}: notebook_launcher({function!r}, **{ {k: v for k, v in case.items() if k != 'dashboard'} !r:.300})"
+        try:
+            value = notebook_launcher(function, **case)
+        except NotebookAccelError as e:
+            outcomes[type(e).__name__] = outcomes.get(type(e).__name__, 0) + 1
+            assert bad, f"{label}: good arguments were refused: {e}"
+            assert str(e).strip(), f"{label}: empty error message"
+        except Exception as e:  # noqa: BLE001 - the point of the test
+            pytest.fail(f"{label}: raised {type(e).__name__} (not one of ours): {e}")
+        else:
+            outcomes["success"] = outcomes.get("success", 0) + 1
+            assert not bad, f"{label}: bad values for {bad} were accepted"
+            if function is answer:
+                assert value == 42, f"{label}: returned {value!r}"
+        assert child_pids() == [], f"{label}: left child processes"
+        assert open_fds() == fds, f"{label}: leaked file descriptors"
+        assert dict(os.environ) == env, f"{label}: changed the environment"
+        assert _handlers() == handlers, f"{label}: changed a signal handler"
+    print(outcomes)
+    assert outcomes.get("success", 0) >= 20 and outcomes.get("LaunchError", 0) >= 50, outcomes

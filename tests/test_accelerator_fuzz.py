@@ -1,0 +1,74 @@
+"""A seeded fuzzer for ``Accelerator(...)``: each construction succeeds or raises one of our errors, naming the
+argument, and leaves no process group, environment change or signal handler behind."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+import sys
+from typing import Any
+
+import pytest
+
+from notebook_accel import Accelerator, DataLoaderConfiguration, ProjectConfiguration
+from notebook_accel.errors import NotebookAccelError
+
+SEED = 1124
+CALLS = 150
+
+# Per parameter: (values that must work, values that must be refused with our error).
+POOLS: dict[str, tuple[list[Any], list[Any]]] = {
+    "device_placement": ([True, False], ["yes", 1, None]),
+    "split_batches": ([None, False, True], ["no", 2]),
+    "mixed_precision": ([None, "no", "bf16"], ["fp8", "BF17", 5, True]),
+    "gradient_accumulation_steps": ([None, 1, 3], [0, -1, 2.5, "2", True, math.nan]),
+    "cpu": ([False, True], ["no", 3, None]),
+    "dataloader_config": ([None, DataLoaderConfiguration()], [{}, "default", 5]),
+    "rng_types": ([None, ["torch"], ["torch", "generator"]], ["torch", ["numpy-ish"], [5], 3]),
+    "log_with": ([None], ["no-such-tracker", 5, [object()]]),
+    "project_dir": ([None, "."], [5, b"x"]),
+    "project_config": ([None, ProjectConfiguration()], [{}, "dir"]),
+    "step_scheduler_with_optimizer": ([True, False], ["no", None]),
+    "kwargs_handlers": ([None, []], [[5], "ddp", [object()]]),
+}
+
+
+def _case(rng: random.Random) -> tuple[dict[str, Any], list[str]]:
+    """One call's keyword arguments (none to two bad) and the names of the bad ones."""
+    bad = rng.sample(sorted(POOLS), rng.choice([0, 1, 1, 2]))
+    case: dict[str, Any] = {}
+    for name, (good, wrong) in POOLS.items():
+        if name in bad:
+            case[name] = rng.choice(wrong)
+        elif rng.random() < 0.4:
+            case[name] = rng.choice(good)
+    return case, bad
+
+
+def test_accelerator_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(SEED)
+    outcomes: dict[str, int] = {}
+    for index in range(CALLS):
+        case, bad = _case(rng)
+        env = dict(os.environ)
+        handlers = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+        label = f"case {index}: Accelerator(**{case!r:.300})"
+        try:
+            Accelerator(**case)
+        except NotebookAccelError as e:
+            outcomes[type(e).__name__] = outcomes.get(type(e).__name__, 0) + 1
+            assert bad, f"{label}: good arguments were refused: {e}"
+            assert any(name in str(e) for name in bad), f"{label}: the error does not name {bad}: {e}"
+        except Exception as e:  # noqa: BLE001 - the point of the test
+            pytest.fail(f"{label}: raised {type(e).__name__} (not one of ours): {e}")
+        else:
+            outcomes["success"] = outcomes.get("success", 0) + 1
+            assert not bad, f"{label}: bad values for {bad} were accepted"
+        assert dict(os.environ) == env, f"{label}: changed the environment"
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers, label
+        dist = sys.modules.get("torch.distributed")
+        assert dist is None or not dist.is_initialized(), f"{label}: left a process group"
+    assert outcomes.get("success", 0) >= 20 and sum(outcomes.values()) - outcomes["success"] >= 50, outcomes
