@@ -1,9 +1,11 @@
-"""Small helpers for tests: free ports, child processes, open file descriptors."""
+"""Small helpers for tests: free ports, child processes, open file descriptors, fuzzed calls."""
 
 from __future__ import annotations
 
 import os
+import random
 import socket
+from typing import Any
 
 
 def free_port() -> int:
@@ -35,3 +37,22 @@ def child_pids(pid: int | None = None) -> list[int]:
 def open_fds() -> int:
     """Number of file descriptors this process has open."""
     return len(os.listdir("/proc/self/fd"))
+
+
+def fuzz_case(
+    rng: random.Random, pools: dict[str, tuple[list[Any], list[Any]]], always: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], list[str]]:
+    """One fuzzed call's keyword arguments and the names given a bad value.
+
+    ``pools`` maps each parameter to (values that must work, values that must be refused). Up to two
+    parameters get a bad value; the others are left out (their default) or, 40% of the time (always for the
+    names in ``always``), get a good one.
+    """
+    bad = rng.sample(sorted(pools), rng.choice([0, 1, 1, 2]))
+    case: dict[str, Any] = {}
+    for name, (good, wrong) in pools.items():
+        if name in bad:
+            case[name] = rng.choice(wrong)
+        elif name in always or rng.random() < 0.4:
+            case[name] = rng.choice(good)
+    return case, bad

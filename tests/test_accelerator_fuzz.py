@@ -14,6 +14,7 @@ import pytest
 
 from notebook_accel import Accelerator, DataLoaderConfiguration, ProjectConfiguration
 from notebook_accel.errors import NotebookAccelError
+from tests.helpers import fuzz_case
 
 SEED = 1124
 CALLS = 150
@@ -35,24 +36,12 @@ POOLS: dict[str, tuple[list[Any], list[Any]]] = {
 }
 
 
-def _case(rng: random.Random) -> tuple[dict[str, Any], list[str]]:
-    """One call's keyword arguments (none to two bad) and the names of the bad ones."""
-    bad = rng.sample(sorted(POOLS), rng.choice([0, 1, 1, 2]))
-    case: dict[str, Any] = {}
-    for name, (good, wrong) in POOLS.items():
-        if name in bad:
-            case[name] = rng.choice(wrong)
-        elif rng.random() < 0.4:
-            case[name] = rng.choice(good)
-    return case, bad
-
-
 def test_accelerator_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     rng = random.Random(SEED)
     outcomes: dict[str, int] = {}
     for index in range(CALLS):
-        case, bad = _case(rng)
+        case, bad = fuzz_case(rng, POOLS)
         env = dict(os.environ)
         handlers = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
         label = f"case {index}: Accelerator(**{case!r:.300})"

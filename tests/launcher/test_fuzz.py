@@ -17,7 +17,7 @@ import pytest
 
 from notebook_accel.errors import NotebookAccelError
 from notebook_accel.launcher import notebook_launcher
-from tests.helpers import child_pids, open_fds
+from tests.helpers import child_pids, fuzz_case, open_fds
 from tests.launcher.recording import RecordingSink
 
 pytestmark = pytest.mark.timeout(300)
@@ -51,18 +51,6 @@ POOLS: dict[str, tuple[list[Any], list[Any]]] = {
 }
 
 
-def _case(rng: random.Random) -> tuple[dict[str, Any], list[str]]:
-    """One call's keyword arguments (none to two drawn from the bad values) and the names of the bad ones."""
-    bad = rng.sample(sorted(POOLS), rng.choice([0, 1, 1, 2]))
-    case: dict[str, Any] = {}
-    for name, (good, wrong) in POOLS.items():
-        if name in bad:
-            case[name] = rng.choice(wrong)
-        elif name == "function" or rng.random() < 0.4:
-            case[name] = rng.choice(good)
-    return case, bad
-
-
 def _handlers() -> tuple[Any, ...]:
     return tuple(signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM))
 
@@ -74,7 +62,7 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
     rng = random.Random(SEED)
     outcomes: dict[str, int] = {}
     for index in range(CALLS):
-        case, bad = _case(rng)
+        case, bad = fuzz_case(rng, POOLS, always=("function",))
         case.setdefault("dashboard", RecordingSink())
         function = case.pop("function")
         env, fds, handlers = dict(os.environ), open_fds(), _handlers()
