@@ -350,15 +350,38 @@ class Accelerator(ProcessFacade):
 
     def save_state(self, output_dir: str | None = None, **kwargs: Any) -> str:
         """Save models, optimizers, schedulers, loaders, scaler, RNGs and registered objects; returns the path."""
-        from notebook_accel import checkpointing
+        from notebook_accel import channel, checkpointing
+        from notebook_accel.events import Saved
 
-        return checkpointing.save_state(self, output_dir)
+        path = checkpointing.save_state(self, output_dir)
+        writer = channel.current()
+        if writer is not None and self.is_main_process:  # the launcher restarts from here (max_restarts)
+            writer.send(Saved(self.process_index, path, self.step))
+        return path
 
     def load_state(self, input_dir: str | None = None, **kwargs: Any) -> str:
-        """Restore everything :meth:`save_state` wrote (loaders continue mid-epoch)."""
+        """Restore everything :meth:`save_state` wrote (loaders continue mid-epoch).
+
+        In a run restarted by ``notebook_launcher(max_restarts=...)``, ``load_state()`` without a folder loads
+        the checkpoint the failed attempt saved last (:attr:`resume_from`).
+        """
         from notebook_accel import checkpointing
 
-        return checkpointing.load_state(self, input_dir)
+        return checkpointing.load_state(self, input_dir if input_dir is not None else self.resume_from)
+
+    @property
+    def restart_count(self) -> int:
+        """How many times ``notebook_launcher(max_restarts=...)`` restarted this run (0 in the first attempt)."""
+        from notebook_accel.environment import restart_state
+
+        return restart_state()[0]
+
+    @property
+    def resume_from(self) -> str | None:
+        """In a restarted run, the checkpoint the failed attempt saved last (resume with ``load_state()``)."""
+        from notebook_accel.environment import restart_state
+
+        return restart_state()[1]
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Include ``objects`` (with ``state_dict``/``load_state_dict``) in :meth:`save_state`."""

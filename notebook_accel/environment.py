@@ -37,6 +37,8 @@ MIXED_PRECISION = "NOTEBOOK_ACCEL_MIXED_PRECISION"
 GRADIENT_ACCUMULATION_STEPS = "NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS"
 LAUNCHED = "NOTEBOOK_ACCEL_LAUNCHED"
 CONFIG_FILE_VAR = "NOTEBOOK_ACCEL_CONFIG_FILE"
+RESTART_COUNT = "NOTEBOOK_ACCEL_RESTART_COUNT"
+RESUME_FROM = "NOTEBOOK_ACCEL_RESUME_FROM"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 OMP_NUM_THREADS = "OMP_NUM_THREADS"
@@ -76,8 +78,8 @@ class LaunchEnvironment:
         mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"`` from the launcher or config, else ``None``.
         gradient_accumulation_steps: from the launch config, else ``None``.
         launched: True inside a process started by :func:`notebook_accel.notebook_launcher`.
-        backend_vars: more variables for torch.distributed in a launched worker (the kernel's rendezvous
-            store, the loopback interface: :mod:`notebook_accel.launcher.rendezvous`), as (name, value) pairs.
+        extra_vars: more variables for a launched worker (the kernel's rendezvous
+            store, the loopback interface, a restart's checkpoint), as (name, value) pairs.
 
     Example:
         >>> env = LaunchEnvironment.from_environ({"RANK": "1", "WORLD_SIZE": "2"})
@@ -95,7 +97,7 @@ class LaunchEnvironment:
     mixed_precision: str | None = None
     gradient_accumulation_steps: int | None = None
     launched: bool = False
-    backend_vars: tuple[tuple[str, str], ...] = ()
+    extra_vars: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_distributed(self) -> bool:
@@ -141,7 +143,7 @@ class LaunchEnvironment:
             out[GRADIENT_ACCUMULATION_STEPS] = str(self.gradient_accumulation_steps)
         if self.launched:
             out[LAUNCHED] = "1"
-        out.update(self.backend_vars)
+        out.update(self.extra_vars)
         return out
 
     def apply(self, environ: MutableMapping[str, str] | None = None) -> None:
@@ -163,6 +165,21 @@ def cuda_visible_devices(environ: Mapping[str, str] | None = None) -> list[str] 
     if raw is None:
         return None
     return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def restart_state(environ: Mapping[str, str] | None = None) -> tuple[int, str | None]:
+    """In a worker restarted by ``notebook_launcher(max_restarts=...)``: (how many restarts so far, the
+    checkpoint the failed attempt saved last); ``(0, None)`` in a first attempt."""
+    env = os.environ if environ is None else environ
+    return _int_or(env, RESTART_COUNT, 0) or 0, env.get(RESUME_FROM) or None
+
+
+def restart_variables(attempt: int, resume_from: str | None) -> dict[str, str]:
+    """The variables a restarted worker reads back with :func:`restart_state`."""
+    out = {RESTART_COUNT: str(attempt)}
+    if resume_from is not None:
+        out[RESUME_FROM] = resume_from
+    return out
 
 
 def config_file_path(environ: Mapping[str, str] | None = None) -> str | None:

@@ -22,6 +22,7 @@ __all__ = [
     "Finished",
     "Failed",
     "Exited",
+    "Saved",
     "Event",
     "RunInfo",
     "RunOutcome",
@@ -118,7 +119,16 @@ class Exited:
     signal_name: str | None = None
 
 
-Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited]
+@dataclass(frozen=True)
+class Saved:
+    """The main process committed a checkpoint (``save_state``) at ``path``: where a restart resumes from."""
+
+    rank: int
+    path: str
+    step: int = 0
+
+
+Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved]
 
 
 @dataclass(frozen=True)

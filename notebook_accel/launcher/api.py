@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,10 +10,11 @@ from typing import Any, Callable
 
 from notebook_accel import hardware
 from notebook_accel.config import Config, resolve_config
-from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.environment import LaunchEnvironment, restart_variables
 from notebook_accel.errors import LaunchError
 from notebook_accel.events import RunInfo, Sink
-from notebook_accel.launcher import preflight
+from notebook_accel.launcher import compat, preflight
+from notebook_accel.launcher.errors import WorkerError
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.ports import check_port_free, free_port
 from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, worker_variables
@@ -95,7 +97,7 @@ def _choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
 
 def _environments(
     devices: Sequence[str], node_rank: int, num_nodes: int, master_addr: str, port: int,
-    mixed_precision: str | None, gradient_accumulation_steps: int | None, backend_vars: dict[str, str],
+    mixed_precision: str | None, gradient_accumulation_steps: int | None, extra_vars: dict[str, str],
 ) -> list[LaunchEnvironment]:
     """One launch environment per local worker; global rank = node_rank * local workers + local rank."""
     local = len(devices)
@@ -104,7 +106,7 @@ def _environments(
             rank=node_rank * local + i, local_rank=i, world_size=num_nodes * local, local_world_size=local,
             master_addr=master_addr, master_port=port, device=device, mixed_precision=mixed_precision,
             gradient_accumulation_steps=gradient_accumulation_steps, launched=True,
-            backend_vars=tuple(backend_vars.items()),
+            extra_vars=tuple(extra_vars.items()),
         )
         for i, device in enumerate(devices)
     ]
@@ -120,16 +122,23 @@ def notebook_launcher(
     function: Callable[..., Any],
     args: Sequence[Any] = (),
     num_processes: int | None = None,
-    *,
     mixed_precision: str | None = None,
     use_port: int | str | None = None,
     master_addr: str = _DEFAULT_ADDR,
+    node_rank: int = 0,
+    num_nodes: int = 1,
+    rdzv_backend: str = "static",
+    rdzv_endpoint: str = "",
+    rdzv_conf: dict[str, Any] | None = None,
+    rdzv_id: str = "none",
+    max_restarts: int = 0,
+    monitor_interval: float = 0.1,
+    log_line_prefix_template: str | None = None,
+    *,
     gpu_ids: str | int | Sequence[int] | None = None,
     timeout: float | None = None,
     config: Any = None,
     gradient_accumulation_steps: int | None = None,
-    num_nodes: int = 1,
-    node_rank: int = 0,
     dashboard: bool | Sink | None = None,
     show_all_ranks: bool = False,
     use_cpu: bool | None = None,
@@ -146,11 +155,15 @@ def notebook_launcher(
     ``runs/<date>-<time>-<function>/rank<N>.log`` (the root is ``$NOTEBOOK_ACCEL_LOG_DIR``; ``off`` keeps none);
     the dashboard and the console say where. Errors raised here carry none of the launcher's frames.
 
+    The positional order is accelerate's (``notebook_launcher(f, (), 2, "bf16")`` works); the options after
+    ``log_line_prefix_template`` are ours and keyword-only.
+
     Args:
         function: the training function; any callable (lambdas and functions defined in the notebook work).
         args: positional arguments for ``function``.
         num_processes: processes on this machine; ``None``: one per visible GPU (else 1).
-        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; reaches every worker's ``Accelerator``.
+        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; reaches every worker's ``Accelerator``
+            (``None``: from the config, else ``"no"``).
         use_port: rendezvous port (an int, or a string of digits as accelerate takes it); ``None`` picks a free
             one (single machine). A busy port is refused.
         master_addr: rendezvous address (node 0's address for several machines).
@@ -158,8 +171,22 @@ def notebook_launcher(
         timeout: seconds; a run still going then is stopped and :class:`LaunchTimeoutError` raised.
         config: a ``Config``, a YAML path, a config picker, or ``None`` for the default file (if any).
         gradient_accumulation_steps: reaches every worker's ``Accelerator``.
-        num_nodes: machines taking part (run the same call on each, with its ``node_rank``).
         node_rank: this machine's index, 0 to ``num_nodes - 1``.
+        num_nodes: machines taking part (run the same call on each, with its ``node_rank``).
+        rdzv_backend: ``"static"`` (the default: node 0 serves the rendezvous, node ranks as given) or
+            ``"c10d"`` (accepted for accelerate's code: the same, with ``rdzv_endpoint`` naming node 0). Other
+            backends (etcd) are refused.
+        rdzv_endpoint: ``"host[:port]"`` of node 0; fills ``master_addr``/``use_port`` when those are not given.
+        rdzv_conf: rendezvous options; ``join_timeout`` (seconds a worker waits for the others at the
+            rendezvous, default 1800) is used, the others are accepted and ignored.
+        rdzv_id: accepted for accelerate's code; a run here is identified by its log folder.
+        max_restarts: restarts after a failure. A run restarts only from a checkpoint it committed with
+            ``accelerator.save_state()``: the restarted workers see it as ``accelerator.resume_from`` and
+            ``accelerator.load_state()`` loads it (``accelerator.restart_count`` counts restarts). A failed run
+            that saved nothing is not restarted, and the error says so. One machine only.
+        monitor_interval: accepted for accelerate's code; the launcher here is woken by events, not polling.
+        log_line_prefix_template: a prefix for other ranks' lines on the console, with ``{rank}`` and
+            ``{local_rank}`` (torchrun's names ``${rank}``/``${local_rank}`` work too); ``None``: ``[rank N] ``.
         dashboard: ``None`` (a live dashboard in Jupyter when ipywidgets is installed, else console output),
             ``True``, ``False`` (console), or any :class:`~notebook_accel.events.Sink`.
         show_all_ranks: show every rank's output, not only the main process's (others' errors always show).
@@ -193,6 +220,13 @@ def notebook_launcher(
     preflight.check_flag("use_cpu", use_cpu, optional=True)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise LaunchError(f"args={args!r:.80} is not allowed; pass a tuple of positional arguments, e.g. args=(lr,)")
+    rdzv = compat.check_rendezvous(rdzv_backend, rdzv_endpoint, rdzv_conf, rdzv_id, monitor_interval)
+    restarts = compat.check_max_restarts(max_restarts)
+    prefix = compat.check_prefix_template(log_line_prefix_template)
+    if rdzv.endpoint_host is not None and master_addr == _DEFAULT_ADDR:
+        master_addr = rdzv.endpoint_host
+    if rdzv.endpoint_port is not None and use_port is None:
+        use_port = rdzv.endpoint_port
     s = _settings(resolve_config(config), num_processes, gpu_ids, use_cpu, mixed_precision,
                   gradient_accumulation_steps, use_port, master_addr, num_nodes, node_rank)
     precision = preflight.check_mixed_precision(s.mixed_precision)
@@ -201,43 +235,91 @@ def notebook_launcher(
     limit = preflight.check_timeout(timeout)
     preflight.check_master_addr(s.master_addr)
     nodes, node = preflight.check_nodes(s.num_nodes, s.node_rank, s.port, s.master_addr)
+    if restarts and nodes > 1:
+        raise LaunchError(
+            f"max_restarts={restarts} with num_nodes={nodes}: restarts need every node to restart together, which "
+            "this launcher does not coordinate; use max_restarts=0 here, or torchrun's elastic launch "
+            "(notebook-accel launch --max_restarts) for several machines"
+        )
     devices, backend = preflight.resolve_devices(s.num_processes, s.gpu_ids, s.use_cpu)
-    local = len(devices)
-    # A timeout bounds a single process by running it in one forked worker: stopping a forked process is safe,
-    # while interrupting the kernel's own thread (SIGALRM) could land inside an import and break the kernel.
-    in_process = local == 1 and nodes == 1 and limit is None
+    # A timeout (or a restart) bounds a single process by running it in one forked worker: stopping a forked
+    # process is safe, while interrupting the kernel's own thread could land inside an import and break it.
+    in_process = len(devices) == 1 and nodes == 1 and limit is None and not restarts
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
+    plan = _Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
+                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv.join_timeout)
+    resume: str | None = None
+    for attempt in range(restarts + 1):
+        try:
+            return _attempt(plan, start, attempt, resume)
+        except WorkerError as e:
+            resume = e.last_checkpoint or resume
+            if attempt == restarts:
+                raise
+            if resume is None:
+                e.add_note(
+                    f"max_restarts={restarts}: not restarted, because the run committed no checkpoint to resume "
+                    "from. Call accelerator.save_state() during training, and accelerator.load_state() when "
+                    "accelerator.restart_count > 0, for restarts to resume."
+                )
+                raise
+            print(f"notebook-accel: {e.failures[0].summary()}; restart {attempt + 1} of {restarts} from {resume}",
+                  file=sys.stderr, flush=True)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything one attempt of a checked launch needs."""
+
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+    devices: list[str]
+    backend: str
+    precision: str | None
+    steps: int | None
+    node: int
+    nodes: int
+    master_addr: str
+    port: int | None
+    limit: float | None
+    in_process: bool
+    dashboard: bool | Sink | None
+    show_all_ranks: bool
+    prefix: str | None
+    join_timeout: float
+
+
+def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any:
+    """One run of the plan: serve the store (node 0), show the run, then run in this process or fork and watch."""
+    local = len(plan.devices)
     # Node 0 of a forked run serves the rendezvous store itself, bound to master_addr only (.rendezvous).
-    listener = bind_listener(s.master_addr, s.port) if node == 0 and not in_process else None
-    port = _choose_port(s.port, s.master_addr, node) if listener is None else int(listener.getsockname()[1])
-    variables = {} if in_process else worker_variables(s.master_addr, nodes)
-    envs = _environments(devices, node, nodes, s.master_addr, port, precision, steps, variables)
-    store = None if listener is None else StoreServer(listener, nodes * local)
+    listener = bind_listener(plan.master_addr, plan.port) if plan.node == 0 and not plan.in_process else None
+    port = _choose_port(plan.port, plan.master_addr, plan.node) if listener is None else listener.getsockname()[1]
+    variables = {} if plan.in_process else worker_variables(plan.master_addr, plan.nodes)
+    if attempt:
+        variables.update(restart_variables(attempt, resume))
+    envs = _environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
+                         plan.steps, variables)
+    store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.join_timeout)
     try:
-        return _run(function, tuple(args), dashboard, show_all_ranks, node, local, devices, backend, precision,
-                    in_process, envs, limit, start, store)
+        sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=plan.node * local,
+                                       prefix_template=plan.prefix))
+        name = _function_name(plan.function)
+        folder = None if plan.in_process else create_run_folder(name)
+        sink.start(RunInfo(local, tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
+                           plan.precision or "no", time.time(), "" if folder is None else display_path(folder)))
+        if plan.in_process:
+            return run_in_process(plan.function, plan.args, envs[0], sink, plan.limit, start)
+        try:
+            handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
+                                    inherited_fds=() if store is None else (store.fd,))
+        except BaseException as e:
+            finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
+            raise
+        return supervise(handles, sink, plan.limit, start, log_dir=folder,
+                         before=None if store is None else store.start)
     finally:
         if store is not None:
             store.close()
-
-
-def _run(
-    function: Callable[..., Any], args: tuple[Any, ...], dashboard: bool | Sink | None, show_all_ranks: bool,
-    node: int, local: int, devices: Sequence[str], backend: str, precision: str | None, in_process: bool,
-    envs: list[LaunchEnvironment], limit: float | None, start: float, store: StoreServer | None,
-) -> Any:
-    """The launch once every argument was checked: show it, then run in this process or fork and supervise."""
-    sink = GuardedSink(choose_sink(dashboard, show_all_ranks, main_rank=node * local))
-    folder = None if in_process else create_run_folder(_function_name(function))
-    sink.start(RunInfo(local, tuple(devices), "none" if in_process else backend, _function_name(function),
-                       precision or "no", time.time(), "" if folder is None else display_path(folder)))
-    if in_process:
-        return run_in_process(function, args, envs[0], sink, limit, start)
-    try:
-        handles = start_workers(envs, max(1, hardware.cpu_count() // local), function, args,
-                                inherited_fds=() if store is None else (store.fd,))
-    except BaseException as e:
-        finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
-        raise
-    return supervise(handles, sink, limit, start, log_dir=folder, before=None if store is None else store.start)

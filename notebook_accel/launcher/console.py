@@ -134,6 +134,8 @@ class ConsoleSink:
     Args:
         show_all_ranks: print every rank's output, prefixed ``[rank N]``.
         main_rank: the rank whose output is the main process's (0; on node k of a multi-node run, its first rank).
+        prefix_template: the prefix of other ranks' lines, with ``{rank}`` and ``{local_rank}``; ``None``:
+            ``[rank N] `` (``notebook_launcher(log_line_prefix_template=...)``).
         progress_interval: least seconds between two progress lines.
         metrics_interval: least seconds between two metrics lines.
         clock: monotonic clock (tests inject one).
@@ -147,12 +149,14 @@ class ConsoleSink:
         show_all_ranks: bool = False,
         main_rank: int = 0,
         *,
+        prefix_template: str | None = None,
         progress_interval: float = 1.0,
         metrics_interval: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.show_all_ranks = show_all_ranks
         self.main_rank = main_rank
+        self.prefix_template = prefix_template if prefix_template is not None else "[rank {rank}] "
         self._progress_interval = progress_interval
         self._metrics_interval = metrics_interval
         self._clock = clock
@@ -186,7 +190,7 @@ class ConsoleSink:
         plain = event.rank == self.main_rank and not self.show_all_ranks
         if not (plain or self.show_all_ranks or event.stream == "stderr"):
             return
-        prefix = "" if plain else f"[rank {event.rank}] "
+        prefix = "" if plain else self.prefix_template.format(rank=event.rank, local_rank=event.rank - self.main_rank)
         lines = [prefix + line for line in event.text.split("\n")] if event.text or not event.partial else []
         key = (event.rank, event.stream)
         if event.partial:

@@ -91,6 +91,7 @@ class WorkerError(NotebookAccelError, RuntimeError):
         failures: every failing worker (:class:`WorkerFailure`): real failures first in the order they happened,
             then the ranks that failed only because they lost the connection to a failed one.
         rank, exit_code, traceback: those of the first failure.
+        last_checkpoint: the last checkpoint the run committed with ``save_state`` before failing, else ``None``.
 
     Example:
         >>> try:
@@ -107,6 +108,7 @@ class WorkerError(NotebookAccelError, RuntimeError):
         self.rank: int = first.rank
         self.exit_code: int | None = first.exit_code
         self.traceback: str = first.traceback
+        self.last_checkpoint: str | None = None
         super().__init__(_format(self.failures))
 
     def __reduce__(self) -> tuple[type[WorkerError], tuple[tuple[WorkerFailure, ...]]]:

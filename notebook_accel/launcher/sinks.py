@@ -66,7 +66,9 @@ def _dashboard(show_all_ranks: bool) -> Sink:
     return Dashboard(show_all_ranks=show_all_ranks)  # type: ignore[no-any-return]
 
 
-def choose_sink(dashboard: object, show_all_ranks: bool, main_rank: int = 0) -> Sink:
+def choose_sink(
+    dashboard: object, show_all_ranks: bool, main_rank: int = 0, prefix_template: str | None = None
+) -> Sink:
     """Resolve ``notebook_launcher(dashboard=...)``.
 
     Args:
@@ -74,6 +76,7 @@ def choose_sink(dashboard: object, show_all_ranks: bool, main_rank: int = 0) -> 
             ``False`` (console), ``True`` (dashboard), or any object implementing :class:`Sink`.
         show_all_ranks: show every rank's output, not only the main process's.
         main_rank: the rank whose output is shown unprefixed on the console.
+        prefix_template: the console's prefix for other ranks' lines (``None``: ``[rank N] ``).
 
     Raises:
         LaunchError: ``dashboard`` is of another type, or ``True`` without ipywidgets.
@@ -84,7 +87,7 @@ def choose_sink(dashboard: object, show_all_ranks: bool, main_rank: int = 0) -> 
         except ImportError:
             pass  # no ipywidgets: the console works everywhere
     if dashboard is None or dashboard is False:
-        return ConsoleSink(show_all_ranks=show_all_ranks, main_rank=main_rank)
+        return ConsoleSink(show_all_ranks=show_all_ranks, main_rank=main_rank, prefix_template=prefix_template)
     if dashboard is True:
         try:
             return _dashboard(show_all_ranks)

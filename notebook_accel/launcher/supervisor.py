@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from notebook_accel.channel import read_events
-from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Sink, Started
+from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started
 from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
 from notebook_accel.launcher.output import RankOutput
 from notebook_accel.launcher.processes import end_groups, signal_group
@@ -88,6 +88,7 @@ class _Supervisor:
         self.next_stop: float | None = None
         self.timed_out = False
         self.next_tick = 0.0
+        self.saved: str | None = None  # the last checkpoint the run committed (a restart resumes from it)
 
     # -- reading ------------------------------------------------------------------------------------------
     def on_conn(self, conn: Connection) -> None:
@@ -112,6 +113,8 @@ class _Supervisor:
         if isinstance(event, Finished):
             self.finished[event.rank] = event.value
             event = Finished(event.rank, None)  # the sink needs no copy of a possibly large value
+        elif isinstance(event, Saved):
+            self.saved = event.path
         elif isinstance(event, Failed) and event.rank not in self.failures:
             self.failures[event.rank] = WorkerFailure(event.rank, None, None, event.exc_type, event.message, event.traceback)
             self.begin_stop()
@@ -282,6 +285,7 @@ class _Supervisor:
             return RunOutcome("timeout", elapsed, str(error).split(";")[0], tuple(running)), error
         if self.failures:
             worker_error = WorkerError(list(self.failures.values()))
+            worker_error.last_checkpoint = self.saved
             summary = "; ".join(f.summary() for f in worker_error.failures if not f.lost_peer) or "; ".join(
                 f.summary() for f in worker_error.failures)
             return RunOutcome("failed", elapsed, summary, tuple(self.failures)), worker_error

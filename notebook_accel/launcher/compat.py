@@ -1,0 +1,104 @@
+"""accelerate's ``notebook_launcher`` arguments that have no counterpart in a fork-based launcher, checked.
+
+accelerate's launcher runs torch's elastic agent, so its signature carries rendezvous and restart options.
+Code written for it passes them; here each is checked like any other argument and either used (the
+endpoint, ``join_timeout``, ``max_restarts``, the line prefix) or accepted with its effect documented.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from notebook_accel.errors import LaunchError
+
+__all__ = ["Rendezvous", "check_rendezvous", "check_max_restarts", "check_prefix_template", "RDZV_BACKENDS"]
+
+RDZV_BACKENDS = ("static", "c10d")
+_RDZV_CONF_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "timeout", "is_host")
+DEFAULT_JOIN_TIMEOUT = 1800.0
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """What the rendezvous arguments decide: node 0's address and port (if the endpoint named them) and how
+    long a worker may wait for the others."""
+
+    endpoint_host: str | None
+    endpoint_port: int | None
+    join_timeout: float
+
+
+def _endpoint(value: str) -> tuple[str | None, int | None]:
+    """``"host"``, ``"host:port"`` or ``"[v6]:port"`` -> (host, port); ``""`` -> (None, None)."""
+    text = value.strip()
+    if not text:
+        return None, None
+    host, port = text, None
+    if text.startswith("["):
+        close = text.find("]")
+        host, rest = text[1:close], text[close + 1:]
+        port = rest[1:] if rest.startswith(":") else None
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    if not host or (port is not None and not (port.isdigit() and 0 < int(port) < 65536)):
+        raise LaunchError(
+            f"rdzv_endpoint={value!r} is not host[:port]; pass node 0's address, e.g. '10.0.0.1:29500', or ''"
+        )
+    return host, None if port is None else int(port)
+
+
+def check_rendezvous(
+    backend: object, endpoint: object, conf: object, rdzv_id: object, monitor_interval: object
+) -> Rendezvous:
+    """Check accelerate's rendezvous arguments; raises :class:`LaunchError` naming the bad one."""
+    if backend not in RDZV_BACKENDS:
+        raise LaunchError(
+            f"rdzv_backend={backend!r} is not supported; use one of {list(RDZV_BACKENDS)} (node 0's kernel serves "
+            "the rendezvous itself; an etcd server is not used)"
+        )
+    if not isinstance(endpoint, str):
+        raise LaunchError(f"rdzv_endpoint={endpoint!r} is not allowed; pass 'host[:port]' of node 0, or ''")
+    if not isinstance(rdzv_id, str):
+        raise LaunchError(f"rdzv_id={rdzv_id!r} is not allowed; pass a string (it is only recorded)")
+    if isinstance(monitor_interval, bool) or not isinstance(monitor_interval, (int, float)) or not (
+            0 < monitor_interval < math.inf):
+        raise LaunchError(f"monitor_interval={monitor_interval!r} is not allowed; pass a number of seconds > 0")
+    if conf is not None and not isinstance(conf, Mapping):
+        raise LaunchError(f"rdzv_conf={conf!r:.80} is not allowed; pass a dict such as {{'join_timeout': 600}}")
+    options = dict(conf or {})
+    unknown = sorted(str(k) for k in options if k not in _RDZV_CONF_KEYS)
+    if unknown:
+        raise LaunchError(f"rdzv_conf has unknown keys {unknown}; allowed keys are {list(_RDZV_CONF_KEYS)}")
+    join = options.get("join_timeout", DEFAULT_JOIN_TIMEOUT)
+    if isinstance(join, bool) or not isinstance(join, (int, float)) or not 0 < join < math.inf:
+        raise LaunchError(f"rdzv_conf join_timeout={join!r} is not allowed; pass a number of seconds > 0")
+    host, port = _endpoint(endpoint)
+    return Rendezvous(host, port, float(join))
+
+
+def check_max_restarts(value: object) -> int:
+    """``max_restarts`` as an int from 0 to 100."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+        raise LaunchError(f"max_restarts={value!r} is not allowed; pass a whole number from 0 (no restart) to 100")
+    return value
+
+
+def check_prefix_template(value: object) -> str | None:
+    """A console line prefix with ``{rank}``/``{local_rank}`` (torchrun's ``${rank}`` accepted), or ``None``."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise LaunchError(f"log_line_prefix_template={value!r} is not allowed; pass a string such as '[{{rank}}] '")
+    template = value.replace("${rank}", "{rank}").replace("${local_rank}", "{local_rank}").replace(
+        "${role_name}", "worker")
+    try:
+        template.format(rank=0, local_rank=0)
+    except (KeyError, IndexError, ValueError) as e:
+        raise LaunchError(
+            f"log_line_prefix_template={value!r} cannot be filled ({type(e).__name__}: {e}); use the fields "
+            "{rank} and {local_rank}, e.g. '[{rank}] '"
+        ) from e
+    return template
