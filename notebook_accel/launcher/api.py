@@ -23,6 +23,7 @@ from notebook_accel.launcher.sinks import GuardedSink, choose_sink
 from notebook_accel.launcher.spawn import start_workers
 from notebook_accel.launcher.supervisor import finish_aborted, supervise
 from notebook_accel.launcher.tracebacks import user_facing
+from notebook_accel.launcher.warmup import warm_kernel
 
 __all__ = ["notebook_launcher"]
 
@@ -312,6 +313,7 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder)))
         if plan.in_process:
             return run_in_process(plan.function, plan.args, envs[0], sink, plan.limit, start)
+        warm_kernel(plan.backend)
         try:
             handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
                                     inherited_fds=() if store is None else (store.fd,))
