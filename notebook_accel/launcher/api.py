@@ -14,6 +14,7 @@ from notebook_accel.environment import LaunchEnvironment, restart_variables
 from notebook_accel.errors import LaunchError
 from notebook_accel.events import RunInfo, Sink
 from notebook_accel.launcher import compat, preflight
+from notebook_accel.launcher.background import BackgroundRun, RecordingTee, check_can_start
 from notebook_accel.launcher.errors import WorkerError
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.ports import check_port_free, free_port
@@ -143,6 +144,8 @@ def notebook_launcher(
     dashboard: bool | Sink | None = None,
     show_all_ranks: bool = False,
     use_cpu: bool | None = None,
+    block: bool = True,
+    concurrent: bool = False,
 ) -> Any:
     """Run ``function(*args)`` on every device of this machine, forked from the live kernel; return rank 0's value.
 
@@ -192,9 +195,14 @@ def notebook_launcher(
             ``True``, ``False`` (console), or any :class:`~notebook_accel.events.Sink`.
         show_all_ranks: show every rank's output, not only the main process's (others' errors always show).
         use_cpu: run on CPU with gloo even when GPUs are visible.
+        block: ``False`` returns a :class:`~notebook_accel.launcher.background.BackgroundRun` at once while the
+            run goes on (the dashboard keeps updating; other cells run): ``run.status``, ``run.wait()``,
+            ``run.result()``, ``run.stop()``, ``run.metrics``, ``run.output``, ``await run``.
+        concurrent: allow this launch while a background run is still going (one at a time otherwise).
 
     Returns:
-        What ``function`` returned on rank 0 (``None`` on other nodes than node 0).
+        What ``function`` returned on rank 0 (``None`` on other nodes than node 0); with ``block=False``, the
+        run's handle.
 
     Raises:
         LaunchError: a bad argument, a busy port, more processes than GPUs; nothing was started.
@@ -219,6 +227,9 @@ def notebook_launcher(
     preflight.check_callable(function)
     preflight.check_flag("show_all_ranks", show_all_ranks)
     preflight.check_flag("use_cpu", use_cpu, optional=True)
+    preflight.check_flag("block", block)
+    preflight.check_flag("concurrent", concurrent)
+    check_can_start(concurrent)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise LaunchError(f"args={args!r:.80} is not allowed; pass a tuple of positional arguments, e.g. args=(lr,)")
     rdzv = compat.check_rendezvous(rdzv_backend, rdzv_endpoint, rdzv_conf, rdzv_id, monitor_interval)
@@ -236,6 +247,11 @@ def notebook_launcher(
     limit = preflight.check_timeout(timeout)
     preflight.check_master_addr(s.master_addr)
     nodes, node = preflight.check_nodes(s.num_nodes, s.node_rank, s.port, s.master_addr)
+    if restarts and not block:
+        raise LaunchError(
+            f"max_restarts={restarts} with block=False is not supported: restarts fork new workers, which must happen "
+            "in the cell's own thread; use block=True, or max_restarts=0 in the background"
+        )
     if restarts and nodes > 1:
         raise LaunchError(
             f"max_restarts={restarts} with num_nodes={nodes}: restarts need every node to restart together, which "
@@ -245,11 +261,11 @@ def notebook_launcher(
     devices, backend = preflight.resolve_devices(s.num_processes, s.gpu_ids, s.use_cpu)
     # A timeout (or a restart) bounds a single process by running it in one forked worker: stopping a forked
     # process is safe, while interrupting the kernel's own thread could land inside an import and break it.
-    in_process = len(devices) == 1 and nodes == 1 and limit is None and not restarts
+    in_process = len(devices) == 1 and nodes == 1 and limit is None and not restarts and block
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
     plan = _Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
-                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv.join_timeout)
+                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv.join_timeout, block)
     resume: str | None = None
     for attempt in range(restarts + 1):
         try:
@@ -290,10 +306,12 @@ class _Plan:
     show_all_ranks: bool
     prefix: str | None
     join_timeout: float
+    block: bool
 
 
 def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any:
-    """One run of the plan: serve the store (node 0), show the run, then run in this process or fork and watch."""
+    """One run of the plan: serve the store (node 0), show the run, then run in this process or fork and watch
+    (here, or in a background thread with ``block=False``)."""
     local = len(plan.devices)
     # Node 0 of a forked run serves the rendezvous store itself, bound to master_addr only (.rendezvous).
     listener = bind_listener(plan.master_addr, plan.port) if plan.node == 0 and not plan.in_process else None
@@ -304,9 +322,11 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
     envs = _environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
                          plan.steps, variables)
     store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.join_timeout)
+    handed_over = False
     try:
-        sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=plan.node * local,
-                                       prefix_template=plan.prefix))
+        main_rank = plan.node * local
+        sink: Sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=main_rank,
+                                             prefix_template=plan.prefix))
         name = _function_name(plan.function)
         folder = None if plan.in_process else create_run_folder(name)
         sink.start(RunInfo(local, tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
@@ -320,8 +340,20 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
         except BaseException as e:
             finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
             raise
-        return supervise(handles, sink, plan.limit, start, log_dir=folder,
-                         before=None if store is None else store.start)
+        before = None if store is None else store.start
+        if plan.block:
+            return supervise(handles, sink, plan.limit, start, log_dir=folder, before=before)
+        tee = RecordingTee(sink, main_rank)
+
+        def body(stop_fd: int) -> Any:
+            try:
+                return supervise(handles, tee, plan.limit, start, log_dir=folder, before=before, stop_fd=stop_fd)
+            finally:
+                if store is not None:
+                    store.close()
+
+        handed_over = True
+        return BackgroundRun(name, tee, body)
     finally:
-        if store is not None:
+        if store is not None and not handed_over:
             store.close()

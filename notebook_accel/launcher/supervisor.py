@@ -37,13 +37,18 @@ from notebook_accel.launcher.processes import end_groups, signal_group
 from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
 
-__all__ = ["finish_aborted", "supervise", "signal_name", "GRACE_SECONDS"]
+__all__ = ["finish_aborted", "supervise", "signal_name", "GRACE_SECONDS", "StopRequested"]
 
 GRACE_SECONDS = 3.0
 SETTLE_SECONDS = 0.3
 LEFTOVER_GRACE_SECONDS = 1.0  # for processes a finished worker left behind, between SIGTERM and SIGKILL
 _READ_SIZE = 1 << 16
 _MAX_WAIT = 3600.0  # poll()'s millisecond timeout is a C int: one wait never asks for more than an hour
+
+
+class StopRequested(KeyboardInterrupt):
+    """Raised in the supervising thread when a background run's ``stop()`` was called: ends the run like the
+    stop button (a ``KeyboardInterrupt``, so the same teardown runs)."""
 
 
 def signal_name(exit_code: int | None) -> str | None:
@@ -70,8 +75,10 @@ def _death_message(exit_code: int, name: str | None) -> str:
 class _Supervisor:
     """State of one supervised run (private: :func:`supervise` is the interface)."""
 
-    def __init__(self, handles: Sequence[WorkerHandle], sink: Sink, grace: float, log_dir: Path | None) -> None:
+    def __init__(self, handles: Sequence[WorkerHandle], sink: Sink, grace: float, log_dir: Path | None,
+                 stop_fd: int | None = None) -> None:
         self.handles = list(handles)
+        self.stop_fd = stop_fd
         self.sink = sink
         self.grace = grace
         self.conns: dict[Connection, WorkerHandle] = {h.events: h for h in handles}
@@ -237,7 +244,10 @@ class _Supervisor:
             tick = getattr(self.sink, "tick", None)  # optional: wake at least every TICK_SECONDS to call it
             if tick is not None:
                 limit = TICK_SECONDS if limit is None else min(limit, TICK_SECONDS)
-            ready = wait([*self.conns, *self.fds, *self.sentinels], limit)
+            watched: list[Any] = [*self.conns, *self.fds, *self.sentinels]
+            ready = wait(watched if self.stop_fd is None else [*watched, self.stop_fd], limit)
+            if self.stop_fd is not None and self.stop_fd in ready:
+                raise StopRequested("the run was stopped (stop())")
             for obj in ready:
                 if isinstance(obj, Connection):
                     if obj in self.conns:
@@ -344,7 +354,7 @@ def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: st
 
 def supervise(
     handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None,
-    log_dir: Path | None = None, before: Callable[[], None] | None = None,
+    log_dir: Path | None = None, before: Callable[[], None] | None = None, stop_fd: int | None = None,
 ) -> Any:
     """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
 
@@ -357,6 +367,8 @@ def supervise(
         log_dir: the run folder receiving each rank's output as ``rank<N>.log`` (``None``: no files).
         before: called first, under the same protection as the run (if it raises, the workers are stopped);
             the launcher starts the rendezvous store with it.
+        stop_fd: a descriptor that becomes readable when the run must stop (a background run's ``stop()``);
+            the run then ends as with the stop button and :class:`StopRequested` is raised.
 
     Returns:
         Rank 0's return value (``None`` when rank 0 is on another node).
@@ -366,7 +378,7 @@ def supervise(
         LaunchTimeoutError: the run exceeded ``timeout``.
         KeyboardInterrupt: the run was interrupted; every worker was stopped first.
     """
-    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir)
+    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd)
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
         sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
     try:

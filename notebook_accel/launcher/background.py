@@ -1,0 +1,214 @@
+"""``notebook_launcher(..., block=False)``: the run goes on while the notebook stays usable.
+
+The workers are forked by the caller's thread at call time (so the fork is as safe as a blocking launch);
+a daemon thread then runs the same supervision loop a blocking launch runs, feeding the same sink (the
+dashboard under the launching cell updates through widget traits, which ipykernel sends from any thread).
+The caller gets a :class:`BackgroundRun` at once.
+
+The stop button interrupts whatever cell is running, never the background run: :meth:`BackgroundRun.stop`
+(or the dashboard's own stop button) ends it, with the blocking launch's teardown. One background run at a
+time per kernel unless ``concurrent=True``; every run still going when the interpreter exits (kernel
+shutdown or restart) is stopped first (``atexit``), and the workers die with the kernel in any case
+(``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import os
+import threading
+import time
+from collections.abc import Callable, Generator
+from typing import Any, Literal
+
+from notebook_accel.errors import LaunchError, NotebookAccelError
+from notebook_accel.events import Event, Log, Metrics, RunInfo, RunOutcome, Sink
+from notebook_accel.launcher.supervisor import StopRequested
+
+__all__ = ["BackgroundRun", "RunStoppedError", "RunStatus", "check_can_start", "RecordingTee"]
+
+RunStatus = Literal["running", "finished", "failed", "timeout", "stopped"]
+_ACTIVE: list[BackgroundRun] = []
+_LOCK = threading.Lock()
+
+
+class RunStoppedError(NotebookAccelError, RuntimeError):
+    """The background run was stopped with ``stop()`` before it finished; every worker was stopped."""
+
+
+class RecordingTee:
+    """Passes every event on to ``sink`` and keeps the metrics of the main rank and every rank's output lines.
+
+    Args:
+        sink: the sink that shows the run.
+        main_rank: whose metrics are kept (rank 0 on node 0).
+    """
+
+    def __init__(self, sink: Sink, main_rank: int) -> None:
+        self.sink = sink
+        self.main_rank = main_rank
+        self.metrics: list[dict[str, float | int | None]] = []
+        self.output: dict[int, list[str]] = {}
+        self._lock = threading.Lock()
+        if hasattr(sink, "tick"):
+            self.tick = sink.tick  # the supervisor calls it when present
+
+    def start(self, info: RunInfo) -> None:
+        """Forward :meth:`Sink.start`."""
+        self.sink.start(info)
+
+    def handle(self, event: Event) -> None:
+        """Record metrics and complete lines, then forward."""
+        with self._lock:
+            if isinstance(event, Metrics) and event.rank == self.main_rank:
+                self.metrics.append({"step": event.step, "time": event.time, **event.values})
+            elif isinstance(event, Log) and not event.partial:
+                self.output.setdefault(event.rank, []).extend(event.text.split("\n"))
+        self.sink.handle(event)
+
+    def finish(self, outcome: RunOutcome) -> None:
+        """Forward :meth:`Sink.finish`."""
+        self.sink.finish(outcome)
+
+    def snapshot(self) -> tuple[list[dict[str, float | int | None]], dict[int, list[str]]]:
+        """Copies of what was recorded so far (safe while the run goes on)."""
+        with self._lock:
+            return [dict(row) for row in self.metrics], {rank: list(lines) for rank, lines in self.output.items()}
+
+
+class BackgroundRun:
+    """A launch running in the background; returned by ``notebook_launcher(..., block=False)``.
+
+    Attributes:
+        name: the training function's name.
+        started: ``time.time()`` when the workers were forked.
+
+    Example:
+        >>> run = notebook_launcher(train, num_processes=2, block=False)   # doctest: +SKIP
+        >>> run.status                                                     # doctest: +SKIP
+        'running'
+        >>> value = await run                                              # doctest: +SKIP
+    """
+
+    def __init__(self, name: str, tee: RecordingTee, body: Callable[[int], Any]) -> None:
+        self.name = name
+        self.started = time.time()
+        self._tee = tee
+        self._future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._stop_read, self._stop_write = os.pipe()
+        self._status: RunStatus = "running"
+        self._thread = threading.Thread(target=self._supervise, args=(body,), name=f"notebook-accel {name}",
+                                        daemon=True)
+        with _LOCK:
+            _ACTIVE.append(self)
+        self._thread.start()
+
+    def _supervise(self, body: Callable[[int], Any]) -> None:
+        """The thread: run the supervision loop, then settle the future and the status."""
+        try:
+            value = body(self._stop_read)
+        except StopRequested:
+            self._settle("stopped", RunStoppedError(f"the background run of {self.name} was stopped with stop()"))
+        except BaseException as e:  # noqa: BLE001 - every outcome goes to whoever asks the handle
+            from notebook_accel.launcher.errors import LaunchTimeoutError
+
+            self._settle("timeout" if isinstance(e, LaunchTimeoutError) else "failed", e)
+        else:
+            self._status = "finished"
+            self._future.set_result(value)
+            self._forget()
+
+    def _settle(self, status: RunStatus, error: BaseException) -> None:
+        self._status = status
+        self._future.set_exception(error)
+        self._forget()
+
+    def _forget(self) -> None:
+        with _LOCK:
+            if self in _ACTIVE:
+                _ACTIVE.remove(self)
+        os.close(self._stop_read)  # a later stop() writes into a pipe nobody reads: harmless (EPIPE)
+
+    def __del__(self) -> None:
+        try:
+            os.close(self._stop_write)
+        except (OSError, AttributeError):
+            pass
+
+    @property
+    def status(self) -> RunStatus:
+        """``"running"``, then ``"finished"``, ``"failed"``, ``"timeout"`` or ``"stopped"``."""
+        return self._status
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has ended (any status but ``"running"``)."""
+        return self._future.done()
+
+    @property
+    def metrics(self) -> list[dict[str, float | int | None]]:
+        """The main process's logged values so far, one dict per ``log`` call (``step``, ``time``, values):
+        ``pandas.DataFrame(run.metrics)`` makes a table."""
+        return self._tee.snapshot()[0]
+
+    @property
+    def output(self) -> dict[int, list[str]]:
+        """Every rank's complete output lines so far, by rank."""
+        return self._tee.snapshot()[1]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run ends or ``timeout`` seconds pass; returns whether it has ended."""
+        done, _ = concurrent.futures.wait([self._future], timeout)
+        return bool(done)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Rank 0's return value, waiting for it; raises what a blocking launch raises (``WorkerError``,
+        ``LaunchTimeoutError``), :class:`RunStoppedError` after :meth:`stop`, or ``TimeoutError`` when
+        ``timeout`` seconds pass first (the run goes on)."""
+        if not self.wait(timeout):
+            raise TimeoutError(f"the run of {self.name} is still going after {timeout} s; it goes on")
+        return self._future.result()
+
+    def stop(self, wait: bool = True) -> None:
+        """End the run as the stop button ends a blocking one (SIGTERM, grace, SIGKILL, reap everything).
+        Idempotent; with ``wait``, returns once every worker is gone."""
+        if not self.done:
+            try:
+                os.write(self._stop_write, b"x")
+            except OSError:  # it ended meanwhile (EPIPE)
+                pass
+        if wait:
+            self.wait()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        """``value = await run`` in a notebook cell: waits without blocking the kernel's event loop."""
+        return asyncio.wrap_future(self._future).__await__()
+
+    def __repr__(self) -> str:
+        elapsed = time.time() - self.started
+        return f"<BackgroundRun {self.name}: {self.status}, {elapsed:.0f} s since start>"
+
+
+def check_can_start(concurrent: bool) -> None:
+    """Refuse a launch while a background run is going, unless ``concurrent`` (then each run needs its own
+    devices: CPU runs can share a machine, GPU runs must use other ``gpu_ids``)."""
+    with _LOCK:
+        running = [run for run in _ACTIVE if not run.done]
+    if running and not concurrent:
+        raise LaunchError(
+            f"a background run is still going ({running[0]!r}); wait for it (run.wait()), stop it (run.stop()), "
+            "or pass concurrent=True to start another one beside it (on other devices: gpu_ids=...)"
+        )
+
+
+def _stop_all_at_exit() -> None:
+    """Kernel shutdown or restart: stop every background run before the interpreter goes."""
+    for run in list(_ACTIVE):
+        run.stop(wait=False)
+    for run in list(_ACTIVE):
+        run.wait(timeout=10)
+
+
+atexit.register(_stop_all_at_exit)
