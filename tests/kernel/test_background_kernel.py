@@ -1,0 +1,102 @@
+"""A background launch in a real kernel: other cells run while it trains, the dashboard keeps updating, the
+handle gives the outcome, and shutting the kernel down mid-run leaves nothing running."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kernel.test_launcher_kernel import execute, running_kernel
+
+pytestmark = pytest.mark.timeout(240)
+
+SETUP = """
+import os, time
+from pathlib import Path
+from notebook_accel import Accelerator, notebook_launcher
+
+def train(steps, pid_file=None):
+    accelerator = Accelerator()
+    if pid_file:
+        Path(f"{pid_file}.{accelerator.process_index}").write_text(str(os.getpid()))
+    for step in range(steps):
+        accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+        time.sleep(0.05)
+    return "trained"
+
+def broken():
+    raise ValueError("broken in the background")
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
+
+
+def _drain_comm_messages(kc: Any, seconds: float) -> int:
+    """Read iopub for ``seconds``; count widget updates (comm messages), whatever cell they belong to."""
+    count = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - queue.Empty at the end of the window
+            break
+        count += msg["msg_type"] == "comm_msg"
+    return count
+
+
+def test_cells_run_while_the_background_run_trains() -> None:
+    with running_kernel() as (_, kc):
+        assert execute(kc, SETUP, timeout=120).status == "ok"
+        launch = execute(kc, "run = notebook_launcher(train, args=(200,), num_processes=2, block=False, "
+                             "dashboard=True)\nrun.status", timeout=120)
+        assert launch.status == "ok", launch.evalue
+        assert launch.result == "'running'"
+        assert any(o["type"] == "display_data" for o in launch.outputs), "no dashboard under the launching cell"
+        latencies = []
+        for i in range(5):
+            started = time.monotonic()
+            cell = execute(kc, f"{i} * 2", timeout=30)
+            latencies.append(time.monotonic() - started)
+            assert cell.status == "ok" and cell.result == str(i * 2)
+        updates = _drain_comm_messages(kc, 2.0)
+        print(f"cell latency while training: median {statistics.median(latencies) * 1000:.0f} ms, "
+              f"max {max(latencies) * 1000:.0f} ms; {updates} widget updates in 2 s")
+        assert updates >= 2, "the dashboard stopped updating while other cells ran"
+        done = execute(kc, "run.result(timeout=120), len(run.metrics), run.status", timeout=150)
+        assert done.status == "ok", done.evalue
+        assert done.result == "('trained', 200, 'finished')"
+        failed = execute(kc, "bad = notebook_launcher(broken, num_processes=2, block=False, dashboard=False)\n"
+                             "bad.result(timeout=60)", timeout=90)
+        assert failed.status == "error" and failed.ename == "WorkerError"
+        assert "broken in the background" in failed.evalue
+
+
+@pytest.mark.parametrize("now", [False, True], ids=["shutdown", "killed"])
+def test_kernel_shutdown_mid_run_leaves_nothing(tmp_path: Path, now: bool) -> None:
+    pid_file = tmp_path / "pid"
+    with running_kernel() as (km, kc):
+        assert execute(kc, SETUP, timeout=120).status == "ok"
+        cell = execute(kc, f"run = notebook_launcher(train, args=(100_000, {str(pid_file)!r}), num_processes=2, "
+                           "block=False, dashboard=False)", timeout=120)
+        assert cell.status == "ok", cell.evalue
+        deadline = time.monotonic() + 60
+        while not all(Path(f"{pid_file}.{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = [int(Path(f"{pid_file}.{r}").read_text()) for r in (0, 1)]
+        assert all(_running(p) for p in pids)
+        kc.stop_channels()
+        km.shutdown_kernel(now=now)
+    deadline = time.monotonic() + 15
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if _running(p)], "workers outlived the kernel"
