@@ -114,6 +114,9 @@ class Dashboard:
     def _build_widgets(self) -> None:
         """Create the widgets once; later only their values change."""
         self.header = w.HTML()
+        self.stop_button = w.Button(description="Stop run", button_style="danger", icon="stop",
+                                    tooltip="Stop this background run (as run.stop())",
+                                    layout=w.Layout(display="none"))
         self.ranks = w.HTML()
         self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="50%"))
         self.bar_label = w.Label()
@@ -129,9 +132,21 @@ class Dashboard:
         self.logs.set_title(0, "main process")
         self.logs.set_title(1, "all ranks")
         self.root = w.VBox(
-            [self.header, self.ranks, self.overall_row, w.HBox([self.bar, self.bar_label]), self.error, self.curves,
+            [w.HBox([self.header, self.stop_button]), self.ranks, self.overall_row, w.HBox([self.bar, self.bar_label]), self.error, self.curves,
              self.metrics, self.logs]
         )
+
+    def attach_stop(self, stop: Callable[[], None]) -> None:
+        """Show the stop button, calling ``stop`` when pressed (a background run: the notebook's own stop
+        button interrupts the running cell, not the run)."""
+
+        def pressed(_: w.Button) -> None:
+            self.stop_button.disabled = True
+            self.stop_button.description = "Stopping..."
+            stop()
+
+        self.stop_button.on_click(pressed)
+        self.stop_button.layout.display = None
 
     # -- Sink protocol ----------------------------------------------------------------------------------
 

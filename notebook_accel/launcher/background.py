@@ -103,6 +103,9 @@ class BackgroundRun:
                                         daemon=True)
         with _LOCK:
             _ACTIVE.append(self)
+        attach = getattr(tee.sink, "attach_stop", None)
+        if attach is not None:
+            attach(lambda: self.stop(wait=False))
         self._thread.start()
 
     def _supervise(self, body: Callable[[int], Any]) -> None:

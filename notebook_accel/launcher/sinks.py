@@ -37,6 +37,11 @@ class GuardedSink:
         """Forward :meth:`Sink.start`."""
         self._call("start", info)
 
+    def attach_stop(self, stop: Any) -> None:
+        """Give the sink a way to stop a background run, if it offers one (the dashboard's stop button)."""
+        if self._sink is not None and hasattr(self._sink, "attach_stop"):
+            self._call("attach_stop", stop)
+
     def handle(self, event: Event) -> None:
         """Forward :meth:`Sink.handle`."""
         self._call("handle", event)
