@@ -90,6 +90,12 @@ def torchrun_command(config: Config, script: str, script_args: list[str], port: 
         else:
             cmd += ["--rdzv_backend", config.rdzv_backend, "--rdzv_endpoint", f"{config.main_process_ip}:{port_}",
                     "--rdzv_id", "notebook-accel"]
+            if config.rdzv_backend == "c10d":
+                # machine 0 is main_process_ip's machine: say so, as torch guesses it from the host name, which
+                # fails where the address is not the one the host name resolves to (a second interface, a netns)
+                cmd += ["--rdzv_conf", f"is_host={str(config.machine_rank == 0).lower()}"]
+                if config.machine_rank == 0:  # the address the workers reach rank 0 at (else its host name's)
+                    cmd += ["--local_addr", str(config.main_process_ip)]
     return [*cmd, script, *script_args]
 
 

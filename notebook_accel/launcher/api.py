@@ -341,13 +341,15 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
             finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
             raise
         before = None if store is None else store.start
+        elsewhere = tuple(r for r in range(plan.nodes * local) if r // local != plan.node)
         if plan.block:
-            return supervise(handles, sink, plan.limit, start, log_dir=folder, before=before)
+            return supervise(handles, sink, plan.limit, start, log_dir=folder, before=before, elsewhere=elsewhere)
         tee = RecordingTee(sink, main_rank)
 
         def body(stop_fd: int) -> Any:
             try:
-                return supervise(handles, tee, plan.limit, start, log_dir=folder, before=before, stop_fd=stop_fd)
+                return supervise(handles, tee, plan.limit, start, log_dir=folder, before=before, stop_fd=stop_fd,
+                                 elsewhere=elsewhere)
             finally:
                 if store is not None:
                     store.close()

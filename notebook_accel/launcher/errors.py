@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from notebook_accel.errors import NotebookAccelError
@@ -62,12 +63,26 @@ def _ordered(failures: tuple[WorkerFailure, ...]) -> tuple[WorkerFailure, ...]:
     return real + tuple(f for f in failures if f.lost_peer) if real else failures
 
 
-def _format(failures: tuple[WorkerFailure, ...]) -> str:
+def _lost_node(failures: tuple[WorkerFailure, ...], elsewhere: tuple[int, ...]) -> str:
+    """The head of the message when every local failure is a lost connection and other machines take part."""
+    peers = sorted({m for f in failures for m in re.findall(r"peer \[([^\]]+)\]", f.message)})
+    where = f" at {', '.join(peers)}" if peers else ""
+    ranks = ", ".join(str(f.rank) for f in failures)
+    return (
+        f"the run lost another node: every failing rank here (ranks {ranks}) lost its connection to a peer{where}, "
+        f"and ranks {list(elsewhere)} run on other machines; the cause is in that node's output (its process or its "
+        "machine died, or the network between the nodes broke):\n" + "\n".join(f"  {f.summary()}" for f in failures)
+    )
+
+
+def _format(failures: tuple[WorkerFailure, ...], elsewhere: tuple[int, ...] = ()) -> str:
     """The exception text: each real failure on a line, then the consequences, then the first one's traceback."""
     first = failures[0]
     real = [f for f in failures if not f.lost_peer] or list(failures)
     after = [f for f in failures if f not in real]
-    if len(real) == 1:
+    if elsewhere and all(f.lost_peer for f in failures):
+        head = _lost_node(failures, elsewhere)
+    elif len(real) == 1:
         head = f"worker {first.summary()}"
     else:
         ranks = ", ".join(str(f.rank) for f in real)
@@ -91,6 +106,7 @@ class WorkerError(NotebookAccelError, RuntimeError):
         failures: every failing worker (:class:`WorkerFailure`): real failures first in the order they happened,
             then the ranks that failed only because they lost the connection to a failed one.
         rank, exit_code, traceback: those of the first failure.
+        elsewhere: the ranks that run on other machines (a run of several nodes), else empty.
         last_checkpoint: the last checkpoint the run committed with ``save_state`` before failing, else ``None``.
 
     Example:
@@ -100,20 +116,23 @@ class WorkerError(NotebookAccelError, RuntimeError):
         ...     print(e.rank, e.failures[0].exc_type)
     """
 
-    def __init__(self, failures: list[WorkerFailure] | tuple[WorkerFailure, ...]) -> None:
+    def __init__(
+        self, failures: list[WorkerFailure] | tuple[WorkerFailure, ...], elsewhere: tuple[int, ...] = ()
+    ) -> None:
         if not failures:
             raise ValueError("WorkerError needs at least one failure")
         self.failures: tuple[WorkerFailure, ...] = _ordered(tuple(failures))
+        self.elsewhere: tuple[int, ...] = tuple(elsewhere)
         first = self.failures[0]
         self.rank: int = first.rank
         self.exit_code: int | None = first.exit_code
         self.traceback: str = first.traceback
         self.last_checkpoint: str | None = None
-        super().__init__(_format(self.failures))
+        super().__init__(_format(self.failures, self.elsewhere))
 
-    def __reduce__(self) -> tuple[type[WorkerError], tuple[tuple[WorkerFailure, ...]]]:
+    def __reduce__(self) -> tuple[type[WorkerError], tuple[tuple[WorkerFailure, ...], tuple[int, ...]]]:
         """Pickle by failures (the default would pass the message to ``__init__``)."""
-        return (type(self), (self.failures,))
+        return (type(self), (self.failures, self.elsewhere))
 
 
 class LaunchTimeoutError(NotebookAccelError, TimeoutError):

@@ -76,8 +76,9 @@ class _Supervisor:
     """State of one supervised run (private: :func:`supervise` is the interface)."""
 
     def __init__(self, handles: Sequence[WorkerHandle], sink: Sink, grace: float, log_dir: Path | None,
-                 stop_fd: int | None = None) -> None:
+                 stop_fd: int | None = None, elsewhere: tuple[int, ...] = ()) -> None:
         self.handles = list(handles)
+        self.elsewhere = elsewhere
         self.stop_fd = stop_fd
         self.sink = sink
         self.grace = grace
@@ -294,7 +295,7 @@ class _Supervisor:
             )
             return RunOutcome("timeout", elapsed, str(error).split(";")[0], tuple(running)), error
         if self.failures:
-            worker_error = WorkerError(list(self.failures.values()))
+            worker_error = WorkerError(list(self.failures.values()), self.elsewhere)
             worker_error.last_checkpoint = self.saved
             summary = "; ".join(f.summary() for f in worker_error.failures if not f.lost_peer) or "; ".join(
                 f.summary() for f in worker_error.failures)
@@ -355,6 +356,7 @@ def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: st
 def supervise(
     handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None,
     log_dir: Path | None = None, before: Callable[[], None] | None = None, stop_fd: int | None = None,
+    elsewhere: tuple[int, ...] = (),
 ) -> Any:
     """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
 
@@ -369,6 +371,8 @@ def supervise(
             the launcher starts the rendezvous store with it.
         stop_fd: a descriptor that becomes readable when the run must stop (a background run's ``stop()``);
             the run then ends as with the stop button and :class:`StopRequested` is raised.
+        elsewhere: the ranks on other machines (several nodes): a failure that is only lost connections is
+            reported as the loss of another node.
 
     Returns:
         Rank 0's return value (``None`` when rank 0 is on another node).
@@ -378,7 +382,7 @@ def supervise(
         LaunchTimeoutError: the run exceeded ``timeout``.
         KeyboardInterrupt: the run was interrupted; every worker was stopped first.
     """
-    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd)
+    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere)
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
         sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
     try:

@@ -42,7 +42,11 @@ def test_c10d_multi_machine_flags() -> None:
     config = Config(num_processes=4, num_machines=2, main_process_ip="h", main_process_port=1234, rdzv_backend="c10d")
     cmd = torchrun_command(config, "s.py", [])
     assert cmd[3:] == ["--nproc_per_node", "2", "--nnodes", "2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
-                       "h:1234", "--rdzv_id", "notebook-accel", "s.py"]
+                       "h:1234", "--rdzv_id", "notebook-accel", "--rdzv_conf", "is_host=true", "--local_addr", "h",
+                       "s.py"]
+    other = torchrun_command(Config(num_processes=4, num_machines=2, machine_rank=1, main_process_ip="h",
+                                    main_process_port=1234, rdzv_backend="c10d"), "s.py", [])
+    assert other[-3:] == ["--rdzv_conf", "is_host=false", "s.py"]  # only machine 0 serves the rendezvous
 
 
 def test_free_port_on_several_machines_is_refused() -> None:

@@ -1,0 +1,49 @@
+"""One "machine" of the two-host tests: run inside a network namespace by tests/distributed/test_multinode.py.
+
+    python -m tests.distributed.multinode_entry train NODE_RANK MASTER_ADDR PORT OUT
+    python -m tests.distributed.multinode_entry wait NODE_RANK MASTER_ADDR PORT OUT
+
+``train`` runs the shared training body with 2 processes on this node (4 in all) and writes rank 0's result
+as JSON to OUT (node 0). ``wait`` does collectives until the other node disappears, then writes the error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from notebook_accel import Accelerator, notebook_launcher
+from notebook_accel.launcher import WorkerError
+from tests.distributed import workers
+
+
+def collectives_forever(pid_file: str) -> None:
+    """Reduce once in a while until a peer is lost; each rank writes its pid first."""
+    accelerator = Accelerator()
+    Path(f"{pid_file}.{accelerator.process_index}").write_text(str(os.getpid()))
+    while True:
+        accelerator.reduce(torch.ones(1), "sum")
+        time.sleep(0.05)
+
+
+def main(mode: str, node_rank: int, master_addr: str, port: int, out: str) -> int:
+    """Launch this node's two workers; node 0 writes what the cell would show."""
+    function, args = (workers.train, (2, 1, 24)) if mode == "train" else (collectives_forever, (out,))
+    try:
+        value = notebook_launcher(function, args, 2, None, port, master_addr, node_rank, 2, dashboard=False,
+                                  timeout=120)
+        result = {"value": value}
+    except WorkerError as e:
+        result = {"error": str(e)}
+    if node_rank == 0:
+        Path(out).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]))

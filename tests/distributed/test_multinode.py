@@ -1,0 +1,145 @@
+"""Two machines for real: two network namespaces joined by a veth pair, one "host" each (needs root and ``ip``).
+
+The same training on 2 nodes x 2 processes gives the weights of 4 processes on one host; torchrun's c10d
+rendezvous through ``notebook-accel launch --num_machines 2`` works across them; and when one node dies mid-run,
+the other node's launch ends with a ``WorkerError`` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from notebook_accel.launcher import notebook_launcher
+from tests.distributed import workers
+from tests.launcher.recording import RecordingSink
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST0, HOST1 = "10.77.0.1", "10.77.0.2"
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """Two network namespaces: ``names[i]`` has address ``addresses[i]`` on interface ``interfaces[i]``."""
+
+    names: tuple[str, str]
+    interfaces: tuple[str, str]
+    addresses: tuple[str, str] = (HOST0, HOST1)
+
+    def run(self, index: int, args: list[str], **kwargs: object) -> subprocess.Popen[str]:
+        """Start ``args`` inside host ``index``, with gloo on that host's interface."""
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": self.interfaces[index], "NOTEBOOK_ACCEL_LOG_DIR": "off",
+               "PYTHONPATH": str(ROOT)}
+        return subprocess.Popen(["ip", "netns", "exec", self.names[index], *args], cwd=ROOT, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)  # type: ignore[call-overload]
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def hosts() -> Iterator[Hosts]:
+    """Make the two hosts, or skip with the reason."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("two-host tests need root and iproute2 (ip netns); run them as root, as CI does")
+    tag = f"{os.getpid() % 100000}"
+    names, links = (f"nah{tag}a", f"nah{tag}b"), (f"nav{tag}a", f"nav{tag}b")
+    try:
+        for name in names:
+            _ip("netns", "add", name)
+        _ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
+        for name, link, address in zip(names, links, (HOST0, HOST1)):
+            _ip("link", "set", link, "netns", name)
+            _ip("-n", name, "addr", "add", f"{address}/24", "dev", link)
+            _ip("-n", name, "link", "set", link, "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+    except subprocess.CalledProcessError as e:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        pytest.skip(f"network namespaces are not available here: {e.stderr.strip()}")
+    try:
+        yield Hosts(names, links)
+    finally:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def _flat(values: object) -> list[float]:
+    """Nested lists of numbers, flattened."""
+    if isinstance(values, list):
+        return [x for v in values for x in _flat(v)]
+    return [float(values)]  # type: ignore[arg-type]
+
+
+def _finish(procs: list[subprocess.Popen[str]], timeout: float = 180) -> list[str]:
+    """Wait for every process (killing all on timeout); their outputs."""
+    outputs = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        outputs.append(out)
+    return outputs
+
+
+def test_two_nodes_train_like_four_processes_on_one(hosts: Hosts, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    entry = [sys.executable, "-m", "tests.distributed.multinode_entry", "train"]
+    procs = [hosts.run(i, [*entry, str(i), HOST0, "29517", str(out)]) for i in (0, 1)]
+    outputs = _finish(procs)
+    assert all(p.returncode == 0 for p in procs), outputs
+    assert out.exists(), outputs
+    two_nodes = json.loads(out.read_text())["value"]
+    one_host = notebook_launcher(workers.train, args=(2, 1, 24), num_processes=4, dashboard=RecordingSink())
+    assert two_nodes["n"] == 4 and two_nodes["steps_per_epoch"] == one_host["steps_per_epoch"]
+    assert _flat(two_nodes["params"]) == pytest.approx(_flat(one_host["params"]), abs=1e-6)
+    assert two_nodes["losses"] == pytest.approx(one_host["losses"], abs=1e-6)
+
+
+def test_a_node_dying_mid_run_ends_the_other_with_worker_error(hosts: Hosts, tmp_path: Path) -> None:
+    out = tmp_path / "pids"
+    entry = [sys.executable, "-m", "tests.distributed.multinode_entry", "wait"]
+    node0 = hosts.run(0, [*entry, "0", HOST0, "29518", str(out)])
+    node1 = hosts.run(1, [*entry, "1", HOST0, "29518", str(out)], start_new_session=True)
+    deadline = time.monotonic() + 90
+    while not all(Path(f"{out}.{r}").exists() for r in range(4)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(Path(f"{out}.{r}").exists() for r in range(4)), "the four workers did not start"
+    os.killpg(node1.pid, signal.SIGKILL)  # the whole machine goes: its launcher and, by PDEATHSIG, its workers
+    node1.wait()
+    started = time.monotonic()
+    outputs = _finish([node0], timeout=120)
+    assert node0.returncode == 0, outputs
+    error = json.loads(out.read_text())["error"]
+    assert time.monotonic() - started < 100, "node 0 waited for its timeout instead of noticing the lost node"
+    assert error.startswith("the run lost another node"), error
+    assert "10.77.0.2" in error and "ranks [2, 3] run on other machines" in error, error
+    print(error.splitlines()[0])
+
+
+def test_torchrun_c10d_across_two_hosts(hosts: Hosts) -> None:
+    cmd = [sys.executable, "-m", "notebook_accel.cli", "launch", "--num_machines", "2", "--num_processes", "4",
+           "--main_process_ip", HOST0, "--main_process_port", "29519", "--rdzv_backend", "c10d", "--cpu"]
+    script = str(ROOT / "tests" / "distributed" / "torchrun_entry.py")
+    procs = [hosts.run(i, [*cmd, "--machine_rank", str(i), script]) for i in (0, 1)]
+    outputs = _finish(procs)
+    assert all(p.returncode == 0 for p in procs), outputs
+    line = next(line for line in outputs[0].splitlines() + outputs[1].splitlines() if line.startswith("RESULT "))
+    result = json.loads(line[7:])
+    assert result["collectives"]["n"] == 4 and result["train"]["n"] == 4
