@@ -55,25 +55,27 @@ def ensure_venv() -> Path:
     return PYTHON
 
 
-def ensure_chromium() -> None:
-    """Install Debian's chromium for the browser test when it is missing and we are root; else say it will skip.
+def ensure_system_packages() -> None:
+    """Install the Debian packages some tests need, when missing and we are root; else say which tests skip.
 
-    Playwright drives this system browser (``executable_path``); ``playwright install`` is never used.
+    ``chromium``: Playwright drives this system browser (``executable_path``) for tests/browser; ``playwright
+    install`` is never used. ``iproute2`` (``ip netns``): tests/distributed/test_multinode.py makes two hosts.
     """
-    if CHROMIUM.exists():
+    wanted = {name: binary for name, binary in (("chromium", CHROMIUM), ("iproute2", Path("/usr/sbin/ip")))
+              if not binary.exists() and not (name == "iproute2" and Path("/sbin/ip").exists())}
+    if not wanted:
         return
     apt = Path("/usr/bin/apt-get")
     if os.name != "posix" or os.geteuid() != 0 or not apt.exists():
-        print(f"[dev] {CHROMIUM} is missing and this is not a root Debian shell: tests/browser will skip "
-              "(install the 'chromium' package to run it)", flush=True)
+        print(f"[dev] {sorted(wanted)} missing and this is not a root Debian shell: tests/browser and the two-host "
+              "tests skip (install the packages to run them)", flush=True)
         return
-    print("[dev] installing Debian's chromium for tests/browser: apt-get update && apt-get install -y chromium",
-          flush=True)
+    print(f"[dev] installing Debian packages for the browser and two-host tests: {sorted(wanted)}", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     ok = subprocess.run([str(apt), "update", "-qq"], env=env).returncode == 0
-    ok = ok and subprocess.run([str(apt), "install", "-y", "-qq", "chromium"], env=env).returncode == 0
+    ok = ok and subprocess.run([str(apt), "install", "-y", "-qq", *sorted(wanted)], env=env).returncode == 0
     if not ok:
-        print("[dev] could not install chromium: tests/browser will skip", flush=True)
+        print("[dev] could not install them: the tests that need them will skip", flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -90,7 +92,7 @@ def main(argv: list[str]) -> int:
     python = str(ensure_venv())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if command == "test":
-        ensure_chromium()
+        ensure_system_packages()
         return subprocess.run([python, "-m", "pytest", *rest], cwd=ROOT, env=env).returncode
     if command == "demo":
         return subprocess.run([python, str(ROOT / "tools" / "demo.py"), *rest], cwd=ROOT, env=env).returncode
