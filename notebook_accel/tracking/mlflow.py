@@ -72,7 +72,7 @@ class MLflowTracker(PackageTracker):
                 f"tracker 'mlflow' dropped the parameters {too_long}: MLflow stores at most "
                 f"{max_length} characters per parameter (log them as an artifact instead)",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         items = [(k, v) for k, v in params.items() if k not in too_long]
         for i in range(0, len(items), batch):

@@ -50,7 +50,8 @@ class PackageTracker(GeneralTracker):
     Args:
         run_name: the project name from ``init_trackers``.
         logging_dir: the Accelerator's logging directory (used by trackers that write under it), or ``None``.
-        **kwargs: ``init_kwargs[<name>]``, passed to the package's run constructor.
+        **kwargs: ``init_kwargs[<name>]``, passed to the package's run constructor (``run_name`` and
+            ``logging_dir`` are positional-only, so the package may have keywords of those names).
 
     Raises:
         TrackerUnavailableError: the package is not installed.
@@ -59,7 +60,7 @@ class PackageTracker(GeneralTracker):
     package: ClassVar[str] = ""
     extra: ClassVar[str] = ""
 
-    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str] | None = None, /, **kwargs: Any) -> None:
         super().__init__()
         require_package(self.name, self.package, self.extra)
         self.run_name = run_name
