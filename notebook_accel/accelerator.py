@@ -60,7 +60,8 @@ class Accelerator(ProcessFacade):
         cpu: use the CPU even when CUDA is available.
         dataloader_config: how loaders are sharded.
         rng_types: accepted for compatibility (shuffling here is seeded by (seed, epoch), needing no RNG sync).
-        log_with: trackers (``"jsonl"``, ``"tensorboard"``, ``"all"``, instances, a list).
+        log_with: trackers (``"jsonl"``, ``"tensorboard"``, ``"wandb"``, ``"mlflow"``, ``"comet_ml"``, ``"aim"``,
+            ``"dvclive"``, ``"all"``, instances, a list); a tracker whose package is missing raises here.
         project_dir: folder for checkpoints and logs.
         project_config: a :class:`ProjectConfiguration`.
         gradient_accumulation_plugin: full accumulation options (exclusive with ``gradient_accumulation_steps``).
