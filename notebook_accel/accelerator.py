@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -59,7 +60,8 @@ class Accelerator(ProcessFacade):
         cpu: use the CPU even when CUDA is available.
         dataloader_config: how loaders are sharded.
         rng_types: accepted for compatibility (shuffling here is seeded by (seed, epoch), needing no RNG sync).
-        log_with: trackers (``"jsonl"``, ``"tensorboard"``, ``"all"``, instances, a list).
+        log_with: trackers (``"jsonl"``, ``"tensorboard"``, ``"wandb"``, ``"mlflow"``, ``"comet_ml"``, ``"aim"``,
+            ``"dvclive"``, ``"all"``, instances, a list); a tracker whose package is missing raises here.
         project_dir: folder for checkpoints and logs.
         project_config: a :class:`ProjectConfiguration`.
         gradient_accumulation_plugin: full accumulation options (exclusive with ``gradient_accumulation_steps``).
@@ -342,11 +344,13 @@ class Accelerator(ProcessFacade):
         if self.is_main_process:
             torch.save(obj, f)
 
-    def save_model(self, model: torch.nn.Module, save_directory: str, **kwargs: Any) -> str:
-        """Write the unwrapped model's weights to ``save_directory`` (main process)."""
+    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike[str],
+                   max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> str:
+        """Write the unwrapped model's weights to ``save_directory`` (main process): ``model.safetensors``, or
+        shards with an index above ``max_shard_size``; ``pytorch_model.bin`` with ``safe_serialization=False``."""
         from notebook_accel import checkpointing
 
-        return checkpointing.save_model(self, model, save_directory)
+        return checkpointing.save_model(self, model, save_directory, max_shard_size, safe_serialization)
 
     def save_state(self, output_dir: str | None = None, **kwargs: Any) -> str:
         """Save models, optimizers, schedulers, loaders, scaler, RNGs and registered objects; returns the path."""

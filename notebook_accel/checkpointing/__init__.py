@@ -1,7 +1,7 @@
 """Checkpoints: atomic ``save_state`` / ``load_state`` with exact resume, and ``save_model``.
 
 The :class:`~notebook_accel.Accelerator` delegates ``save_state``, ``load_state``, ``register_for_checkpointing``
-and ``save_model`` here.
+and ``save_model`` here (``save_model`` writes accelerate's ``model.safetensors`` layout, see ``export``).
 
 Layout of a checkpoint directory (accelerate's names where it has one)::
 
@@ -34,9 +34,10 @@ part of a checkpoint, as in accelerate.
 
 from __future__ import annotations
 
-from notebook_accel.checkpointing.errors import CheckpointError, UnregistrableError
+from notebook_accel.checkpointing.errors import CheckpointError, ShardSizeError, UnregistrableError
 from notebook_accel.checkpointing.load import load_state
 from notebook_accel.checkpointing.objects import check_registrable
-from notebook_accel.checkpointing.save import save_model, save_state
+from notebook_accel.checkpointing.export import save_model
+from notebook_accel.checkpointing.save import save_state
 
-__all__ = ["CheckpointError", "UnregistrableError", "save_state", "load_state", "check_registrable", "save_model"]
+__all__ = ["CheckpointError", "ShardSizeError", "UnregistrableError", "save_state", "load_state", "check_registrable", "save_model"]

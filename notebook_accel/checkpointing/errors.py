@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from notebook_accel.errors import NotebookAccelError
 
-__all__ = ["CheckpointError", "UnregistrableError"]
+__all__ = ["CheckpointError", "ShardSizeError", "UnregistrableError"]
 
 
 class CheckpointError(NotebookAccelError, RuntimeError):
@@ -29,3 +29,7 @@ class UnregistrableError(CheckpointError, TypeError):
 
     Raised at registration, so the problem shows where the object is registered, not at the first save.
     """
+
+
+class ShardSizeError(CheckpointError, ValueError):
+    """``save_model(max_shard_size=...)`` is not a size (an int in bytes, or a string like ``"5GB"``)."""

@@ -1,5 +1,5 @@
-"""``save_state``: write every prepared object and every rank's RNG into a checkpoint, atomically;
-``save_model``: the unwrapped model's weights alone, for plain torch.
+"""``save_state``: write every prepared object and every rank's RNG into a checkpoint, atomically
+(``save_model`` is in :mod:`notebook_accel.checkpointing.export`).
 
 A save goes in three agreed phases (each ends with :func:`~notebook_accel.checkpointing.agreement.agree`, an
 all-gather of per-rank errors that also acts as a barrier):
@@ -27,9 +27,7 @@ from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Manifest, write
 from notebook_accel.checkpointing.naming import checkpoint_path, checkpoints_root, remove_stale_temporaries, rotate
 from notebook_accel.checkpointing.objects import Saved, collect
 
-__all__ = ["save_state", "save_model", "error_text", "automatic_naming", "project_dir_of"]
-
-WEIGHTS_NAME = "pytorch_model.bin"
+__all__ = ["save_state", "error_text", "automatic_naming", "project_dir_of"]
 
 
 def error_text(e: BaseException) -> str:
@@ -179,46 +177,4 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
             remove_dir(temp)
     if iteration is not None:
         accelerator.project_configuration.iteration = iteration + 1
-    return path
-
-
-def save_model(accelerator: Any, model: Any, save_directory: str | os.PathLike[str]) -> str:
-    """Save the model's weights alone (unwrapped, on CPU) as ``<save_directory>/pytorch_model.bin``.
-
-    Only the main process writes (atomically: a temporary file renamed into place); all ranks wait for it and
-    raise together on failure. The file loads into a fresh model with plain torch.
-
-    Args:
-        accelerator: the Accelerator that prepared ``model``.
-        model: the prepared (possibly DDP-wrapped) or plain model.
-        save_directory: the directory, created when missing.
-
-    Returns:
-        The absolute path of the weights file.
-
-    Raises:
-        CheckpointError: the directory cannot be created or the file written (on every rank).
-
-    Example:
-        >>> path = accelerator.save_model(model, "export")                            # doctest: +SKIP
-        >>> fresh.load_state_dict(torch.load(path, weights_only=True))                # doctest: +SKIP
-    """
-    state = accelerator.state
-    directory = os.path.abspath(os.fspath(save_directory))
-    path = os.path.join(directory, WEIGHTS_NAME)
-    error = None
-    if state.is_main_process:
-        try:
-            make_dir(directory, exist_ok=True)
-            weights = {k: v.detach().cpu() for k, v in accelerator.unwrap_model(model).state_dict().items()}
-            partial = temp_sibling(path)
-            try:
-                write_torch(partial, weights)
-                os.replace(partial, path)
-            finally:
-                if os.path.lexists(partial):
-                    os.remove(partial)
-        except Exception as e:
-            error = error_text(e)
-    agree(error, state.num_processes, f"save model weights to {path!r}")
     return path

@@ -10,10 +10,12 @@ Decisions (where we differ from accelerate, on purpose):
   only after ``init_trackers(project_name, ...)``; values logged before it reach only the dashboard.
 - **Only the main process writes.** On other ranks the hub holds no tracker: ``log`` does nothing and
   ``get(name)`` returns a blank tracker whose methods do nothing.
-- ``log_with`` accepts ``None``, ``"all"`` (every available tracker: live, jsonl, and tensorboard when
-  installed), a name (``"live"``, ``"jsonl"``, ``"tensorboard"``), a :class:`GeneralTracker` instance, or a
-  list of these. Unknown names, and file trackers without a logging directory, are refused when the hub is
-  built (so ``Accelerator(...)`` fails at once, on every rank, not in the middle of a run).
+- ``log_with`` accepts ``None``, ``"all"`` (live, jsonl, and every tracker whose package is installed:
+  tensorboard, wandb, mlflow, comet_ml, aim, dvclive), a name (``"live"``, ``"jsonl"``, ``"tensorboard"``,
+  ``"wandb"``, ``"mlflow"``, ``"comet_ml"``, ``"aim"``, ``"dvclive"``), a :class:`GeneralTracker` instance, or a
+  list of these. Unknown names, a tracker named whose package is missing, and trackers that write under the
+  logging directory (jsonl, tensorboard, aim) without one are refused when the hub is built (so
+  ``Accelerator(...)`` fails at once, on every rank, not in the middle of a run).
 """
 
 from __future__ import annotations
@@ -23,21 +25,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 from notebook_accel.tracking.base import GeneralTracker, TrackerError
-from notebook_accel.tracking.jsonl import JSONLTracker
 from notebook_accel.tracking.live import LiveTracker
-from notebook_accel.tracking.tensorboard import TensorBoardTracker, require_tensorboard, tensorboard_available
+from notebook_accel.tracking.registry import TRACKER_NAMES, TRACKERS, available_names, require
 
 __all__ = ["TrackerHub", "TrackerName", "LogWith", "TRACKER_NAMES"]
 
-TrackerName = Literal["live", "jsonl", "tensorboard"]
+TrackerName = Literal["live", "jsonl", "tensorboard", "wandb", "mlflow", "comet_ml", "aim", "dvclive"]
 LogWith = Union[str, GeneralTracker, Sequence[Union[str, GeneralTracker]], None]
-
-_FILE_TRACKERS: dict[str, Callable[..., GeneralTracker]] = {"jsonl": JSONLTracker, "tensorboard": TensorBoardTracker}
-TRACKER_NAMES: tuple[str, ...] = ("all", "live", "jsonl", "tensorboard")
 
 
 def _resolve(log_with: LogWith) -> tuple[bool, list[str], list[GeneralTracker]]:
-    """Split ``log_with`` into (live requested, file tracker names, tracker instances); refuse unknown names."""
+    """Split ``log_with`` into (live requested, built-in tracker names, tracker instances); refuse unknown names."""
     if log_with is None:
         return False, [], []
     if not isinstance(log_with, (str, GeneralTracker, list, tuple)):
@@ -59,10 +57,10 @@ def _resolve(log_with: LogWith) -> tuple[bool, list[str], list[GeneralTracker]]:
         key = item.strip().lower()
         if key == "all":
             live = True
-            names += ["jsonl"] + (["tensorboard"] if tensorboard_available() else [])
+            names += available_names()
         elif key == "live":
             live = True
-        elif key in _FILE_TRACKERS:
+        elif key in TRACKERS:
             names.append(key)
         else:
             raise TrackerError(
@@ -82,8 +80,9 @@ class TrackerHub:
         rank: this process's rank (stamped on live metrics).
 
     Raises:
-        TrackerError: an unknown tracker name, or ``jsonl``/``tensorboard`` without a logging directory.
-        TrackerUnavailableError: ``tensorboard`` asked for by name and the package is not installed.
+        TrackerError: an unknown tracker name, or ``jsonl``/``tensorboard``/``aim`` without a logging directory.
+        TrackerUnavailableError: a tracker asked for by name whose package is not installed (the message names
+            the pip extra, e.g. ``pip install "notebook-accel[wandb]"``).
 
     Example:
         >>> hub = TrackerHub(log_with="jsonl", logging_dir="runs", is_main_process=False, rank=1)
@@ -101,9 +100,8 @@ class TrackerHub:
     ) -> None:
         _, self._names, self._instances = _resolve(log_with)  # "live" needs nothing: it is always on
         for name in self._names:
-            if name == "tensorboard":
-                require_tensorboard()
-            if logging_dir is None:
+            require(name)
+            if logging_dir is None and TRACKERS[name].requires_logging_directory:
                 raise TrackerError(
                     f"tracker {name!r} writes files but no logging directory was given; pass "
                     "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...), or drop it from log_with"
@@ -125,15 +123,17 @@ class TrackerHub:
         """Create and start the requested trackers (main process only) and store ``config`` in each.
 
         Args:
-            project_name: the run's name; file trackers write under ``<logging_dir>/<project_name>``.
+            project_name: the run's name (file trackers write under ``<logging_dir>/<project_name>``; wandb and
+                Comet use it as the project, MLflow as the experiment).
             config: hyper-parameters to record, or ``None``.
-            init_kwargs: per-tracker keyword arguments, e.g. ``{"tensorboard": {"flush_secs": 5}}``.
+            init_kwargs: per-tracker keyword arguments, e.g. ``{"wandb": {"mode": "offline"}}``.
         """
         if not self.is_main_process or self._started:
             return
         for name in self._names:
             kwargs = dict(init_kwargs.get(name, {}))
-            self._started.append(_FILE_TRACKERS[name](project_name, str(self.logging_dir), **kwargs))
+            factory: Callable[..., GeneralTracker] = TRACKERS[name]  # (project_name, logging_dir, **init_kwargs)
+            self._started.append(factory(project_name, self.logging_dir, **kwargs))
         self._started.extend(self._instances)
         for tracker in self._started:
             tracker.start()

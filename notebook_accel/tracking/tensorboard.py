@@ -7,29 +7,24 @@ a dict of scalars ``add_scalars``; the init configuration is stored as hyper-par
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from notebook_accel.tracking.base import GeneralTracker, TrackerUnavailableError, scalar_values, warn_skipped
+from notebook_accel.tracking.base import GeneralTracker, scalar_values, warn_skipped
+from notebook_accel.tracking.optional import package_available, require_package
 
 __all__ = ["TensorBoardTracker", "tensorboard_available", "require_tensorboard"]
 
 
 def tensorboard_available() -> bool:
     """True when the ``tensorboard`` package can be imported."""
-    return importlib.util.find_spec("tensorboard") is not None
+    return package_available("tensorboard")
 
 
 def require_tensorboard() -> None:
     """Raise :class:`TrackerUnavailableError` naming the pip extra when ``tensorboard`` is missing."""
-    if not tensorboard_available():
-        raise TrackerUnavailableError(
-            "log_with='tensorboard' needs the tensorboard package, which is not installed; "
-            'install it with: pip install "notebook-accel[tensorboard]" (or pip install tensorboard), '
-            "or use log_with='jsonl', which needs no extra package"
-        )
+    require_package("tensorboard", "tensorboard", "tensorboard")
 
 
 class TensorBoardTracker(GeneralTracker):
@@ -51,6 +46,8 @@ class TensorBoardTracker(GeneralTracker):
 
     name: ClassVar[str] = "tensorboard"
     requires_logging_directory: ClassVar[bool] = True
+    package: ClassVar[str] = "tensorboard"
+    extra: ClassVar[str] = "tensorboard"
 
     def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
         super().__init__()

@@ -4,6 +4,7 @@ epoch boundary and in the middle of an epoch; save_model into plain torch."""
 from __future__ import annotations
 
 import pytest
+import safetensors.torch
 import torch
 
 from notebook_accel.launcher import notebook_launcher
@@ -46,9 +47,9 @@ def test_resume_is_bitwise_exact(tmp_path, epochs, batches, accumulation, loader
 @pytest.mark.timeout(120)
 def test_save_model_loads_into_plain_torch(tmp_path) -> None:
     out = _launch(training.export_model, str(tmp_path))
-    assert out["path"] == str(tmp_path / "export" / "pytorch_model.bin")
+    assert out["path"] == str(tmp_path / "export" / "model.safetensors")
     fresh = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Dropout(0.3), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-    fresh.load_state_dict(torch.load(out["path"], weights_only=True))
+    fresh.load_state_dict(safetensors.torch.load_file(out["path"]))
     expected = training.from_bytes(out["params"])
     for key, value in fresh.state_dict().items():
         assert torch.equal(value, expected[key])

@@ -80,7 +80,7 @@ def _check_run(result: dict[str, Any], work: Path) -> None:
     # main_process_first: the main process built the data cache before the others looked for it
     assert result["cache_built_by_rank"] == [True] + [False] * (result["world_size"] - 1)
     assert result["checkpoint_restored"], "load_state did not bring back the parameters saved after epoch 0"
-    assert result["exported"] == ["pytorch_model.bin"]
+    assert result["exported"] == ["model.safetensors"]
     assert (work / "final_state_dict.pt").is_file()
     assert result["final_lr"] == pytest.approx(0.0)  # the schedule ran to its end: stepped with the real steps
     lines = (work / "logs" / "mlp" / "metrics.jsonl").read_text().splitlines()

@@ -44,3 +44,16 @@ def live_channel() -> Iterator[Channel]:
         channel.uninstall()
         writer.close()
         reader.close()
+
+
+PACKAGE_TRACKERS = ("wandb", "mlflow", "comet_ml", "aim", "dvclive")
+
+
+@pytest.fixture
+def without_package_trackers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make log_with="all" see none of the packages of wandb, mlflow, comet_ml, aim and dvclive (they would try
+    to reach their services); jsonl and tensorboard are unaffected."""
+    from notebook_accel.tracking import registry
+
+    real = registry.package_available
+    monkeypatch.setattr(registry, "package_available", lambda name: name not in PACKAGE_TRACKERS and real(name))

@@ -1,4 +1,5 @@
-"""The tracking package and progress() run in workers: they must load no UI code and no TensorBoard."""
+"""The tracking package and progress() run in workers: they must load no UI code and no tracker package
+(TensorBoard, wandb, MLflow, Comet, Aim, DVCLive) until a tracker starts."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import sys
 import notebook_accel.tracking, notebook_accel.progress
 from notebook_accel.tracking import TrackerHub
 TrackerHub(log_with="all", logging_dir="unused", is_main_process=True, rank=0)
-loaded = [m for m in ("ipywidgets", "IPython.display", "matplotlib", "torch.utils.tensorboard", "tensorboard")
-          if m in sys.modules]
+loaded = [m for m in ("ipywidgets", "IPython.display", "matplotlib", "torch.utils.tensorboard", "tensorboard",
+                      "wandb", "mlflow", "comet_ml", "aim", "dvclive") if m in sys.modules]
 assert not loaded, f"loaded at import time: {loaded}"
 print("ok")
 """

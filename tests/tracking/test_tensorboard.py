@@ -41,6 +41,7 @@ def test_non_scalar_values_warn_once(tmp_path: Path) -> None:
     tracker.finish()
 
 
+@pytest.mark.usefixtures("without_package_trackers")
 def test_missing_tensorboard_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))

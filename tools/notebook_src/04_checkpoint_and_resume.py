@@ -17,6 +17,7 @@ import shutil
 import tempfile
 
 import torch
+from safetensors.torch import load_file
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from sklearn.datasets import load_digits
@@ -41,7 +42,8 @@ print(len(train_set), "images")
 #
 # `train` can run straight through, stop after `save_at` steps with a checkpoint (as if the kernel had died right
 # after saving), or start from a checkpoint. Everything is built from scratch in each run, as it would be after a
-# restart. At the end it writes the weights with `accelerator.save_model`, a plain PyTorch file, and returns its path.
+# restart. At the end it writes the weights with `accelerator.save_model` (a `model.safetensors` file, as accelerate
+# writes) and returns its path.
 #
 # Two things make the resume exact:
 #
@@ -94,9 +96,8 @@ def train(epochs, save_at=None, resume_from=None, weights_dir=None):
 # ## The reference: two epochs without stopping
 
 # %%
-straight = torch.load(
-    notebook_launcher(train, args=(2, None, None, os.path.join(workdir, "straight")), num_processes=2),
-    weights_only=True,
+straight = load_file(
+    notebook_launcher(train, args=(2, None, None, os.path.join(workdir, "straight")), num_processes=2)
 )
 
 # %% [markdown]
@@ -112,11 +113,11 @@ sorted(os.listdir(checkpoint))
 
 # %%
 weights_file = notebook_launcher(train, args=(2, None, checkpoint, os.path.join(workdir, "resumed")), num_processes=2)
-resumed = torch.load(weights_file, weights_only=True)
+resumed = load_file(weights_file)
 
 # %% [markdown]
-# `save_model` wrote a plain PyTorch file: `torch.load` reads it without notebook-accel, and it loads into a
-# fresh model. Now the comparison, bit for bit:
+# `save_model` wrote a safetensors file: `safetensors.torch.load_file` reads it without notebook-accel (and so do
+# `transformers` and accelerate), and it loads into a fresh model. Now the comparison, bit for bit:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -136,7 +137,7 @@ print(fresh.load_state_dict(resumed))
 # %%
 checkpoint = notebook_launcher(train, args=(2, 40), num_processes=2)
 weights_file = notebook_launcher(train, args=(2, None, checkpoint, os.path.join(workdir, "resumed")), num_processes=2)
-resumed = torch.load(weights_file, weights_only=True)
+resumed = load_file(weights_file)
 
 # %%
 # NBVAL_CHECK_OUTPUT
