@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -38,3 +40,21 @@ def active_config(config_file: str | None) -> tuple[Config, Path | None]:
     if path is None:
         return Config(), None
     return load_config(path), path
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0 (``nan``, ``inf``, 0 and negatives refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0 (e.g. 120)")
+    return value
+
+
+def process_count(text: str) -> int:
+    """argparse type: a whole number of processes from 1 to 1024."""
+    if not text.strip().isdigit() or not 1 <= int(text) <= 1024:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes from 1 to 1024")
+    return int(text)

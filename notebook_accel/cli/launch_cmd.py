@@ -10,6 +10,7 @@ through the variables of :func:`notebook_accel.environment.launch_choices`.
 from __future__ import annotations
 
 import argparse
+import shlex
 import os
 import socket
 import sys
@@ -146,9 +147,9 @@ def launch(args: argparse.Namespace) -> int:
     cmd = torchrun_command(config, args.script, list(args.script_args))
     variables = child_environment(config)
     if args.dry_run:
-        print(" ".join(cmd))
+        print(shlex.join(cmd))  # quoted: safe to paste into a shell
         for name, value in sorted(variables.items()):
-            print(f"{name}={value}")
+            print(f"unset {name}" if value is None else f"export {name}={shlex.quote(value)}")
         return EXIT_OK
     code, _ = run_child(cmd, environment.environ_with(variables))
     if code != 0:

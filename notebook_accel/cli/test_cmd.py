@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from notebook_accel import environment
-from notebook_accel.cli.common import EXIT_FAILED, EXIT_OK
+from notebook_accel.cli.common import EXIT_FAILED, EXIT_OK, positive_seconds, process_count
 from notebook_accel.cli.launch_cmd import child_environment, torchrun_command
 from notebook_accel.cli.process import run_child
 from notebook_accel.config import Config
@@ -26,9 +26,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         description="Start 2 CPU processes through torch.distributed.run, all-reduce a tensor over gloo, and say "
         "whether it worked. Exit code 0 when ready, 1 when not.",
     )
-    parser.add_argument("--num_processes", "--num-processes", type=int, default=2, metavar="N",
+    parser.add_argument("--num_processes", "--num-processes", type=process_count, default=2, metavar="N",
                         help="processes to start (default 2)")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="give up after (default 120)")
+    parser.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS", help="give up after (default 120)")
     parser.set_defaults(run=sanity_check)
 
 

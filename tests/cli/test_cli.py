@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import os
 import subprocess
 import sys
@@ -126,7 +128,28 @@ def test_launch_dry_run_maps_a_multi_machine_config(env: dict[str, str], tmp_pat
     command, *variables = result.stdout.splitlines()
     assert command.endswith("-m torch.distributed.run --nproc_per_node 8 --nnodes 2 --node_rank 1 "
                             "--master_addr 10.1.2.3 --master_port 29501 train.py --lr 0.1")
-    assert variables == ["NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS=2", "NOTEBOOK_ACCEL_MIXED_PRECISION=fp16"]
+    assert variables == ["export NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS=2",
+                         "export NOTEBOOK_ACCEL_MIXED_PRECISION=fp16"]
+
+
+def test_launch_dry_run_quotes_what_a_shell_would_split(env: dict[str, str], tmp_path: Path) -> None:
+    result = cli(env, "launch", "--num_processes", "1", "--cpu", "--dry_run", "my train.py", "--name", "a b; rm -rf x")
+    assert result.returncode == 0, result.stderr
+    command = result.stdout.splitlines()[0]
+    assert command.endswith("'my train.py' --name 'a b; rm -rf x'")
+    assert shlex.split(command)[-3:] == ["my train.py", "--name", "a b; rm -rf x"]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "soon"])
+def test_sanity_check_refuses_a_bad_timeout(env: dict[str, str], value: str) -> None:
+    result = cli(env, "test", "--timeout", value)
+    assert result.returncode == 2 and "is not a number of seconds > 0" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "100000", "x"])
+def test_sanity_check_refuses_a_bad_process_count(env: dict[str, str], value: str) -> None:
+    result = cli(env, "test", "--num_processes", value)
+    assert result.returncode == 2 and "is not a number of processes" in result.stderr, result.stderr
 
 
 @pytest.mark.timeout(180)
