@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import shlex
-
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
