@@ -7,8 +7,10 @@ file renamed over the old one), so a crash never leaves half a config behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -51,18 +53,43 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few hundred bytes; anything past 1 MiB is not one
+MAX_YAML_NODES = 10_000  # values in the document with aliases expanded (a 300-byte "billion laughs" has 10**8)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many nodes ``node`` stands for once every alias is expanded (each shared node sized once)."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = 1  # a recursive alias counts once instead of looping
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_expanded_size(child, sizes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total += sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
+    sizes[id(node)] = total
+    return total
+
+
 def parse_config_text(text: str, source: str | None = None, as_json: bool = False) -> Any:
     """Parse YAML (or JSON) text into Python data.
 
+    A document whose aliases expand to more than :data:`MAX_YAML_NODES` values is refused before it is built.
+
     Raises:
-        ConfigError: a syntax error, naming the line and column.
+        ConfigError: a syntax error, naming the line and column, or a document too large once expanded.
     """
     try:
         if as_json:
             return json.loads(text)
         loader = _StrictLoader(text)
         try:
-            data = loader.get_single_data()
+            node = loader.get_single_node()
+            if node is not None and (size := _expanded_size(node, {})) > MAX_YAML_NODES:
+                raise ConfigError([f"the document expands to {size} values through its aliases (*name); a config "
+                                   f"allows at most {MAX_YAML_NODES}: write the settings out plainly"], source)
+            data = None if node is None else loader.construct_document(node)
         finally:
             loader.dispose()
         if loader.duplicates:
@@ -150,7 +177,7 @@ def load_config(path: PathLike) -> Config:
     file = Path(os.path.expanduser(os.fspath(path)))
     source = str(file)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = _read_regular_file(file).decode("utf-8")
     except FileNotFoundError as e:
         raise ConfigError([f"no config file at {source}; write one with `notebook-accel config "
                            f"--config_file {source}` or check the path"], source) from e
@@ -159,6 +186,34 @@ def load_config(path: PathLike) -> Config:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError([f"cannot read {source}: {e}"], source) from e
     return config_from_mapping(parse_config_text(text, source, as_json=file.suffix.lower() == ".json"), source)
+
+
+def _read_regular_file(file: Path) -> bytes:
+    """The bytes of ``file``, which must be a regular file of at most :data:`MAX_CONFIG_BYTES`.
+
+    Opened without blocking (a FIFO with no writer would hang ``open``), checked with ``fstat`` on the open
+    descriptor (no swap between check and read), and read with a bound (``/dev/zero`` never ends).
+    """
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a folder", str(file))
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a device, pipe or socket); give the path of a YAML file")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise OSError(errno.EFBIG, f"the file has {info.st_size} bytes; a config file is at most "
+                                       f"{MAX_CONFIG_BYTES} bytes")
+        data = os.read(fd, MAX_CONFIG_BYTES + 1)
+        chunk = data
+        while chunk and len(data) <= MAX_CONFIG_BYTES:
+            chunk = os.read(fd, MAX_CONFIG_BYTES + 1 - len(data))
+            data += chunk
+        if len(data) > MAX_CONFIG_BYTES:
+            raise OSError(errno.EFBIG, f"the file grew past {MAX_CONFIG_BYTES} bytes while being read")
+        return data
+    finally:
+        os.close(fd)
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:

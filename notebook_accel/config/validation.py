@@ -7,6 +7,8 @@ line rather than a cascade. Each line names the field, the bad value and what is
 
 from __future__ import annotations
 
+import reprlib
+
 import keyword
 from collections.abc import Callable, Mapping
 from typing import Any, get_args
@@ -27,9 +29,14 @@ _ACCELERATE_ONLY_TYPES = {"DEEPSPEED", "FSDP", "XLA", "TPU", "MEGATRON_LM", "MUL
                           "MULTI_SDAA", "MULTI_MUSA", "MULTI_HPU"}
 
 
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxlist, _SHORT_REPR.maxdict, _SHORT_REPR.maxstring, _SHORT_REPR.maxlong = 2, 4, 4, 60, 40
+_MAX_COUNT = 1_000_000  # process, machine and step counts: anything larger is a typo (or a hostile file)
+
+
 def _show(value: Any) -> str:
-    """``repr`` of a value plus its type, short enough for one line."""
-    text = repr(value)
+    """``repr`` of a value plus its type, short enough for one line (bounded work, whatever the value)."""
+    text = _SHORT_REPR.repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({type(value).__name__})"
@@ -54,10 +61,10 @@ def _int_at_least(name: str, value: Any, low: int, optional: bool = False) -> st
     """Problem for a value that is not a whole number >= ``low`` (``None`` allowed when ``optional``)."""
     if optional and value is None:
         return None
-    if _is_int(value) and value >= low:
+    if _is_int(value) and low <= value <= _MAX_COUNT:
         return None
     extra = " or null" if optional else ""
-    return f"{name}: got {_show(value)}; allowed: a whole number >= {low}{extra}"
+    return f"{name}: got {_show(value)}; allowed: a whole number from {low} to {_MAX_COUNT}{extra}"
 
 
 def parse_gpu_ids(value: str) -> list[int] | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 import warnings
 from pathlib import Path
 
@@ -199,3 +201,49 @@ def test_merge_keys_may_repeat_a_key(tmp_path: Path) -> None:
     path.write_text("fsdp_config:\n  base: &b {x: 1}\n  other:\n    <<: *b\n    x: 2\nnum_processes: 1\n")
     with pytest.warns(ConfigWarning):
         assert load_config(path).extra["fsdp_config"]["other"] == {"x": 2}
+
+
+# -- hostile files (issue 11, item 7): refused quickly, with bounded memory ---------------------------------
+_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n" for prev, name in zip("abcdefg", "bcdefgh")
+) + "num_processes: [*h, *h, *h, *h, *h, *h, *h, *h, *h]\n"
+
+
+def test_an_alias_bomb_is_refused_before_it_is_built(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_BOMB)
+    assert len(_BOMB) < 500
+    started = time.process_time()
+    with pytest.raises(ConfigError, match="expands to .* values through its aliases"):
+        load_config(path)
+    assert time.process_time() - started < 5, "the alias bomb was expanded (hang guard)"
+
+
+def test_a_few_aliases_are_still_fine(tmp_path: Path) -> None:
+    path = tmp_path / "aliases.yaml"
+    path.write_text("num_processes: &n 2\nnum_machines: 1\ngradient_accumulation_steps: *n\n")
+    assert load_config(path).gradient_accumulation_steps == 2
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "/dev/null", "fifo"])
+def test_non_regular_files_are_refused(tmp_path: Path, special: str) -> None:
+    if special == "fifo":
+        special = str(tmp_path / "config.fifo")
+        os.mkfifo(special)  # no writer: a blocking open would hang
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(special)
+
+
+def test_an_oversized_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("num_processes: 2\n" + "# padding\n" * 200_000)
+    with pytest.raises(ConfigError, match="a config file is at most"):
+        load_config(path)
+
+
+def test_a_huge_integer_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "digits.yaml"
+    path.write_text("num_processes: " + "9" * 4000 + "\n")
+    with pytest.raises(ConfigError, match="allowed: a whole number from 1 to 1000000") as info:
+        load_config(path)
+    assert len(str(info.value)) < 500
