@@ -1,0 +1,61 @@
+"""A seeded fuzzer over the command line (in process): every argv ends with exit code 0 or 2 and a message,
+never a traceback. Commands that would start processes run only with ``--dry_run``.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from notebook_accel.cli.app import main
+
+SEED = 4242
+CALLS = 300
+
+COMMANDS = [["launch", "--dry_run"], ["config", "--help"], ["env"], ["launch", "--dry_run", "--cpu"], ["test", "--help"],
+            ["config", "--default", "--config_file"]]
+FLAGS = ["--num_processes", "--num_machines", "--machine_rank", "--main_process_port", "--main_process_ip",
+         "--gradient_accumulation_steps", "--mixed_precision", "--gpu_ids", "--rdzv_backend", "--config_file",
+         "--timeout", "--nope", "-x", "--", "--cpu"]
+VALUES = ["2", "0", "-1", "nan", "inf", "1e9", "9" * 400, "", " ", "abc", "fp8", "bf16", "all", "0,0", "c10d",
+          "etcd", "10.0.0.1", "::1", "/dev/zero", "/nonexistent.yaml", "\x00", "é", "--", "script.py", "a b; rm x"]
+
+
+def _argv(rng: random.Random, tmp: Path) -> list[str]:
+    """One command line: a command, a few flags with values (some missing or wrong), maybe a script."""
+    argv = list(rng.choice(COMMANDS))
+    if argv[-1] == "--config_file":
+        argv.append(str(tmp / f"c{rng.randrange(1000)}.yaml"))
+    for _ in range(rng.randrange(4)):
+        argv.append(rng.choice(FLAGS))
+        if rng.random() < 0.8:
+            argv.append(rng.choice(VALUES))
+    if argv[0] == "launch" and rng.random() < 0.7:
+        argv += ["train.py", *rng.sample(VALUES, 2)]
+    return argv
+
+
+def test_cli_fuzz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("NOTEBOOK_ACCEL_CONFIG_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(SEED)
+    codes: dict[int, int] = {}
+    for index in range(CALLS):
+        argv = _argv(rng, tmp_path)
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(argv)
+            except BaseException as e:  # noqa: BLE001 - the point of the test
+                pytest.fail(f"case {index}: notebook-accel {argv!r} raised {type(e).__name__}: {e}")
+        codes[code] = codes.get(code, 0) + 1
+        assert code in (0, 2), f"case {index}: notebook-accel {argv!r} exited {code}: {err.getvalue()[-500:]}"
+        assert "Traceback" not in out.getvalue() + err.getvalue(), f"case {index}: {argv!r}"
+        if code == 2:
+            assert err.getvalue().strip(), f"case {index}: {argv!r} failed without a message"
+    assert codes.get(0, 0) >= 10 and codes.get(2, 0) >= 100, codes
