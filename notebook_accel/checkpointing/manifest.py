@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import string
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
@@ -23,6 +24,28 @@ MANIFEST_NAME = "manifest.json"
 
 Kind = Literal["model", "optimizer", "scheduler", "dataloader", "scaler", "custom", "rng"]
 KINDS: tuple[str, ...] = get_args(Kind)
+
+
+_MAX_INT = 2**62
+_MAX_MANIFEST_BYTES = 16 << 20
+
+
+def file_name_problem(name: Any, per_rank: bool) -> str | None:
+    """Why ``name`` cannot be a file of a checkpoint (``None`` when it can): it must be a plain name inside the
+    folder (no path separator, no ``..``, not absolute) and a per-rank pattern may hold only ``{rank}``."""
+    if not isinstance(name, str) or not name or len(name) > 255:
+        return f"file name {name!r:.60} is not a file name"
+    fields = []
+    try:
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(name) if f is not None]
+    except ValueError:
+        return f"file name {name!r:.60} has unbalanced braces"
+    if any((f, spec, conv) != ("rank", "", None) for f, spec, conv in fields) or (fields and not per_rank):
+        return f"file name {name!r:.60} may hold only the placeholder {{rank}}, and only for a per-rank entry"
+    plain = name.replace("{rank}", "0")
+    if plain in (".", "..") or os.sep in plain or (os.altsep and os.altsep in plain) or os.path.isabs(plain):
+        return f"file name {name!r:.60} points outside the checkpoint folder; only plain names are allowed"
+    return None
 
 
 @dataclass(frozen=True)
@@ -95,7 +118,42 @@ class Manifest:
         bad = [e.kind for e in manifest.entries if e.kind not in KINDS]
         if bad:
             raise CheckpointError(f"the manifest {where!r} names unknown object kinds {bad}; allowed: {list(KINDS)}")
+        problems = manifest.problems()
+        if problems:
+            raise CheckpointError(f"the manifest {where!r} is corrupt: " + "; ".join(problems[:5]) + "; the "
+                                  "checkpoint cannot be trusted: load an older one.")
         return manifest
+
+    def problems(self) -> list[str]:
+        """Fields of the wrong type or out of range, and file names that would leave the checkpoint folder."""
+        out = []
+
+        def whole(name: str, value: Any, low: int, optional: bool = False) -> None:
+            if (optional and value is None) or (isinstance(value, int) and not isinstance(value, bool)
+                                                and low <= value <= _MAX_INT):
+                return
+            out.append(f"{name} is {value!r:.40} ({type(value).__name__}), expected a whole number >= {low}")
+
+        whole("world_size", self.world_size, 1)
+        whole("step", self.step, 0)
+        whole("iteration", self.iteration, 0, optional=True)
+        whole("format_version", self.format_version, 1)
+        if not isinstance(self.complete, bool):
+            out.append(f"complete is {self.complete!r:.40} ({type(self.complete).__name__}), expected true or false")
+        if isinstance(self.created, bool) or not isinstance(self.created, (int, float)):
+            out.append(f"created is {self.created!r:.40}, expected a time in seconds")
+        for e in self.entries:
+            whole(f"entry {e.kind} index", e.index, 0)
+            if not isinstance(e.type_name, str) or not isinstance(e.per_rank, bool):
+                out.append(f"entry {e.kind} {e.index}: type_name must be text and per_rank true or false")
+            problem = file_name_problem(e.file, e.per_rank)
+            if problem:
+                out.append(f"entry {e.kind} {e.index}: {problem}")
+        if not isinstance(self.files, dict) or not all(
+                isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("size"), int)
+                and isinstance(v.get("sha256"), str) for k, v in self.files.items()):
+            out.append("files must map each name to {size: int, sha256: str}")
+        return out
 
     def entries_of(self, kind: Kind) -> list[Entry]:
         """The entries of one kind, in index order."""
@@ -119,6 +177,8 @@ class Manifest:
             expected = self.files.get(name)
             if expected is None:
                 problems.append(f"{name}: not listed in the manifest")
+            elif os.path.islink(path):
+                problems.append(f"{name}: a symbolic link (a checkpoint holds its own files, not links)")
             elif not os.path.isfile(path):
                 problems.append(f"{name}: missing")
             elif os.path.getsize(path) != expected["size"]:
@@ -149,10 +209,14 @@ def read_manifest(directory: str) -> Manifest:
             "a notebook-accel checkpoint. Load an earlier checkpoint."
         )
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_MANIFEST_BYTES + 1)
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
         raise CheckpointError(f"could not read {path!r}: {e}") from e
+    if len(raw) > _MAX_MANIFEST_BYTES:
+        raise CheckpointError(f"the manifest {path!r} is larger than {_MAX_MANIFEST_BYTES} bytes: it is not one of "
+                              "ours (a manifest lists a few files); load an older checkpoint.")
     manifest = Manifest.from_json(text, path)
     if manifest.format_version > FORMAT_VERSION:
         raise CheckpointError(

@@ -89,7 +89,9 @@ def _model_check(model: torch.nn.Module, label: str) -> Callable[[Any], list[str
             )
         for key in sorted(set(current) & set(state)):
             a, b = current[key], state[key]
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape != b.shape:
+            if isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+                problems.append(f"{label}: {key} is a {type(b).__name__} in the checkpoint, not a tensor")
+            elif isinstance(a, torch.Tensor) and a.shape != b.shape:
                 problems.append(f"{label}: {key} has shape {tuple(b.shape)} in the checkpoint, {tuple(a.shape)} here")
         return problems
 
@@ -102,11 +104,54 @@ def _optimizer_check(optimizer: Any, label: str) -> Callable[[Any], list[str]]:
     def check(state: Any) -> list[str]:
         if not isinstance(state, dict) or "param_groups" not in state:
             return [f"{label}: saved state is not an optimizer state dict"]
+        groups = state["param_groups"]
+        if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("params"), list)
+                                                   for g in groups):
+            return [f"{label}: the saved param_groups are not a list of groups with params"]
         here = [len(g["params"]) for g in optimizer.state_dict()["param_groups"]]
-        saved = [len(g["params"]) for g in state["param_groups"]]
+        saved = [len(g["params"]) for g in groups]
         if here != saved:
             return [f"{label}: parameters per group {saved} in the checkpoint, {here} here"]
-        return []
+        return _buffer_problems(label, optimizer, state)
+
+    return check
+
+
+def _buffer_problems(label: str, optimizer: Any, state: dict[str, Any]) -> list[str]:
+    """The saved per-parameter buffers (``exp_avg``, ``momentum_buffer``...) must be tensors of the parameter's
+    shape (or scalars, like ``step``); loading others would fail half-way or train with garbage."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    params = [p for g in getattr(inner, "param_groups", []) for p in g["params"]]
+    ids = [i for g in state["param_groups"] for i in g["params"]]
+    saved = state.get("state", {})
+    if not isinstance(saved, dict):
+        return [f"{label}: the saved per-parameter state is a {type(saved).__name__}, not a dict"]
+    problems = []
+    for pid, param in zip(ids, params):
+        buffers = saved.get(pid, {})
+        if not isinstance(buffers, dict):
+            problems.append(f"{label}: the state of parameter {pid} is a {type(buffers).__name__}, not a dict")
+            continue
+        for name, value in buffers.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
+                problems.append(f"{label}: {name} of parameter {pid} has shape {tuple(value.shape)} in the "
+                                f"checkpoint, the parameter is {tuple(param.shape)}")
+            elif not isinstance(value, (torch.Tensor, int, float, bool)) and value is not None:
+                problems.append(f"{label}: {name} of parameter {pid} is a {type(value).__name__}")
+    unknown = sorted(set(saved) - set(ids), key=str)
+    if unknown:
+        problems.append(f"{label}: state for parameters {unknown[:5]} that no group lists")
+    return problems[:10]
+
+
+def _keys_check(obj: Any, label: str) -> Callable[[Any], list[str]]:
+    """A check that a saved state is a dict with the keys the object's own state has (a loader's position)."""
+
+    def check(state: Any) -> list[str]:
+        if not isinstance(state, dict):
+            return [f"{label}: saved state is {type(state).__name__}, expected a dict"]
+        missing = sorted(set(obj.state_dict()) - set(state), key=str)
+        return [f"{label}: the saved state lacks {missing}"] if missing else []
 
     return check
 
@@ -153,7 +198,8 @@ def collect(accelerator: Any) -> list[Saved]:
         out.append(_plain("the GradScaler", "scaler", 0, "scaler.pt", scaler))
     for i, loader in enumerate(getattr(accelerator, "_dataloaders", [])):
         file = "dl_state_dict_rank{rank}.bin" if i == 0 else f"dl_state_dict_{i}_rank{{rank}}.bin"
-        out.append(_plain(f"dataloader {i}", "dataloader", i, file, loader, per_rank=True))
+        out.append(_plain(f"dataloader {i}", "dataloader", i, file, loader, per_rank=True,
+                          check=_keys_check(loader, f"dataloader {i}")))
     for i, obj in enumerate(getattr(accelerator, "_custom_objects", [])):
         check_registrable(obj)
         out.append(_plain(f"custom object {i}", "custom", i, f"custom_checkpoint_{i}.pkl", obj))

@@ -57,7 +57,18 @@ def check_rng_state(state: Any, where: str) -> list[str]:
     """Problems that would stop :func:`restore_rng_state` (checked before anything is modified)."""
     if not isinstance(state, dict) or any(k not in state for k in _KEYS):
         return [f"{where}: not an RNG state (expected keys {list(_KEYS)})"]
+    try:  # restore into throw-away generators: every part is proven to load before the real ones change
+        py = state["python"]
+        random.Random().setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss"]))
+        npst = state["numpy"]
+        np.random.RandomState().set_state((npst["kind"], npst["keys"].numpy().astype(np.uint32), npst["pos"],
+                                           npst["has_gauss"], npst["cached_gaussian"]))
+        torch.Generator().set_state(state["torch"])
+    except Exception as e:  # noqa: BLE001 - any malformed part (wrong types, sizes) is one problem
+        return [f"{where}: a part of the RNG state cannot be restored ({type(e).__name__}: {e})"]
     cuda = state["cuda"]
+    if cuda is not None and (not isinstance(cuda, list) or not all(isinstance(t, torch.Tensor) for t in cuda)):
+        return [f"{where}: the CUDA part is a {type(cuda).__name__}, expected a list of tensors or None"]
     if cuda is not None and torch.cuda.is_available() and len(cuda) != torch.cuda.device_count():
         return [
             f"{where}: saved with {len(cuda)} visible CUDA device(s), this process sees {torch.cuda.device_count()}; "

@@ -135,3 +135,82 @@ def test_unsafe_pickle_is_refused(saved) -> None:
     size, digest = file_digest(path)
     _edit_manifest(saved, lambda d: d["files"].update({"custom_checkpoint_0.pkl": {"size": size, "sha256": digest}}))
     _refused(make_accelerator(seed=2), saved, "weights_only=True")
+
+
+# -- crafted payloads (issue 11, item 5): refused before anything changes ------------------------------------
+def _replace_payload(path: str, name: str, edit) -> None:
+    """Load ``name``, apply ``edit`` to it, save it back and make the manifest agree (size and SHA-256)."""
+    from notebook_accel.checkpointing.atomic import file_digest
+
+    file = os.path.join(path, name)
+    payload = torch.load(file, weights_only=True)
+    payload = edit(payload)
+    torch.save(payload, file)
+    size, digest = file_digest(file)
+    _edit_manifest(path, lambda d: d["files"].__setitem__(name, {"size": size, "sha256": digest}))
+
+
+def test_rng_with_the_right_keys_but_wrong_types(saved) -> None:
+    def break_rng(state):
+        state["numpy"]["keys"] = torch.zeros(3, dtype=torch.int64)  # a Mersenne state has 624 keys
+        return state
+
+    _replace_payload(saved, "random_states_0.pkl", break_rng)
+    _refused(make_accelerator(seed=2), saved, "RNG state cannot be restored")
+
+
+def test_loader_state_with_missing_keys(saved) -> None:
+    _replace_payload(saved, "dl_state_dict_rank0.bin", lambda s: {"position": 3})
+    _refused(make_accelerator(seed=2), saved, "dataloader 0: the saved state lacks \\['epoch'\\]")
+
+
+def test_a_model_entry_that_is_not_a_tensor(saved) -> None:
+    def break_model(state):
+        state["2.bias"] = [0.0, 0.0]  # the last entry: a half-copied model if it were applied in order
+        return state
+
+    _replace_payload(saved, "pytorch_model.bin", break_model)
+    _refused(make_accelerator(seed=2), saved, "2.bias is a list in the checkpoint, not a tensor")
+
+
+def test_optimizer_buffers_of_the_wrong_shape(saved) -> None:
+    def break_momentum(state):
+        state["state"][0]["momentum_buffer"] = torch.zeros(3, 3)
+        return state
+
+    _replace_payload(saved, "optimizer.bin", break_momentum)
+    _refused(make_accelerator(seed=2), saved, "momentum_buffer of parameter 0 has shape \\(3, 3\\)")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("step", "7"), ("iteration", -1), ("complete", "yes"), ("world_size", 0), ("step", True), ("created", "now")],
+)
+def test_manifest_fields_of_the_wrong_type(saved, field: str, value: object) -> None:
+    _edit_manifest(saved, lambda d: d.update({field: value}))
+    _refused(make_accelerator(seed=2), saved, f"manifest .* is corrupt: .*{field}")
+
+
+@pytest.mark.parametrize("name", ["../outside.bin", "/etc/passwd", "sub/dir.bin", "..", "x{rank:999999999}.bin",
+                                  "{0}.bin", "a{rank}.bin"])
+def test_manifest_file_names_stay_inside_the_folder(saved, name: str) -> None:
+    def point_away(data):
+        model = next(e for e in data["entries"] if e["kind"] == "model")
+        model["file"] = name  # a shared entry: a {rank} pattern is refused too
+
+    _edit_manifest(saved, point_away)
+    _refused(make_accelerator(seed=2), saved, "manifest .* is corrupt: entry model 0: file name")
+
+
+def test_a_file_replaced_by_a_link_is_refused(saved, tmp_path) -> None:
+    target = os.path.join(saved, "optimizer.bin")
+    moved = str(tmp_path / "elsewhere.bin")
+    os.replace(target, moved)
+    os.symlink(moved, target)
+    _refused(make_accelerator(seed=2), saved, "optimizer.bin: a symbolic link")
+
+
+def test_a_huge_manifest_is_not_read_whole(saved) -> None:
+    with open(os.path.join(saved, MANIFEST_NAME), "w") as f:
+        f.write(" " * (17 << 20))
+    _refused(make_accelerator(seed=2), saved, "larger than")
