@@ -14,8 +14,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import secrets
 import shutil
+import socket
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -38,6 +40,29 @@ __all__ = [
 ]
 
 TEMP_PREFIX = ".tmp-"
+OWNER = f"p{os.getpid()}h{hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]}"
+_OWNER_RE = re.compile(r"-p(\d+)h([0-9a-f]{8})-[0-9a-f]{8}$")
+
+
+def owner_alive(name: str) -> bool:
+    """Whether the process that made the temporary directory ``name`` may still be writing it: True when it
+    runs here, or when it runs on another machine (never deleted then); False for a dead process of this
+    machine and for a name without an owner (left by an older version)."""
+    match = _OWNER_RE.search(name)
+    if match is None:
+        return False
+    if match.group(2) != OWNER[-8:]:
+        return True
+    pid = int(match.group(1))
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def is_temporary(name: str) -> bool:
@@ -46,13 +71,14 @@ def is_temporary(name: str) -> bool:
 
 
 def temp_sibling(path: str, tag: str = "") -> str:
-    """A fresh, unused path next to ``path``: ``<parent>/.tmp-<tag><name>-<nonce>``.
+    """A fresh, unused path next to ``path``: ``<parent>/.tmp-<tag><name>-<owner>-<nonce>``, where ``<owner>``
+    (:data:`OWNER`) names this process and machine, so a later save can tell a dead save's debris from a live one.
 
     The nonce comes from ``os.urandom`` (via :mod:`secrets`), never from the global ``random``/``torch`` RNGs,
     so saving a checkpoint does not change the random streams being saved.
     """
     parent, name = os.path.split(os.path.abspath(path))
-    return os.path.join(parent, f"{TEMP_PREFIX}{tag}{name}-{secrets.token_hex(4)}")
+    return os.path.join(parent, f"{TEMP_PREFIX}{tag}{name}-{OWNER}-{secrets.token_hex(4)}")
 
 
 def _os_error(action: str, path: str, e: OSError) -> CheckpointError:

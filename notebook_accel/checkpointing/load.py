@@ -18,6 +18,7 @@ from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Manifest, read_manifest
 from notebook_accel.checkpointing.naming import checkpoints_root, complete_checkpoints, newest_checkpoint
 from notebook_accel.checkpointing.objects import Saved, collect
+from notebook_accel.checkpointing.recovery import recovery_candidate
 from notebook_accel.checkpointing.save import automatic_naming, error_text, project_dir_of
 
 __all__ = ["load_state", "compare"]
@@ -26,7 +27,8 @@ __all__ = ["load_state", "compare"]
 def _source(accelerator: Any, input_dir: str | os.PathLike[str] | None) -> str:
     """The checkpoint directory to load: ``input_dir``, or the newest complete automatic checkpoint."""
     if input_dir is not None:
-        return os.path.abspath(os.fspath(input_dir))
+        path = os.path.abspath(os.fspath(input_dir))
+        return recovery_candidate(path) or path  # a commit killed between its renames left it aside
     if not automatic_naming(accelerator):
         raise CheckpointError(
             "load_state() needs an input_dir: automatic checkpoint naming is off. Pass load_state('path') (the "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from notebook_accel.checkpointing.atomic import is_temporary, remove_dir
+from notebook_accel.checkpointing.atomic import is_temporary, owner_alive, remove_dir
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import MANIFEST_NAME
 
@@ -89,13 +89,14 @@ def rotate(root: str, total_limit: int | None, keep: str | None = None) -> list[
 
 
 def remove_stale_temporaries(root: str, keep: str | None = None) -> list[str]:
-    """Delete leftover ``.tmp-`` directories (interrupted saves) under ``root``, except ``keep``."""
+    """Delete leftover ``.tmp-`` directories (interrupted saves) under ``root``, except ``keep`` and those a
+    live process may still be writing (:func:`~notebook_accel.checkpointing.atomic.owner_alive`)."""
     if not os.path.isdir(root):
         return []
     removed: list[str] = []
     for name in os.listdir(root):
         path = os.path.join(root, name)
-        if is_temporary(name) and path != keep and os.path.isdir(path):
+        if is_temporary(name) and path != keep and os.path.isdir(path) and not owner_alive(name):
             remove_dir(path)
             removed.append(path)
     return removed

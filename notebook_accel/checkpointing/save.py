@@ -26,6 +26,7 @@ from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Manifest, write_manifest
 from notebook_accel.checkpointing.naming import checkpoint_path, checkpoints_root, remove_stale_temporaries, rotate
 from notebook_accel.checkpointing.objects import Saved, collect
+from notebook_accel.checkpointing.recovery import recover
 
 __all__ = ["save_state", "error_text", "automatic_naming", "project_dir_of"]
 
@@ -81,7 +82,9 @@ def _check_target(path: str, automatic: bool) -> None:
 
 
 def _phase_prepare(path: str, automatic: bool) -> str:
-    """Main process: check the target, create the parent and the temporary directory; returns the latter."""
+    """Main process: recover what a killed save left, check the target, create the parent and the temporary
+    directory; returns the latter."""
+    recover(path)
     _check_target(path, automatic)
     make_dir(os.path.dirname(path), exist_ok=True)
     temp = temp_sibling(path)

@@ -1,0 +1,107 @@
+"""Saves killed for real (SIGKILL in a child process) leave nothing that later saves and loads cannot handle."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from notebook_accel.checkpointing import load_state, save_state
+from notebook_accel.checkpointing.atomic import OWNER, TEMP_PREFIX
+from tests.checkpointing.fakes import fingerprint, make_accelerator, train_step
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = Path(__file__).resolve().parents[2]
+
+_CHILD = """
+import os, signal, sys
+import notebook_accel.checkpointing.atomic as atomic
+import notebook_accel.checkpointing.save as save
+from notebook_accel.checkpointing import save_state
+from tests.checkpointing.fakes import make_accelerator, train_step
+
+mode, path, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+acc = make_accelerator(seed=seed)
+train_step(acc)
+if mode == "between-renames":
+    real_rename = os.rename
+    def rename(src, dst):
+        real_rename(src, dst)
+        if os.path.basename(dst).startswith(".tmp-old-"):
+            os.kill(os.getpid(), signal.SIGKILL)  # the old checkpoint is aside, the new one not yet in place
+    atomic.os.rename = rename
+else:
+    real_write = save.write_torch
+    def write(file, obj):
+        real_write(file, obj)
+        os.kill(os.getpid(), signal.SIGKILL)  # one file written, the rest not
+    save.write_torch = write
+save_state(acc, path)
+"""
+
+
+def _killed_save(mode: str, path: Path, seed: int) -> None:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(_CHILD), mode, str(path), str(seed)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=90)
+    assert done.returncode == -9, done.stderr[-2000:]
+
+
+def _temporaries(path: Path) -> list[str]:
+    return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(TEMP_PREFIX))
+
+
+def _state_of(seed: int) -> object:
+    acc = make_accelerator(seed=seed)
+    train_step(acc)
+    return fingerprint(acc)
+
+
+def test_a_kill_between_the_commit_renames_is_recovered(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt"
+    first = make_accelerator(seed=0)
+    train_step(first)
+    save_state(first, path)
+    _killed_save("between-renames", path, seed=1)
+    assert not path.exists()
+    leftovers = _temporaries(path)
+    assert any(n.startswith(".tmp-old-ckpt-") for n in leftovers) and any(n.startswith(".tmp-ckpt-") for n in leftovers)
+
+    reader = make_accelerator(seed=5)
+    loaded = load_state(reader, path)  # the complete new checkpoint, read where the killed commit left it
+    assert fingerprint(reader) == _state_of(1)
+    assert os.path.basename(loaded).startswith(".tmp-ckpt-") and not path.exists(), "a load must change nothing"
+
+    writer = make_accelerator(seed=2)
+    train_step(writer)
+    save_state(writer, path)
+    assert _temporaries(path) == [], "the next save left debris"
+    fresh = make_accelerator(seed=7)
+    load_state(fresh, path)
+    assert fingerprint(fresh) == fingerprint(writer)
+
+
+def test_a_save_killed_while_writing_leaves_debris_the_next_save_removes(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt"
+    _killed_save("while-writing", path, seed=1)
+    assert [n for n in _temporaries(path) if n.startswith(".tmp-ckpt-")], "the killed save left no partial folder"
+    assert not path.exists()
+    acc = make_accelerator(seed=3)
+    train_step(acc)
+    save_state(acc, path)
+    assert _temporaries(path) == []
+
+
+def test_a_live_saves_temporary_folder_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt"
+    live = tmp_path / f"{TEMP_PREFIX}ckpt-{OWNER}-0123abcd"  # this process: alive
+    live.mkdir()
+    other_machine = tmp_path / f"{TEMP_PREFIX}ckpt-p1h00000000-0123abcd"
+    other_machine.mkdir()
+    acc = make_accelerator(seed=3)
+    train_step(acc)
+    save_state(acc, path)
+    assert live.exists() and other_machine.exists()
