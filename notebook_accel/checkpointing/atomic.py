@@ -108,8 +108,24 @@ def _write_with(path: str, writer: Callable[[IO[bytes]], None]) -> None:
             os.fsync(f.fileno())
     except OSError as e:
         raise _os_error("write", path, e) from e
-    except RuntimeError as e:  # torch.save reports some write failures (e.g. a full disk) as RuntimeError
-        raise CheckpointError(f"could not write {path!r}: {e}. Check free disk space and permissions.") from e
+    except RuntimeError as e:  # torch's writer reports a full disk as a RuntimeError ("unexpected pos ...")
+        raise CheckpointError(f"could not write {path!r}: {_writer_cause(path, e)}") from e
+
+
+_LOW_SPACE = 64 << 20  # below this much free space, a failed write is taken to be a full disk
+
+
+def _writer_cause(path: str, error: RuntimeError) -> str:
+    """What a RuntimeError from torch's writer most likely means, with the free space measured now."""
+    try:
+        usage = shutil.disk_usage(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return f"{error}. Check free disk space and permissions."
+    free = usage.free
+    if free < _LOW_SPACE or free < usage.total // 1000:
+        return (f"the disk is full ({free} bytes free of {usage.total} on the file system holding it; torch said: "
+                f"{str(error).strip()}). Free space or save to another directory; the previous checkpoint is intact.")
+    return f"{error}. {free} bytes are free there; check permissions and the file system."
 
 
 def write_torch(path: str, obj: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 
 import pytest
 import torch
@@ -59,7 +60,7 @@ def test_torch_runtime_write_error_becomes_checkpoint_error(tmp_path, monkeypatc
         raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
 
     monkeypatch.setattr(torch, "save", broken)
-    with pytest.raises(CheckpointError, match="file write failed.*free disk space"):
+    with pytest.raises(CheckpointError, match="file write failed.*bytes are free there"):
         write_torch(str(tmp_path / "t.bin"), {})
 
 
@@ -112,3 +113,17 @@ def test_remove_dir(tmp_path) -> None:
     remove_dir(str(tmp_path / "checkpoint_1"))
     remove_dir(str(tmp_path / "never-existed"))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_full_disk_is_named_as_such(tmp_path) -> None:
+    """A real 1 MiB tmpfs (root only): torch's writer fails with an obscure RuntimeError; the error says why."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a 1 MiB tmpfs")
+    try:
+        with pytest.raises(CheckpointError, match="the disk is full .* bytes free"):
+            atomic.write_torch(str(mount / "weights.bin"), torch.zeros(1_000_000))
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
