@@ -149,7 +149,9 @@ def read_torch(path: str) -> Any:
     checkpoint from elsewhere cannot run code when loaded.
     """
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        # mmap: tensors are views of the file, so nothing is allocated before the shapes are checked (a small
+        # hostile file cannot claim gigabytes); torch.save's uncompressed zip entries are what mmap accepts
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except OSError as e:
         raise _os_error("read", path, e) from e
     except Exception as e:  # unpickling errors: corrupt file, or an object weights_only refuses
