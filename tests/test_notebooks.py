@@ -24,6 +24,7 @@ EXPECTED = [
     "04_checkpoint_and_resume.ipynb",
     "05_config_picker.ipynb",
     "06_when_things_go_wrong.ipynb",
+    "07_train_in_the_background.ipynb",
 ]
 
 
