@@ -8,6 +8,7 @@ and a type: full, first, middle or last) around serialised ``wandb_internal_pb2.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,23 @@ def _payloads(data: bytes) -> list[bytes]:
     return out
 
 
-def read_run(run_file: Path) -> dict[str, Any]:
-    """``{"project": ..., "config": {...}, "history": [{"_step": ..., key: value}, ...]}`` of one offline run."""
+def read_run(run_file: Path, history: int = 0, wait: float = 30.0) -> dict[str, Any]:
+    """``{"project": ..., "config": {...}, "history": [{"_step": ..., key: value}, ...]}`` of one offline run.
+
+    wandb's service process writes the file on its own schedule (``finish()`` can return before the last
+    records are on disk on a busy machine), so the file is read again until it holds the run record and at least
+    ``history`` history rows, for up to ``wait`` seconds (a hang guard; the last reading is returned).
+    """
+    deadline = time.monotonic() + wait
+    out = _read_once(run_file)
+    while (out["project"] is None or len(out["history"]) < history) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        out = _read_once(run_file)
+    return out
+
+
+def _read_once(run_file: Path) -> dict[str, Any]:
+    """One reading of the file (see :func:`read_run`)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     out: dict[str, Any] = {"project": None, "config": {}, "history": []}
