@@ -143,10 +143,12 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 def read_torch(path: str) -> Any:
-    """``torch.load(path, map_location="cpu", weights_only=True)``; a failure becomes CheckpointError.
+    """``torch.load(path, map_location="cpu", weights_only=True, mmap=True)``; a failure becomes CheckpointError.
 
     ``weights_only=True`` means the file can hold tensors, numbers, strings, lists, tuples and dicts only, so a
-    checkpoint from elsewhere cannot run code when loaded.
+    checkpoint from elsewhere cannot run code when loaded. ``mmap=True`` maps tensor data instead of allocating it,
+    so shapes are checked before any memory is spent; a file with compressed tensor data (which ``torch.save``
+    never writes) cannot be mapped and is refused.
     """
     try:
         # mmap: tensors are views of the file, so nothing is allocated before the shapes are checked (a small
@@ -157,8 +159,9 @@ def read_torch(path: str) -> Any:
     except Exception as e:  # unpickling errors: corrupt file, or an object weights_only refuses
         raise CheckpointError(
             f"could not load {path!r} with torch.load(weights_only=True): {type(e).__name__}: {e}. The file is "
-            "corrupt, or holds Python objects other than tensors, numbers, strings, lists, tuples and dicts "
-            "(a custom object's state_dict must return only those)."
+            "corrupt, was rewritten with compressed tensor data (torch.save never writes that; it cannot be mapped "
+            "without unpacking it whole), or holds Python objects other than tensors, numbers, strings, lists, "
+            "tuples and dicts (a custom object's state_dict must return only those)."
         ) from e
 
 

@@ -222,7 +222,21 @@ def test_failing_load_state_dict_is_reported(tmp_path) -> None:
             raise ValueError("refused")
 
     acc = make_accelerator()
-    acc._custom_objects = [Broken()]
+    acc._custom_objects = [Counter(), Broken()]
     path = save_state(acc, tmp_path / "ckpt")
-    with pytest.raises(CheckpointError, match=r"custom 0 \(Broken\): ValueError: refused .*partially restored"):
+    train_step(acc)
+    before = fingerprint(acc)
+    with pytest.raises(CheckpointError, match=r"custom 1 \(Broken\): ValueError: refused \(1 object\(s\) loaded "
+                                              r"before it were put back\)"):
+        load_state(acc, path)
+    assert fingerprint(acc) == before  # custom 0 put back; loader, model, optimizer, scheduler untouched
+
+
+def test_failing_model_load_says_the_state_is_partial(tmp_path, monkeypatch) -> None:
+    acc = make_accelerator()
+    path = save_state(acc, tmp_path / "ckpt")
+    monkeypatch.setattr(acc._models[0], "load_state_dict", lambda state: (_ for _ in ()).throw(ValueError("bug")))
+    with pytest.raises(CheckpointError, match=r"model 0 \(Sequential\): ValueError: bug \(3 object\(s\) loaded "
+                                              r"before it were put back; the state is partially restored: optimizer "
+                                              r"0 \(SGD\), model 0 \(Sequential\) changed\)"):
         load_state(acc, path)
