@@ -112,7 +112,7 @@ class Manifest:
             raw = json.loads(text)
             entries = [Entry(**e) for e in raw.pop("entries")]
             manifest = cls(entries=entries, **raw)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:  # RecursionError: deep nesting
             raise CheckpointError(f"the manifest {where!r} is corrupt ({type(e).__name__}: {e}); the checkpoint "
                                   "cannot be trusted: load an older one.") from e
         bad = [e.kind for e in manifest.entries if e.kind not in KINDS]
