@@ -63,6 +63,7 @@ def test_cli_fuzz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore::notebook_accel.config.ConfigWarning")  # accelerate-only keys: expected here
 def test_cli_fuzz_over_config_file_contents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutated and alias-laden config files given to ``launch --dry_run`` and ``env``: exit 0, or 2 with a message
     on stderr, each within a second; never a traceback."""
