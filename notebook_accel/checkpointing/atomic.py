@@ -143,10 +143,12 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 def read_torch(path: str) -> Any:
-    """``torch.load(path, map_location="cpu", weights_only=True)``; a failure becomes CheckpointError.
+    """``torch.load(path, map_location="cpu", weights_only=True, mmap=True)``; a failure becomes CheckpointError.
 
     ``weights_only=True`` means the file can hold tensors, numbers, strings, lists, tuples and dicts only, so a
-    checkpoint from elsewhere cannot run code when loaded.
+    checkpoint from elsewhere cannot run code when loaded. ``mmap=True`` maps tensor data instead of allocating it,
+    so shapes are checked before any memory is spent; a file with compressed tensor data (which ``torch.save``
+    never writes) cannot be mapped and is refused.
     """
     try:
         # mmap: tensors are views of the file, so nothing is allocated before the shapes are checked (a small
@@ -157,8 +159,9 @@ def read_torch(path: str) -> Any:
     except Exception as e:  # unpickling errors: corrupt file, or an object weights_only refuses
         raise CheckpointError(
             f"could not load {path!r} with torch.load(weights_only=True): {type(e).__name__}: {e}. The file is "
-            "corrupt, or holds Python objects other than tensors, numbers, strings, lists, tuples and dicts "
-            "(a custom object's state_dict must return only those)."
+            "corrupt, was rewritten with compressed tensor data (torch.save never writes that; it cannot be mapped "
+            "without unpacking it whole), or holds Python objects other than tensors, numbers, strings, lists, "
+            "tuples and dicts (a custom object's state_dict must return only those)."
         ) from e
 
 
@@ -198,26 +201,34 @@ def commit_dir(temp: str, final: str) -> None:
 
     An existing ``final`` (a previous checkpoint or an empty directory) is first renamed aside to a temporary
     name and deleted only after the new one is in place. Between the two renames ``final`` briefly does not exist;
-    the old copy survives under its ``.tmp-old-`` name until the end.
+    the old copy survives under its ``.tmp-old-`` name until the end. When anything interrupts the renames (an OS
+    error, or the notebook's stop button: a KeyboardInterrupt landing between them), the old copy is put back
+    before the exception goes on, so ``final`` is never left empty by a process that lives on.
     """
     parent = os.path.dirname(os.path.abspath(final))
     fsync_dir(temp)
     old: str | None = None
-    if os.path.lexists(final):
-        old = temp_sibling(final, tag="old-")
-        try:
-            os.rename(final, old)
-        except OSError as e:
-            raise _os_error("move aside the existing", final, e) from e
+    action = "move aside the existing"
     try:
+        if os.path.lexists(final):
+            old = temp_sibling(final, tag="old-")
+            os.rename(final, old)
+        action = "rename the finished checkpoint into"
         os.rename(temp, final)
-    except OSError as e:
-        if old is not None:
-            os.rename(old, final)  # put the previous checkpoint back
-        raise _os_error("rename the finished checkpoint into", final, e) from e
+    except BaseException as e:
+        _put_back(old, final)
+        if isinstance(e, OSError):
+            raise _os_error(action, final, e) from e
+        raise
     fsync_dir(parent)
     if old is not None:
         remove_dir(old)
+
+
+def _put_back(old: str | None, final: str) -> None:
+    """Move the previous checkpoint back to ``final`` when a commit stopped after moving it aside."""
+    if old is not None and os.path.lexists(old) and not os.path.lexists(final):
+        os.rename(old, final)
 
 
 def remove_dir(path: str) -> None:

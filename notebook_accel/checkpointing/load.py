@@ -1,13 +1,16 @@
 """``load_state``: validate a checkpoint against the Accelerator on every rank, then restore it.
 
-Nothing is modified until every rank has read the manifest, compared it with its prepared objects (world size,
-number, kind and type of each object, model keys and shapes, optimizer parameter groups), checked its files
-(present, sizes; the main process also checks SHA-256) and loaded every file it needs into memory with
-``torch.load(weights_only=True)``. Only when all ranks report success is the state applied, RNG last.
+Nothing is modified until every rank has read the manifest (every field's type, file names inside the folder),
+compared it with its prepared objects (world size, number, kind and type of each object, model keys, shapes and
+dtypes, optimizer parameter groups and buffer shapes, loader keys and value types, RNG parts restored into
+throw-away generators), checked its files (regular files, sizes; the main process also checks SHA-256) and mapped
+every file it needs with ``torch.load(weights_only=True, mmap=True)``. Only when all ranks report success is the
+state applied: the small states first (put back if one of them fails), then optimizers and models, RNG last.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from collections import Counter
 from typing import Any, cast
@@ -89,6 +92,47 @@ def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, ma
     return payloads
 
 
+_APPLY_ORDER = ("custom", "dataloader", "scaler", "scheduler", "optimizer", "model", "rng")
+_SMALL = ("custom", "dataloader", "scaler", "scheduler")  # cheap to copy, and their load_state_dict may be user code
+
+
+def _apply(objects: list[Saved], payloads: list[Any]) -> str | None:
+    """Load every validated payload into its object; returns an error message, or None.
+
+    The small states go first, each copied before it is replaced: if one of their ``load_state_dict`` fails (user
+    code the checks cannot foresee), those already loaded are put back and the models, optimizers and RNG were not
+    touched. Models and optimizers (checked entry by entry) follow, the RNG comes last.
+    """
+    pairs = sorted(zip(objects, payloads, strict=True), key=lambda pair: _APPLY_ORDER.index(pair[0].entry.kind))
+    undo: list[tuple[Saved, Any]] = []
+    changed: list[str] = []  # models and optimizers already loaded: not put back
+    for saved, payload in pairs:
+        small = saved.entry.kind in _SMALL
+        try:
+            before = copy.deepcopy(saved.get()) if small else None
+            saved.set(payload)
+        except Exception as e:  # validated above; a failure here is a bug in an object's load_state_dict
+            note = _undo(undo)
+            if not small:
+                note += f"; the state is partially restored: {', '.join(changed + [saved.entry.label()])} changed"
+            return f"{saved.entry.label()}: {error_text(e)} ({note})"
+        if small:
+            undo.append((saved, before))
+        else:
+            changed.append(saved.entry.label())
+    return None
+
+
+def _undo(loaded: list[tuple[Saved, Any]]) -> str:
+    """Put back the small states loaded before a failure; says what happened, for the error message."""
+    try:
+        for saved, before in reversed(loaded):
+            saved.set(before)
+    except Exception as e:  # noqa: BLE001 - reported: the load has failed already
+        return f"putting back the {len(loaded)} object(s) loaded before it failed too: {error_text(e)}"
+    return f"{len(loaded)} object(s) loaded before it were put back" if loaded else "nothing was modified"
+
+
 def _validate(accelerator: Any, input_dir: str | os.PathLike[str] | None) -> tuple[str, Manifest, list[Any]]:
     """Everything one rank checks before the ranks agree: path, manifest, objects, files, payloads."""
     state = accelerator.state
@@ -138,12 +182,7 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     if len(set(paths)) != 1:
         raise CheckpointError(f"the ranks resolved different checkpoints {paths}; pass load_state(input_dir).")
     manifest = cast(Manifest, manifest)  # no rank failed, so this rank validated
-    for saved, payload in zip(collect(accelerator), payloads, strict=True):
-        try:
-            saved.set(payload)
-        except Exception as e:  # validated above; a failure here is a bug in an object's load_state_dict
-            error = f"{saved.entry.label()}: {error_text(e)} (the state may be partially restored)"
-            break
+    error = _apply(collect(accelerator), payloads)
     agree(error, world, f"load checkpoint {path!r}")
     if hasattr(accelerator, "step"):
         accelerator.step = manifest.step

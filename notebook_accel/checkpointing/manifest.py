@@ -112,7 +112,7 @@ class Manifest:
             raw = json.loads(text)
             entries = [Entry(**e) for e in raw.pop("entries")]
             manifest = cls(entries=entries, **raw)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:  # RecursionError: deep nesting
             raise CheckpointError(f"the manifest {where!r} is corrupt ({type(e).__name__}: {e}); the checkpoint "
                                   "cannot be trusted: load an older one.") from e
         bad = [e.kind for e in manifest.entries if e.kind not in KINDS]
@@ -208,6 +208,9 @@ def read_manifest(directory: str) -> Manifest:
             f"{directory!r} has no {MANIFEST_NAME}: it is a partial save (interrupted before it completed) or not "
             "a notebook-accel checkpoint. Load an earlier checkpoint."
         )
+    if os.path.islink(path):  # like every file of a checkpoint, the manifest is its own, not a link elsewhere
+        raise CheckpointError(f"{path!r} is a symbolic link; a checkpoint holds its own files, not links. Copy the "
+                              "file it points to in its place, or load an older checkpoint.")
     try:
         with open(path, "rb") as f:
             raw = f.read(_MAX_MANIFEST_BYTES + 1)

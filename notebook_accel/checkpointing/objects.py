@@ -74,7 +74,7 @@ def _dict_check(label: str) -> Callable[[Any], list[str]]:
 
 
 def _model_check(model: torch.nn.Module, label: str) -> Callable[[Any], list[str]]:
-    """Check a saved model state against the model: same keys, same shapes."""
+    """Check a saved model state against the model: same keys; tensors where it has tensors, same shapes and dtypes."""
 
     def check(state: Any) -> list[str]:
         if not isinstance(state, dict):
@@ -93,7 +93,10 @@ def _model_check(model: torch.nn.Module, label: str) -> Callable[[Any], list[str
                 problems.append(f"{label}: {key} is a {type(b).__name__} in the checkpoint, not a tensor")
             elif isinstance(a, torch.Tensor) and a.shape != b.shape:
                 problems.append(f"{label}: {key} has shape {tuple(b.shape)} in the checkpoint, {tuple(a.shape)} here")
-        return problems
+            elif isinstance(a, torch.Tensor) and a.dtype != b.dtype:  # load_state_dict would cast it silently
+                problems.append(f"{label}: {key} has dtype {b.dtype} in the checkpoint, {a.dtype} here; cast the model "
+                                "as in the saving run (model.to(dtype)) before load_state")
+        return problems[:10]
 
     return check
 
@@ -144,14 +147,26 @@ def _buffer_problems(label: str, optimizer: Any, state: dict[str, Any]) -> list[
     return problems[:10]
 
 
+def _same_kind(here: Any, saved: Any) -> bool:
+    """A saved value of the type the object holds now (an int for an int, never a bool; anything for None)."""
+    if isinstance(here, bool) or isinstance(saved, bool):
+        return isinstance(here, bool) and isinstance(saved, bool)
+    return here is None or isinstance(saved, type(here))
+
+
 def _keys_check(obj: Any, label: str) -> Callable[[Any], list[str]]:
-    """A check that a saved state is a dict with the keys the object's own state has (a loader's position)."""
+    """A check that a saved state is a dict with the keys the object's own state has (a loader's position), each
+    value of the same type, so its ``load_state_dict`` cannot fail half-way (``int("one")``)."""
 
     def check(state: Any) -> list[str]:
         if not isinstance(state, dict):
             return [f"{label}: saved state is {type(state).__name__}, expected a dict"]
-        missing = sorted(set(obj.state_dict()) - set(state), key=str)
-        return [f"{label}: the saved state lacks {missing}"] if missing else []
+        current = obj.state_dict()
+        missing = sorted(set(current) - set(state), key=str)
+        if missing:
+            return [f"{label}: the saved state lacks {missing}"]
+        return [f"{label}: {key!r} is {type(state[key]).__name__} in the checkpoint, {type(value).__name__} here"
+                for key, value in current.items() if not _same_kind(value, state[key])][:10]
 
     return check
 

@@ -59,6 +59,8 @@ def check_rng_state(state: Any, where: str) -> list[str]:
         return [f"{where}: not an RNG state (expected keys {list(_KEYS)})"]
     try:  # restore into throw-away generators: every part is proven to load before the real ones change
         py = state["python"]
+        if py["gauss"] is not None and not isinstance(py["gauss"], float):  # setstate keeps any object here
+            raise TypeError(f"python 'gauss' is {type(py['gauss']).__name__}, expected a float or None")
         random.Random().setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss"]))
         npst = state["numpy"]
         np.random.RandomState().set_state((npst["kind"], npst["keys"].numpy().astype(np.uint32), npst["pos"],
@@ -67,8 +69,10 @@ def check_rng_state(state: Any, where: str) -> list[str]:
     except Exception as e:  # noqa: BLE001 - any malformed part (wrong types, sizes) is one problem
         return [f"{where}: a part of the RNG state cannot be restored ({type(e).__name__}: {e})"]
     cuda = state["cuda"]
-    if cuda is not None and (not isinstance(cuda, list) or not all(isinstance(t, torch.Tensor) for t in cuda)):
-        return [f"{where}: the CUDA part is a {type(cuda).__name__}, expected a list of tensors or None"]
+    if cuda is not None and (not isinstance(cuda, list) or not all(
+            isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.dim() == 1 for t in cuda)):
+        return [f"{where}: the CUDA part is a {type(cuda).__name__}, expected None or a list of 1-D uint8 tensors "
+                "(one generator state per device)"]
     if cuda is not None and torch.cuda.is_available() and len(cuda) != torch.cuda.device_count():
         return [
             f"{where}: saved with {len(cuda)} visible CUDA device(s), this process sees {torch.cuda.device_count()}; "

@@ -42,14 +42,20 @@ def active_config(config_file: str | None) -> tuple[Config, Path | None]:
     return load_config(path), path
 
 
+MAX_TIMEOUT_S = 7 * 24 * 3600
+"""The longest ``--timeout`` (a week): the OS wait behind it takes at most 2**31 ms (~24.8 days)."""
+
+
 def positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds > 0 (``nan``, ``inf``, 0 and negatives refused)."""
+    """argparse type: a number of seconds > 0 and at most :data:`MAX_TIMEOUT_S` (``nan``, ``inf``, 0, negatives
+    and ``1e7``, which the OS wait cannot take, refused)."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0 (e.g. 120)")
+    if not 0 < value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from more than 0 to {MAX_TIMEOUT_S} "
+                                         "(a week), e.g. 120")
     return value
 
 

@@ -105,3 +105,37 @@ def test_a_live_saves_temporary_folder_is_left_alone(tmp_path: Path) -> None:
     train_step(acc)
     save_state(acc, path)
     assert live.exists() and other_machine.exists()
+
+
+@pytest.mark.parametrize("moment", ["after-moving-aside", "before-moving-aside"])
+def test_the_stop_button_between_the_commit_renames_keeps_the_previous_checkpoint(tmp_path: Path, moment: str,
+                                                                                  monkeypatch) -> None:
+    """A KeyboardInterrupt (the notebook's stop button) inside the commit: this process lives on, so nothing would
+    recover its own leftovers; the previous checkpoint must be back at the path before the interrupt goes on."""
+    import notebook_accel.checkpointing.atomic as atomic
+
+    path = tmp_path / "ckpt"
+    first = make_accelerator(seed=0)
+    train_step(first)
+    save_state(first, path)
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    real_rename = os.rename
+
+    def interrupted(src, dst):
+        if os.path.basename(dst).startswith(".tmp-old-"):
+            if moment == "after-moving-aside":
+                real_rename(src, dst)
+            raise KeyboardInterrupt
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(atomic.os, "rename", interrupted)
+    second = make_accelerator(seed=1)
+    train_step(second)
+    with pytest.raises(KeyboardInterrupt):
+        save_state(second, path)
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+    assert _temporaries(path) == []
+    reader = make_accelerator(seed=5)
+    load_state(reader, path)
+    assert fingerprint(reader) == _state_of(0)

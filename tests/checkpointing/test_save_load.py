@@ -222,7 +222,57 @@ def test_failing_load_state_dict_is_reported(tmp_path) -> None:
             raise ValueError("refused")
 
     acc = make_accelerator()
-    acc._custom_objects = [Broken()]
+    acc._custom_objects = [Counter(), Broken()]
     path = save_state(acc, tmp_path / "ckpt")
-    with pytest.raises(CheckpointError, match=r"custom 0 \(Broken\): ValueError: refused .*partially restored"):
+    train_step(acc)
+    before = fingerprint(acc)
+    with pytest.raises(CheckpointError, match=r"custom 1 \(Broken\): ValueError: refused \(1 object\(s\) loaded "
+                                              r"before it were put back\)"):
         load_state(acc, path)
+    assert fingerprint(acc) == before  # custom 0 put back; loader, model, optimizer, scheduler untouched
+
+
+def test_failing_model_load_says_the_state_is_partial(tmp_path, monkeypatch) -> None:
+    acc = make_accelerator()
+    path = save_state(acc, tmp_path / "ckpt")
+    monkeypatch.setattr(acc._models[0], "load_state_dict", lambda state: (_ for _ in ()).throw(ValueError("bug")))
+    with pytest.raises(CheckpointError, match=r"model 0 \(Sequential\): ValueError: bug \(3 object\(s\) loaded "
+                                              r"before it were put back; the state is partially restored: optimizer "
+                                              r"0 \(SGD\), model 0 \(Sequential\) changed\)"):
+        load_state(acc, path)
+
+
+class _Big:
+    """A registered object whose state is a 4 MB tensor."""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"data": torch.ones(1_000_000)}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        pass
+
+
+def test_a_real_full_disk_keeps_the_previous_checkpoint(tmp_path) -> None:
+    """save_state on a real 2 MiB tmpfs (root only): the save that does not fit says the disk is full, with the
+    path and the free space, and the previous checkpoint stays loadable with no debris."""
+    import subprocess
+
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a 2 MiB tmpfs")
+    try:
+        acc = make_accelerator(seed=0)
+        train_step(acc)
+        path = save_state(acc, mount / "ckpt")
+        before = {n: (mount / "ckpt" / n).read_bytes() for n in os.listdir(path)}
+        acc._custom_objects.append(_Big())
+        with pytest.raises(CheckpointError, match=r"could not write .*tiny/\.tmp-ckpt-.*the disk is full \(\d+ bytes "
+                                                  r"free"):
+            save_state(acc, mount / "ckpt")
+        assert os.listdir(mount) == ["ckpt"]
+        assert {n: (mount / "ckpt" / n).read_bytes() for n in os.listdir(path)} == before
+        load_state(make_accelerator(seed=4), path)
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

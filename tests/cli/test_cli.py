@@ -139,10 +139,13 @@ def test_launch_dry_run_quotes_what_a_shell_would_split(env: dict[str, str], tmp
     assert shlex.split(command)[-3:] == ["my train.py", "--name", "a b; rm -rf x"]
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "soon"])
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "soon", "1e7", "604801"])
 def test_sanity_check_refuses_a_bad_timeout(env: dict[str, str], value: str) -> None:
+    # 1e7 s: the OS wait takes at most ~24.8 days; it used to end in an OverflowError traceback
     result = cli(env, "test", "--timeout", value)
-    assert result.returncode == 2 and "is not a number of seconds > 0" in result.stderr, result.stderr
+    assert result.returncode == 2 and "is not a number of seconds from more than 0 to 604800" in result.stderr, \
+        result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "100000", "x"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import random
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -59,3 +60,36 @@ def test_cli_fuzz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         if code == 2:
             assert err.getvalue().strip(), f"case {index}: {argv!r} failed without a message"
     assert codes.get(0, 0) >= 10 and codes.get(2, 0) >= 100, codes
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore::notebook_accel.config.ConfigWarning")  # accelerate-only keys: expected here
+def test_cli_fuzz_over_config_file_contents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated and alias-laden config files given to ``launch --dry_run`` and ``env``: exit 0, or 2 with a message
+    on stderr, each within a second; never a traceback."""
+    from tests.config.test_fuzz import SEEDS, _alias_document, _mutate_text
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(SEED + 1)
+    path = tmp_path / "c.yaml"
+    monkeypatch.setenv("NOTEBOOK_ACCEL_CONFIG_FILE", str(path))  # what `env` reads
+    codes: dict[int, int] = {}
+    for index in range(150):
+        text = _alias_document(rng) if rng.random() < 0.3 else _mutate_text(rng, rng.choice(SEEDS))
+        path.write_text(text)
+        argv = rng.choice([["launch", "--dry_run", "--config_file", str(path), "train.py"], ["env"]])
+        out, err = io.StringIO(), io.StringIO()
+        start = time.perf_counter()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(argv)
+            except BaseException as e:  # noqa: BLE001 - the point of the test
+                pytest.fail(f"case {index}: notebook-accel {argv!r} on {text!r} raised {type(e).__name__}: {e}")
+        assert time.perf_counter() - start < 1.0, f"case {index}: {argv!r} on {text!r} took too long"
+        codes[code] = codes.get(code, 0) + 1
+        assert code in (0, 2), f"case {index}: {argv!r} on {text!r} exited {code}: {err.getvalue()[-500:]}"
+        assert "Traceback" not in out.getvalue() + err.getvalue(), f"case {index}: {argv!r} on {text!r}"
+        if code == 2:
+            assert "notebook-accel: error:" in err.getvalue(), f"case {index}: {argv!r} failed without a message"
+    assert codes.get(0, 0) >= 10 and codes.get(2, 0) >= 10, codes

@@ -7,7 +7,9 @@ reproduces, and the case is printed in the assertion message.
 from __future__ import annotations
 
 import math
+import os
 import random
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import pytest
 import yaml
 
 from notebook_accel.config import Config, ConfigError, load_config, save_config
-from notebook_accel.config.io import config_from_mapping, config_to_dict, parse_config_text
+from notebook_accel.config.io import MAX_CONFIG_BYTES, config_from_mapping, config_to_dict, parse_config_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEEDS = [p.read_text() for p in sorted(FIXTURES.glob("*.yaml"))]
@@ -160,3 +162,67 @@ def test_hostile_inputs_give_config_errors(text: str, tmp_path: Path) -> None:
 def test_saved_fuzz_winner_loads(tmp_path: Path) -> None:
     config = Config(num_processes=4, use_cpu=True, mixed_precision="bf16", gpu_ids=[0, 1], per_device_batch_size=3)
     assert load_config(save_config(config, tmp_path / "c.yaml")) == config
+
+
+def _alias_document(rng: random.Random) -> str:
+    """A YAML document that defines a few anchors and uses them (sometimes nested, sometimes a bomb, sometimes
+    recursive or undefined), under real and accelerate-only keys."""
+    lines: list[str] = []
+    anchors: list[str] = []
+    for i in range(rng.randint(1, 9)):
+        width = rng.choice([1, 2, 9, 30])
+        items = [f"*{rng.choice(anchors)}" if anchors and rng.random() < 0.8 else str(rng.randrange(9))
+                 for _ in range(width)]
+        if rng.random() < 0.05:
+            items.append(f"*x{i}")  # refers to itself
+        if rng.random() < 0.05:
+            items.append("*undefined")
+        body = f"[{', '.join(items)}]" if rng.random() < 0.7 else "{" + ", ".join(
+            f"k{j}: {item}" for j, item in enumerate(items)) + "}"
+        lines.append(f"  a{i}: &x{i} {body}")
+        anchors.append(f"x{i}")
+    key = rng.choice(["num_processes", "ipex_config", "fsdp_config", "gpu_ids", "<<"])
+    use = f"*{rng.choice(anchors)}"
+    return "fsdp_config:\n" + "\n".join(lines) + f"\n{key}: {use}\nuse_cpu: true\n"
+
+
+@pytest.mark.timeout(60)
+def test_aliases_and_anchors_never_hang_or_give_a_traceback(tmp_path: Path) -> None:
+    """Random alias graphs (bombs up to 30**9 values, self references, merge keys) through load_config: each
+    one a Config or a ConfigError within a second."""
+    rng = random.Random(1121)
+    path = tmp_path / "c.yaml"
+    seen = {"config": 0, "error": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(300):
+            text = _alias_document(rng)
+            path.write_text(text)
+            start = time.perf_counter()
+            try:
+                outcome: Config | ConfigError = load_config(path)
+            except ConfigError as e:
+                outcome = e
+            except Exception as e:  # noqa: BLE001 - the point of the test
+                raise AssertionError(f"{type(e).__name__}: {e}\ncase {i}: {text!r}") from e
+            assert time.perf_counter() - start < 1.0, f"case {i} took too long: {text!r}"
+            seen["config" if isinstance(outcome, Config) else "error"] += 1
+    assert seen["config"] > 10 and seen["error"] > 10, seen
+
+
+@pytest.mark.timeout(30)
+def test_file_kinds_never_hang_or_give_a_traceback(tmp_path: Path) -> None:
+    """Things that are not config files, and files at the size limit: each a ConfigError, quickly."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(tmp_path / "missing.yaml")
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * (MAX_CONFIG_BYTES - 3) + "\n")  # exactly at the limit: read, then a clear error
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(256)) * 64)
+    for path in (fifo, link, tmp_path, big, binary, Path("/dev/zero"), Path("/dev/urandom"), Path("/proc/self/mem")):
+        start = time.perf_counter()
+        with pytest.raises(ConfigError):
+            load_config(path)
+        assert time.perf_counter() - start < 2.0, path
