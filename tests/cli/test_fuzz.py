@@ -17,8 +17,8 @@ from notebook_accel.cli.app import main
 SEED = 4242
 CALLS = 300
 
-COMMANDS = [["launch", "--dry_run"], ["config", "--help"], ["env"], ["launch", "--dry_run", "--cpu"], ["test", "--help"],
-            ["config", "--default", "--config_file"]]
+COMMANDS = [["launch", "--dry_run"], ["config", "--help"], ["env"], ["launch", "--dry_run", "--cpu"],
+            ["test", "--help"], ["config", "--default", "--config_file"]]
 FLAGS = ["--num_processes", "--num_machines", "--machine_rank", "--main_process_port", "--main_process_ip",
          "--gradient_accumulation_steps", "--mixed_precision", "--gpu_ids", "--rdzv_backend", "--config_file",
          "--timeout", "--nope", "-x", "--", "--cpu"]
