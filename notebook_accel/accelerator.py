@@ -24,11 +24,13 @@ import torch
 
 from notebook_accel import ops
 from notebook_accel.arguments import check_accelerator_arguments
+from notebook_accel.compat_methods import CompatMethods
 from notebook_accel.data import PreparedDataLoader, prepare_data_loader, skip_first_batches
 from notebook_accel.model import no_sync, prepare_model, unwrap_model
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.plugins import (
+    ProfileKwargs,
     ConfigurationError,
     DataLoaderConfiguration,
     GradientAccumulationPlugin,
@@ -49,7 +51,7 @@ __all__ = ["Accelerator"]
 _SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
-class Accelerator(ProcessFacade):
+class Accelerator(CompatMethods, ProcessFacade):
     """Runs a PyTorch training loop on 1 or N processes, CPU or GPU, with accelerate's API.
 
     Args:
@@ -91,7 +93,8 @@ class Accelerator(ProcessFacade):
             project_config=project_config, step_scheduler_with_optimizer=step_scheduler_with_optimizer,
             kwargs_handlers=kwargs_handlers)
         env = LaunchEnvironment.from_environ()
-        ddp, scaler, init = resolve_handlers(kwargs_handlers)  # every option is checked before the group forms
+        ddp, scaler, init = resolve_handlers(kwargs_handlers)
+        self._profile_handler = next((h for h in kwargs_handlers or () if isinstance(h, ProfileKwargs)), None)  # every option is checked before the group forms
         self._mixed_precision: MixedPrecision = resolve_mixed_precision(mixed_precision, env.mixed_precision)
         plugin = resolve_accumulation(gradient_accumulation_steps, gradient_accumulation_plugin,
                                       env.gradient_accumulation_steps)
@@ -357,6 +360,7 @@ class Accelerator(ProcessFacade):
         from notebook_accel import channel, checkpointing
         from notebook_accel.events import Saved
 
+        self._run_save_hooks(output_dir)
         path = checkpointing.save_state(self, output_dir)
         writer = channel.current()
         if writer is not None and self.is_main_process:  # the launcher restarts from here (max_restarts)
@@ -371,7 +375,9 @@ class Accelerator(ProcessFacade):
         """
         from notebook_accel import checkpointing
 
-        return checkpointing.load_state(self, input_dir if input_dir is not None else self.resume_from)
+        source = input_dir if input_dir is not None else self.resume_from
+        self._run_load_hooks(source)
+        return checkpointing.load_state(self, source)
 
     @property
     def restart_count(self) -> int:

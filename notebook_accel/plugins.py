@@ -289,7 +289,32 @@ class InitProcessGroupKwargs(KwargsHandler):
                 raise ConfigurationError(f"{owner}(timeout={self.timeout!r}): must be a positive duration")
 
 
-HANDLER_TYPES: tuple[type, ...] = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs)
+@dataclass
+class ProfileKwargs(KwargsHandler):
+    """Options for ``accelerator.profile()`` (accelerate's fields; see :mod:`notebook_accel.profiling`).
+
+    Attributes:
+        activities: ``["cpu"]``, ``["cpu", "cuda"]``...; ``None``: CPU, plus CUDA when the process uses a GPU.
+        schedule_option: torch.profiler's schedule, e.g. ``{"wait": 1, "warmup": 1, "active": 3}``; ``None``
+            records the whole block.
+        on_trace_ready: called with the profiler when a scheduled cycle ends.
+        record_shapes, profile_memory, with_stack, with_flops, with_modules: torch.profiler's switches.
+        output_trace_dir: where each process writes its Chrome trace (``trace_rank<N>.json``) at the end.
+    """
+
+    activities: Any = None
+    schedule_option: Any = None
+    on_trace_ready: Any = None
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    output_trace_dir: Any = None
+
+
+HANDLER_TYPES: tuple[type, ...] = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs,
+                                   ProfileKwargs)
 
 
 def resolve_handlers(kwargs_handlers: Sequence[KwargsHandler] | None) -> tuple[

@@ -27,7 +27,7 @@ from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.errors import NotebookAccelError
 from notebook_accel.plugins import InitProcessGroupKwargs
 
-__all__ = ["DistributedType", "ProcessState", "PartialState", "ProcessFacade", "GradientState", "ProcessGroupError",
+__all__ = ["DistributedType", "ProcessState", "PartialState", "AcceleratorState", "ProcessFacade", "GradientState", "ProcessGroupError",
            "ProcessHelperError"]
 
 T = TypeVar("T")
@@ -370,6 +370,19 @@ class ProcessFacade:
 
 PartialState = ProcessState
 """accelerate's name for the process state; ``PartialState()`` builds one from the environment."""
+
+
+class AcceleratorState(ProcessState):
+    """accelerate's ``AcceleratorState``: the process state plus the launch's mixed precision.
+
+    ``accelerator.state`` is the state of an Accelerator; ``AcceleratorState()`` builds one from the
+    environment (as inside a launched worker), like :data:`PartialState`.
+    """
+
+    @property
+    def mixed_precision(self) -> str:
+        """``"no"``, ``"fp16"`` or ``"bf16"`` as the launch chose it (``"no"`` outside a launch)."""
+        return self.env.mixed_precision or "no"
 
 
 @dataclass

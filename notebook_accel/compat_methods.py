@@ -1,0 +1,162 @@
+"""Accelerator methods accelerate 1.x has that are thin over the rest: state hooks, uneven inputs, local-process
+decorators, a forced gradient sync, the profiler, and ``save_iteration``. Mixed into :class:`Accelerator`."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from notebook_accel.state import ProcessHelperError, ProcessState
+
+__all__ = ["CompatMethods"]
+
+T = TypeVar("T")
+
+
+def _loader_samplers(loaders: list[Any]) -> list[Any]:
+    """The sharding samplers of prepared loaders that have an ``even_batches`` switch."""
+    out = []
+    for loader in loaders:
+        for owner in (loader, getattr(loader, "loader", None), getattr(loader, "base_loader", None)):
+            sampler = getattr(owner, "batch_sampler", None)
+            if sampler is not None and hasattr(sampler, "even_batches"):
+                out.append(sampler)
+                break
+    return out
+
+
+class CompatMethods:
+    """The methods; the Accelerator provides ``state``, ``_models``, ``_dataloaders``, ``project_configuration``."""
+
+    state: ProcessState
+    _models: list[torch.nn.Module]
+    _dataloaders: list[Any]
+    project_configuration: Any
+
+    # -- state hooks --------------------------------------------------------------------------------------
+    def _hooks(self, kind: str) -> OrderedDict[int, Callable[..., Any]]:
+        """The hooks of ``kind`` by handle id (an OrderedDict: RemovableHandle keeps a weak reference to it)."""
+        table: dict[str, OrderedDict[int, Callable[..., Any]]] = self.__dict__.setdefault("_state_hooks", {})
+        return table.setdefault(kind, OrderedDict())
+
+    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` at the start of every :meth:`save_state` (all ranks).
+
+        ``models`` are the prepared models, ``weights`` their state dicts (to inspect, e.g. to save a config
+        file next to the checkpoint). Unlike accelerate, removing entries from ``weights`` does not drop a model
+        from the checkpoint: it always holds every prepared model, so that resuming is exact.
+
+        Returns:
+            A handle whose ``remove()`` unregisters the hook.
+        """
+        hooks = self._hooks("save")
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        return handle
+
+    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` at the start of every :meth:`load_state` (all ranks).
+
+        Returns:
+            A handle whose ``remove()`` unregisters the hook.
+        """
+        hooks = self._hooks("load")
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        return handle
+
+    def _run_save_hooks(self, output_dir: str | None) -> None:
+        hooks = list(self._hooks("save").values())
+        if hooks:
+            weights = [model.state_dict() for model in self._models]
+            for hook in hooks:
+                hook(list(self._models), weights, output_dir)
+
+    def _run_load_hooks(self, input_dir: str | None) -> None:
+        for hook in list(self._hooks("load").values()):
+            hook(list(self._models), input_dir)
+
+    # -- processes ----------------------------------------------------------------------------------------
+    def on_local_process(self, function: Callable[..., T] | None = None,
+                         local_process_index: int | None = None) -> Any:
+        """Decorator: run ``function`` only on the process with this local index (others get ``None``)."""
+        if local_process_index is None:
+            raise ProcessHelperError(
+                "on_local_process needs local_process_index=, e.g. @accelerator.on_local_process(local_process_index=1)")
+        if function is None:
+            return lambda fn: self.on_local_process(fn, local_process_index)
+        run = self.state.local_process_index == local_process_index
+
+        def wrapper(*args: Any, **kwargs: Any) -> T | None:
+            return function(*args, **kwargs) if run else None
+
+        return wrapper
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(self, joinables: list[Any], even_batches: bool | None = None) -> Iterator[None]:
+        """Let ranks with fewer batches finish while the others go on (``torch.distributed.algorithms.Join``).
+
+        Args:
+            joinables: the DDP models (and ``ZeroRedundancyOptimizer``) taking part.
+            even_batches: set the prepared loaders' ``even_batches`` for the block (``False`` to give each rank
+                only its own batches), restored after it.
+        """
+        samplers = _loader_samplers(self._dataloaders) if even_batches is not None else []
+        saved = [sampler.even_batches for sampler in samplers]
+        for sampler in samplers:
+            sampler.even_batches = even_batches
+        try:
+            if self.state.num_processes > 1 and all(
+                    isinstance(j, torch.distributed.algorithms.Joinable) for j in joinables):
+                with torch.distributed.algorithms.Join(joinables):
+                    yield
+            else:
+                if self.state.num_processes > 1:
+                    warnings.warn("join_uneven_inputs: some joinables are not torch Joinables (a DDP model is); "
+                                  "the block runs without Join", stacklevel=3)
+                yield
+        finally:
+            for sampler, value in zip(samplers, saved):
+                sampler.even_batches = value
+
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+        """Make the next backward of a DDP ``model`` all-reduce even inside ``no_sync``/``accumulate``."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not isinstance(model, DistributedDataParallel):
+            return contextlib.nullcontext()
+
+        @contextlib.contextmanager
+        def forced() -> Iterator[None]:
+            previous = model.require_backward_grad_sync
+            model.require_forward_param_sync = True
+            model.require_backward_grad_sync = True
+            model.reducer.prepare_for_backward([])
+            try:
+                yield
+            finally:
+                model.require_backward_grad_sync = previous
+
+        return forced()
+
+    # -- profiling and naming ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def profile(self, profile_handler: Any = None) -> Iterator[Any]:
+        """Profile the block with ``torch.profiler`` (``ProfileKwargs`` from the argument or ``kwargs_handlers``);
+        yields the profiler."""
+        from notebook_accel.profiling import profile_context
+
+        handler = profile_handler if profile_handler is not None else self.__dict__.get("_profile_handler")
+        with profile_context(handler, self.state.device, self.state.process_index) as profiler:
+            yield profiler
+
+    @property
+    def save_iteration(self) -> int:
+        """The number the next automatically named checkpoint gets (``checkpoint_<n>``)."""
+        return int(getattr(self.project_configuration, "iteration", 0) or 0)
