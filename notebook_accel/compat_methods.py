@@ -55,10 +55,7 @@ class CompatMethods:
         Returns:
             A handle whose ``remove()`` unregisters the hook.
         """
-        hooks = self._hooks("save")
-        handle = RemovableHandle(hooks)
-        hooks[handle.id] = hook
-        return handle
+        return self._register("save", hook)
 
     def register_load_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
         """Call ``hook(models, input_dir)`` at the start of every :meth:`load_state` (all ranks).
@@ -66,7 +63,13 @@ class CompatMethods:
         Returns:
             A handle whose ``remove()`` unregisters the hook.
         """
-        hooks = self._hooks("load")
+        return self._register("load", hook)
+
+    def _register(self, kind: str, hook: Callable[..., None]) -> RemovableHandle:
+        """Add ``hook`` to the ``kind`` hooks; its handle removes it."""
+        if not callable(hook):
+            raise TypeError(f"a state hook must be callable, got {type(hook).__name__}")
+        hooks = self._hooks(kind)
         handle = RemovableHandle(hooks)
         hooks[handle.id] = hook
         return handle
