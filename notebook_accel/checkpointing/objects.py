@@ -161,7 +161,8 @@ def _keys_check(obj: Any, label: str) -> Callable[[Any], list[str]]:
     def check(state: Any) -> list[str]:
         if not isinstance(state, dict):
             return [f"{label}: saved state is {type(state).__name__}, expected a dict"]
-        current = obj.state_dict()
+        optional = set(getattr(obj, "optional_state_keys", ()))  # e.g. a loader's dataset position
+        current = {k: v for k, v in obj.state_dict().items() if k not in optional}
         missing = sorted(set(current) - set(state), key=str)
         if missing:
             return [f"{label}: the saved state lacks {missing}"]

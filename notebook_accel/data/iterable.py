@@ -3,16 +3,29 @@
 Items are read in order into a buffer of ``batch_size * num_processes`` (``batch_size`` with ``split_batches``);
 rank ``r`` takes slice ``r`` of every full buffer. The last, partial buffer is dropped (``drop_last``), dealt as
 is (``even_batches=False``), or completed with items from the first buffer (``even_batches=True``).
+
+**Resuming.** A dataset that can say where it is (``state_dict()`` and ``load_state_dict(state)``, the protocol
+of torchdata's ``Stateful``) has its state recorded before each round is read (:meth:`state_before`); a loader
+checkpoint stores the state before the next round it will yield, and a resume loads it instead of reading and
+discarding the rounds already trained on. Other iterable datasets are resumed by reading past those rounds.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.data import IterableDataset
 
-__all__ = ["ShardedIterableDataset"]
+__all__ = ["ShardedIterableDataset", "is_stateful"]
+
+_KEPT_ROUNDS = 8  # round states kept: the loader reads at most a batch or two ahead of what it has yielded
+
+
+def is_stateful(dataset: Any) -> bool:
+    """Whether ``dataset`` can report and restore its position (``state_dict`` and ``load_state_dict``)."""
+    return callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))
 
 
 class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
@@ -41,6 +54,27 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
         self.rank = rank
         self.drop_last = drop_last
         self.even_batches = even_batches and num_processes > 1
+        self.stateful = is_stateful(dataset)
+        self._round_states: OrderedDict[int, Any] = OrderedDict()
+        self._first_round = 0  # the round the next iteration starts at (after a restore)
+
+    def state_before(self, round_index: int) -> Any:
+        """The dataset's state before round ``round_index`` of the current pass was read, or ``None`` when it
+        was not recorded (not stateful, or too far back)."""
+        return self._round_states.get(round_index)
+
+    def restore(self, state: Any, round_index: int) -> None:
+        """Put the dataset where it was before round ``round_index``; the next pass starts there."""
+        self.dataset.load_state_dict(state)
+        self._first_round = round_index
+        self._round_states = OrderedDict({round_index: state})
+
+    def _record(self, round_index: int) -> None:
+        """Keep the dataset's state before ``round_index`` (the last few only)."""
+        if self.stateful:
+            self._round_states[round_index] = self.dataset.state_dict()
+            while len(self._round_states) > _KEPT_ROUNDS:
+                self._round_states.popitem(last=False)
 
     def set_epoch(self, epoch: int) -> None:
         """Forward the epoch to the dataset when it takes one."""
@@ -54,11 +88,15 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
     def __iter__(self) -> Iterator[Any]:
         first: list[Any] = []
         buffer: list[Any] = []
+        round_index, self._first_round = self._first_round, 0
+        self._round_states.clear()  # states from 1 on are taken inside the pass, where the iterator is live
         for item in self.dataset:
             buffer.append(item)
             if len(buffer) == self.global_batch:
                 if not first:
                     first = list(buffer)
+                round_index += 1
+                self._record(round_index)
                 yield from self._mine(buffer)
                 buffer = []
         if not buffer or self.drop_last:

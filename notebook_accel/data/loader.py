@@ -82,6 +82,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         self._epoch = 0
         self._position = 0
         self._resume_from = 0
+        self._restored = 0
         self._parent: PreparedDataLoader | None = None
         self.name: str | None = None  # what the dashboard calls this loader; None: guessed (see progress_name)
         self.training_probe: Callable[[], bool | None] | None = None  # set by the Accelerator: models in train mode?
@@ -102,6 +103,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         """
         if epoch != self._epoch:
             self._resume_from = 0
+            self._restored = 0
             self._position = 0
         self._epoch = epoch
 
@@ -110,15 +112,33 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         """Batches skipped at the start of every iteration (``skip_first_batches``)."""
         return self.batch_sampler.skip if isinstance(self.batch_sampler, ShardedBatchSampler) else 0
 
+    optional_state_keys = ("dataset_state",)
+
     def state_dict(self) -> dict[str, Any]:
-        """Where this loader is: ``{"epoch", "batches_yielded", "seed", "num_processes"}``.
+        """Where this loader is: ``{"epoch", "batches_yielded", "seed", "num_processes"}``, plus
+        ``"dataset_state"`` mid-epoch when an iterable dataset can be positioned directly (see
+        :mod:`notebook_accel.data.iterable`).
 
         Example:
             >>> loader.state_dict()                     # doctest: +SKIP
             {'epoch': 1, 'batches_yielded': 3, 'seed': 1234, 'num_processes': 2}
         """
-        return {"epoch": self._epoch, "batches_yielded": self._position, "seed": self.seed,
-                "num_processes": self.state.num_processes}
+        state = {"epoch": self._epoch, "batches_yielded": self._position, "seed": self.seed,
+                 "num_processes": self.state.num_processes}
+        shard = self._stateful_shard()
+        if shard is not None and self._position > 0:
+            dataset_state = shard.state_before(self._position)  # one batch per round on every rank
+            if dataset_state is not None:
+                state["dataset_state"] = dataset_state
+        return state
+
+    def _stateful_shard(self) -> ShardedIterableDataset | None:
+        """The sharded iterable dataset when its dataset can be positioned directly (and no worker processes
+        hold copies of it), else ``None``."""
+        shard = self.dataset
+        if isinstance(shard, ShardedIterableDataset) and shard.stateful and self.num_workers == 0:
+            return shard
+        return None
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` on the next ``iter()``: same epoch permutation, consumed batches skipped.
@@ -143,11 +163,17 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                 inner.seed = self.seed
         self._position = int(state["batches_yielded"])
         self._resume_from = max(0, self._position - self._skip)
+        shard = self._stateful_shard()
+        if shard is not None and state.get("dataset_state") is not None and self._resume_from:
+            shard.restore(state["dataset_state"], self._position)  # positioned: nothing is read twice
+            self._restored = self._resume_from
+            self._resume_from = 0
 
     # ---- iteration ------------------------------------------------------------------------------------------
     def _start_epoch(self) -> int:
         """Forward the epoch, arm the one-shot resume skip; returns the batches to skip by hand (iterables)."""
         skip, self._resume_from = self._resume_from, 0
+        restored, self._restored = self._restored, 0  # batches the dataset itself was positioned past
         if self._user_generator is None:
             # DataLoader draws its workers' base seed from `generator` at every iter(), from the global torch RNG
             # when there is none: that draw would shift dropout & co. between a straight and a resumed run.
@@ -156,7 +182,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
             set_epoch = getattr(target, "set_epoch", None)
             if set_epoch is not None:
                 set_epoch(self._epoch)
-        self._position = self._skip + skip
+        self._position = self._skip + skip + restored
         if isinstance(self.batch_sampler, ShardedBatchSampler):
             self.batch_sampler.skip_once = skip
             return 0
