@@ -268,8 +268,11 @@ class Accelerator(CompatMethods, ProcessFacade):
         """DDP's ``no_sync()`` (gradients are not all-reduced in the body); a no-op for one process."""
         return no_sync(model)
 
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """Autocast for this Accelerator's mixed precision (a no-op for ``"no"``)."""
+    def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager[Any]:
+        """Autocast for this Accelerator's mixed precision (a no-op for ``"no"``); a handler with
+        ``enabled=False`` (accelerate's ``AutocastKwargs``) turns it off for the block."""
+        if autocast_handler is not None and getattr(autocast_handler, "enabled", True) is False:
+            return contextlib.nullcontext()
         return autocast_context(self._mixed_precision, self.device)
 
     def unscale_gradients(self, optimizer: Any = None) -> None:
@@ -307,9 +310,9 @@ class Accelerator(CompatMethods, ProcessFacade):
             return data[:remainder] if isinstance(input_data, (list, tuple)) else data
         return recursively_apply(lambda t: t[:remainder], data)
 
-    def gather_object(self, obj: Any) -> list[Any]:
+    def gather_object(self, object: Any) -> list[Any]:  # noqa: A002 - accelerate's parameter name
         """Gather picklable objects from every process (see :func:`notebook_accel.ops.gather_object`)."""
-        return ops.gather_object(obj)
+        return ops.gather_object(object)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """All-reduce (nested) tensors: ``"sum"`` (default), ``"mean"`` or ``"max"``."""
@@ -324,9 +327,16 @@ class Accelerator(CompatMethods, ProcessFacade):
         return ops.pad_across_processes(tensor, dim, pad_index, pad_first)
 
     # ---- models, saving, misc -------------------------------------------------------------------------------
-    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True) -> torch.nn.Module:
-        """The user's module inside the DDP wrapper."""
-        return unwrap_model(model, keep_fp32_wrapper)
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool = True) -> torch.nn.Module:
+        """The user's module inside the DDP wrapper (inside ``torch.compile``'s too with
+        ``keep_torch_compile=False``; with ``True``, a compiled module is returned compiled)."""
+        inner = unwrap_model(model, keep_fp32_wrapper)
+        if keep_torch_compile:
+            compiled = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+            if hasattr(compiled, "_orig_mod"):
+                return compiled  # type: ignore[no-any-return]
+        return inner
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
         """The unwrapped model's ``state_dict()`` (without DDP's ``module.`` prefixes)."""
@@ -342,9 +352,16 @@ class Accelerator(CompatMethods, ProcessFacade):
         self._trigger = False
         return bool(ops.reduce(flag, "max").item() > 0)
 
-    def save(self, obj: Any, f: Any) -> None:
-        """``torch.save(obj, f)`` on the main process only."""
-        if self.is_main_process:
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """``torch.save(obj, f)`` on the main process only; ``safe_serialization=True`` writes a dict of tensors
+        with safetensors instead."""
+        if not self.is_main_process:
+            return
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            save_file({k: v.detach().cpu().contiguous() for k, v in obj.items()}, f, metadata={"format": "pt"})
+        else:
             torch.save(obj, f)
 
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike[str],

@@ -49,12 +49,14 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def find_executable_batch_size(
-    function: Callable[..., T] | None = None, starting_batch_size: int = 128
+    function: Callable[..., T] | None = None, starting_batch_size: int = 128,
+    reduce_batch_size_fn: Callable[[int], int] | None = None,
 ) -> Any:
     """Decorator: call ``function(batch_size, *args)`` and halve ``batch_size`` after each out-of-memory error.
 
     The decorated function takes the batch size as its first parameter; callers leave it out. Memory is
-    released (garbage collected, accelerator cache emptied) before each retry.
+    released (garbage collected, accelerator cache emptied) before each retry. ``reduce_batch_size_fn(size)``
+    gives the next size to try instead of halving.
 
     Example:
         >>> @find_executable_batch_size(starting_batch_size=64)
@@ -68,7 +70,8 @@ def find_executable_batch_size(
         TypeError: the batch size was passed explicitly.
     """
     if function is None:
-        return functools.partial(find_executable_batch_size, starting_batch_size=starting_batch_size)
+        return functools.partial(find_executable_batch_size, starting_batch_size=starting_batch_size,
+                                 reduce_batch_size_fn=reduce_batch_size_fn)
     if isinstance(starting_batch_size, bool) or not isinstance(starting_batch_size, int) or starting_batch_size < 1:
         raise ValueError(f"starting_batch_size={starting_batch_size!r}: pass a whole number >= 1")
     batch_size = starting_batch_size
@@ -92,6 +95,6 @@ def find_executable_batch_size(
                 if not is_out_of_memory(e):
                     raise
                 release_memory()
-                batch_size //= 2
+                batch_size = reduce_batch_size_fn(batch_size) if reduce_batch_size_fn else batch_size // 2
 
     return decorator

@@ -1,0 +1,96 @@
+"""Every name in the README's "same as accelerate" row exists here and takes accelerate's parameters.
+
+The row is parsed from README.md, so the documentation cannot claim a name that is missing. With accelerate
+installed (the test extra installs it), each callable's parameters are compared with accelerate's own: every
+parameter accelerate's version takes must be accepted by ours, by name.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import notebook_accel
+from notebook_accel import Accelerator
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def same_as_accelerate() -> list[str]:
+    """The names in the row, without their argument lists."""
+    row = next(line for line in README.read_text().splitlines() if line.startswith("| **same as accelerate** |"))
+    names = [re.sub(r"\(.*", "", code).strip() for code in re.findall(r"`([^`]+)`", row)]
+    return sorted({n for n in names if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)})
+
+
+def ours(name: str) -> Any:
+    """Our object for ``name``: an Accelerator attribute, else a top-level export."""
+    if hasattr(Accelerator, name):
+        return getattr(Accelerator, name)
+    if name in {"device", "process_index", "local_process_index", "num_processes", "is_main_process",
+                "is_local_main_process", "distributed_type", "mixed_precision", "sync_gradients",
+                "gradient_accumulation_steps", "state"}:
+        return getattr(Accelerator(cpu=True), name)
+    return getattr(notebook_accel, name)
+
+
+def theirs(name: str) -> Any:
+    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed (the test extra has it)")
+    if hasattr(accelerate.Accelerator, name):
+        return getattr(accelerate.Accelerator, name)
+    for module in (accelerate, accelerate.utils):
+        if hasattr(module, name):
+            return getattr(module, name)
+    return None
+
+
+def test_the_row_is_not_empty() -> None:
+    assert len(same_as_accelerate()) > 60
+
+
+@pytest.mark.parametrize("name", same_as_accelerate())
+def test_name_exists(name: str) -> None:
+    ours(name)
+
+
+# accelerate parameters we do not take, each listed with its reason in the README's "not provided" row
+NOT_PROVIDED = {
+    "Accelerator": {"deepspeed_plugin", "deepspeed_plugins", "dynamo_backend", "dynamo_plugin", "fsdp_plugin",
+                    "megatron_lm_plugin", "parallelism_config", "torch_tp_plugin"},
+    "DataLoaderConfiguration": {"use_stateful_dataloader"},
+    "DistributedDataParallelKwargs": {"comm_hook", "comm_state_option", "comm_wrapper"},
+    "ProjectConfiguration": {"save_on_each_node"},
+}
+
+
+def test_every_exception_is_explained_in_the_readme() -> None:
+    row = next(line for line in README.read_text().splitlines() if line.startswith("| **not provided, and why** |"))
+    for names in NOT_PROVIDED.values():
+        for name in names - {"fsdp_plugin", "deepspeed_plugins"}:
+            assert name in row, f"{name} is not provided but the README does not say why"
+
+
+def _parameters(obj: Any) -> tuple[set[str], bool]:
+    """Parameter names (``self`` dropped) and whether ``**kwargs`` is taken."""
+    target = obj.__init__ if inspect.isclass(obj) else obj
+    params = inspect.signature(target).parameters.values()
+    names = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"}
+    return names, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+@pytest.mark.parametrize("name", same_as_accelerate())
+def test_accepts_accelerates_parameters(name: str) -> None:
+    mine, other = ours(name), theirs(name)
+    if other is None or not callable(other) or isinstance(other, property) or not callable(mine):
+        pytest.skip(f"{name}: not a callable in both")
+    try:
+        their_names, _ = _parameters(other)
+        my_names, my_kwargs = _parameters(mine)
+    except (TypeError, ValueError):
+        pytest.skip(f"{name}: no signature to compare")
+    missing = sorted(their_names - my_names - NOT_PROVIDED.get(name, set()))
+    assert my_kwargs or not missing, f"{name} does not take accelerate's parameters {missing}"
