@@ -7,9 +7,11 @@ prepared (a DDP wrapper, or one we have marked) is returned unchanged, so prepar
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
 from notebook_accel.plugins import DistributedDataParallelKwargs
@@ -89,7 +91,20 @@ def unwrap_model(model: torch.nn.Module, keep_fp32_wrapper: bool = True) -> torc
 
 
 def no_sync(model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
-    """DDP's ``no_sync()`` for a DDP model, a no-op context otherwise."""
+    """DDP's ``no_sync()`` for a DDP model, FSDP2's ``set_requires_gradient_sync(False)`` for a sharded one, a
+    no-op context otherwise."""
     if isinstance(model, DistributedDataParallel):
         return model.no_sync()
+    if isinstance(model, FSDPModule):
+        return _fsdp_no_sync(model)
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model: FSDPModule) -> Iterator[None]:
+    """Accumulate unsharded gradients locally in the body; the next synced backward reduce-scatters them."""
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)

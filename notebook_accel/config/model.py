@@ -16,7 +16,7 @@ from notebook_accel.config.choices import ComputeEnvironment, DistributedType, M
 from notebook_accel.config.compat import UNSUPPORTED_KEYS, unknown_key_problem
 from notebook_accel.config.errors import ConfigError
 from notebook_accel.config.validation import cross_problems, field_problems, parse_gpu_ids
-from notebook_accel.fsdp.settings import plugin_kwargs_from_file
+from notebook_accel.config.fsdp import plugin_kwargs_from_file
 
 __all__ = ["Config", "FIELD_NAMES", "OUR_FIELDS"]
 

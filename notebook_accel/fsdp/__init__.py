@@ -1,6 +1,6 @@
 """Fully sharded data parallel training through torch's ``fully_shard`` (FSDP2).
 
-:class:`FullyShardedDataParallelPlugin` (accelerate's options object) says how; :mod:`.settings` holds the
+:class:`FullyShardedDataParallelPlugin` (accelerate's options object) says how; :mod:`notebook_accel.config.fsdp` holds the
 allowed values shared with the config file; the modules that need torch (:mod:`.wrap` shards a model,
 :mod:`.params` re-binds optimizers, :mod:`.state_dict` gathers and saves weights) are imported when used.
 """

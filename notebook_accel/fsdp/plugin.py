@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from notebook_accel.fsdp.settings import CHECKS, check_fields, plugin_kwargs_from_file
+from notebook_accel.config.fsdp import CHECKS, check_fields, plugin_kwargs_from_file
 from notebook_accel.plugins import ConfigurationError
 
 __all__ = ["FullyShardedDataParallelPlugin"]

@@ -6,7 +6,7 @@ One table (:data:`CHECKS`) says, for each field of
 class names) becomes the canonical value. Both the plugin and the config file use it, so the two accept the same
 values and word their problems the same way; every problem is collected, none raised here.
 
-Nothing here imports torch: the config package validates ``fsdp_config`` without it.
+It lives in the config package, which validates ``fsdp_config`` with it; nothing here imports torch.
 """
 
 from __future__ import annotations
