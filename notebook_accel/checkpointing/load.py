@@ -79,8 +79,12 @@ def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, ma
         problems = manifest.verify_files(path, manifest.all_files() if main else own)
     if problems:
         raise CheckpointError(f"checkpoint {path!r} is damaged: " + "; ".join(problems))
-    payloads = [read_torch(os.path.join(path, name)) for name in files]
+    # collective readers (FSDP shards) read later, once every rank has validated its files
+    payloads = [None if s.read is not None else read_torch(os.path.join(path, name)) for name, s in zip(files, objects,
+                                                                                                     strict=True)]
     for saved, payload in zip(objects, payloads, strict=True):
+        if saved.read is not None:
+            continue
         problems += saved.check(payload)
     if problems:
         raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
@@ -136,7 +140,13 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     if len(set(paths)) != 1:
         raise CheckpointError(f"the ranks resolved different checkpoints {paths}; pass load_state(input_dir).")
     manifest = cast(Manifest, manifest)  # no rank failed, so this rank validated
-    for saved, payload in zip(collect(accelerator), payloads, strict=True):
+    objects = collect(accelerator)
+    try:  # every rank validated: now the collective reads (into fresh tensors; nothing is modified yet)
+        payloads = [s.read(path) if s.read is not None else p for s, p in zip(objects, payloads, strict=True)]
+    except Exception as e:  # any failure must reach the other ranks, or they would wait forever
+        error = error_text(e)
+    agree(error, world, f"load checkpoint {path!r}")
+    for saved, payload in zip(objects, payloads, strict=True):
         try:
             saved.set(payload)
         except Exception as e:  # validated above; a failure here is a bug in an object's load_state_dict

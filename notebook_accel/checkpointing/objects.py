@@ -26,12 +26,18 @@ __all__ = ["Saved", "check_registrable", "collect"]
 
 @dataclass(frozen=True)
 class Saved:
-    """One object of a checkpoint: its manifest entry and how to get, check and set its state."""
+    """One object of a checkpoint: its manifest entry and how to get, check and set its state.
+
+    ``write``/``read``, when given, replace the plain ``torch.save``/``torch.load`` of the entry's file: they are
+    collective (every rank calls them with the checkpoint directory), as for FSDP's sharded states.
+    """
 
     entry: Entry
     get: Callable[[], Any]
     check: Callable[[Any], list[str]]
     set: Callable[[Any], None]
+    write: Callable[[str, Any], None] | None = None
+    read: Callable[[str], Any] | None = None
 
 
 def check_registrable(obj: object) -> None:
@@ -136,12 +142,23 @@ def _plain(label: str, kind: Kind, index: int, file: str, obj: Any, type_name: s
 
 def collect(accelerator: Any) -> list[Saved]:
     """Every object a checkpoint of ``accelerator`` holds, in a fixed order (RNG last, so it is restored last)."""
+    from notebook_accel.fsdp.checkpoint import owning_model, sharded_model, sharded_optimizer
+    from notebook_accel.fsdp.engine import is_fsdp_model
+
     out: list[Saved] = []
-    for i, model in enumerate(getattr(accelerator, "_models", [])):
+    models = list(getattr(accelerator, "_models", []))
+    for i, model in enumerate(models):
+        if is_fsdp_model(model):
+            out.append(sharded_model(model, i))
+            continue
         inner = accelerator.unwrap_model(model)
         entry = Entry("model", i, _indexed("pytorch_model", "bin", i), type(inner).__name__)
         out.append(Saved(entry, inner.state_dict, _model_check(inner, entry.label()), inner.load_state_dict))
     for i, opt in enumerate(getattr(accelerator, "_optimizers", [])):
+        owner = owning_model(_inner(opt, "optimizer"), models)
+        if owner is not None:
+            out.append(sharded_optimizer(owner, _inner(opt, "optimizer"), i))
+            continue
         obj, name = _stateful(opt, "optimizer"), type(_inner(opt, "optimizer")).__name__
         check = _optimizer_check(obj, f"optimizer {i} ({name})")
         out.append(_plain(f"optimizer {i}", "optimizer", i, _indexed("optimizer", "bin", i), obj, name, check=check))

@@ -90,8 +90,14 @@ def _phase_prepare(path: str, automatic: bool) -> str:
 
 
 def _write_files(objects: list[Saved], snapshot: dict[int, Any], temp: str, rank: int, main: bool) -> None:
-    """Write this rank's share of the files into ``temp``."""
+    """Write this rank's share of the files into ``temp``; collective writers (FSDP shards) first, so every rank
+    reaches them whatever happens to its own files."""
     for i, saved in enumerate(objects):
+        if saved.write is not None:
+            saved.write(temp, snapshot[i])
+    for i, saved in enumerate(objects):
+        if saved.write is not None:
+            continue
         if saved.entry.per_rank:
             write_torch(os.path.join(temp, saved.entry.file.format(rank=rank)), snapshot[i])
         elif main:

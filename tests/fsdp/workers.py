@@ -5,6 +5,7 @@ Each runs on every rank under ``notebook_launcher``; rank 0's return value (plai
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -121,3 +122,66 @@ def train(strategy: str | None, accumulation: int = 1, options: dict[str, Any] |
             "unwrapped_is_model": accelerator.unwrap_model(model) is model,
             "block_calls": sum(m.calls for m in model.modules() if isinstance(m, Block)), "saved": saved,
             "plugin": None if accelerator.fsdp_plugin is None else accelerator.fsdp_plugin.to_json()}
+
+
+def _steps(accelerator: Accelerator, model: Any, optimizer: Any, batches: Any, count: int) -> list[float]:
+    """``count`` optimizer steps from the iterator ``batches``; the reduced losses."""
+    losses = []
+    for _ in range(count):
+        x, y = next(batches)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        accelerator.clip_grad_norm_(model.parameters(), 0.5)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(accelerator.reduce(loss.detach(), "mean").item())
+    return losses
+
+
+def resume(strategy: str | None, directory: str, load: bool, before: int = 4, after: int = 4) -> dict[str, Any]:
+    """Exact resume: train ``before`` steps and save (``load=False``) or load that checkpoint (``load=True``),
+    then train ``after`` more; returns the losses after, the full weights and the checkpoint's files."""
+    accelerator = Accelerator(fsdp_plugin=_plugin(strategy, {}), dataloader_config=DataLoaderConfiguration(data_seed=3))
+    set_seed(0)
+    model = TinyNet()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = DataLoader(dataset(80), batch_size=4, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    if load:
+        untouched = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
+        accelerator.load_state(directory)
+        loaded = accelerator.get_state_dict(model)
+        assert accelerator.is_main_process is False or any(not torch.equal(untouched[k], loaded[k]) for k in loaded)
+        batches = iter(loader)
+    else:
+        batches = iter(loader)
+        _steps(accelerator, model, optimizer, batches, before)
+        set_seed(123 + accelerator.process_index)  # the RNG state that must come back, different on each rank
+        accelerator.save_state(directory)
+    losses = _steps(accelerator, model, optimizer, batches, after)
+    weights = accelerator.get_state_dict(model)
+    state = {k: v.tolist() for k, v in weights.items()}
+    files = sorted(os.path.relpath(os.path.join(root, name), directory)
+                   for root, _, names in os.walk(directory) for name in names)
+    return {"losses": losses, "weights": state, "files": files, "step_count": int(optimizer.state_dict()["state"]
+            [next(iter(optimizer.state_dict()["state"]))]["step"]) if optimizer.state else 0,
+            "random": torch.rand(1).item()}
+
+
+def load_refused(directory: str, width: int) -> dict[str, Any]:
+    """Try to load ``directory`` into a FULL_SHARD TinyNet of ``width``; the error, and whether anything changed."""
+    accelerator = Accelerator(fsdp_plugin=_plugin("FULL_SHARD", {}))
+    set_seed(1)
+    model = TinyNet(width)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = DataLoader(dataset(80), batch_size=4, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)  # the objects the checkpoint holds
+    before = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
+    try:
+        accelerator.load_state(directory)
+        error = "loaded"
+    except Exception as e:  # noqa: BLE001 - the test reads the message
+        error = f"{type(e).__name__}: {e}"
+    after = accelerator.get_state_dict(model)
+    unchanged = all(torch.equal(before[k], after[k]) for k in before)
+    return {"error": error, "unchanged": unchanged, "optimizer_state": len(optimizer.state)}
