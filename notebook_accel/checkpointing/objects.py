@@ -142,14 +142,16 @@ def _plain(label: str, kind: Kind, index: int, file: str, obj: Any, type_name: s
 
 def collect(accelerator: Any) -> list[Saved]:
     """Every object a checkpoint of ``accelerator`` holds, in a fixed order (RNG last, so it is restored last)."""
-    from notebook_accel.fsdp.checkpoint import owning_model, sharded_model, sharded_optimizer
+    from notebook_accel.fsdp.checkpoint import fsdp_objects, owning_model
     from notebook_accel.fsdp.engine import is_fsdp_model
 
+    plugin = getattr(accelerator, "fsdp_plugin", None)
+    layout = getattr(plugin, "state_dict_type", "SHARDED_STATE_DICT")
     out: list[Saved] = []
     models = list(getattr(accelerator, "_models", []))
     for i, model in enumerate(models):
         if is_fsdp_model(model):
-            out.append(sharded_model(model, i))
+            out.append(fsdp_objects(model, None, i, layout))
             continue
         inner = accelerator.unwrap_model(model)
         entry = Entry("model", i, _indexed("pytorch_model", "bin", i), type(inner).__name__)
@@ -157,7 +159,7 @@ def collect(accelerator: Any) -> list[Saved]:
     for i, opt in enumerate(getattr(accelerator, "_optimizers", [])):
         owner = owning_model(_inner(opt, "optimizer"), models)
         if owner is not None:
-            out.append(sharded_optimizer(owner, _inner(opt, "optimizer"), i))
+            out.append(fsdp_objects(owner, _inner(opt, "optimizer"), i, layout))
             continue
         obj, name = _stateful(opt, "optimizer"), type(_inner(opt, "optimizer")).__name__
         check = _optimizer_check(obj, f"optimizer {i} ({name})")

@@ -158,8 +158,8 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     temp: str | None = None
     snapshot: dict[int, Any] = {}
     try:
-        # per-rank states first (the RNG before anything else runs), then the main process makes the directory
-        snapshot = {i: s.get() for i, s in enumerate(objects) if s.entry.per_rank}
+        # per-rank and collective (FSDP) states first, the RNG before anything else runs; then the directory
+        snapshot = {i: s.get() for i, s in enumerate(objects) if s.entry.per_rank or s.write is not None}
         if main:
             temp = _phase_prepare(path, iteration is not None)
     except Exception as e:  # any failure must reach the other ranks, or they would wait forever

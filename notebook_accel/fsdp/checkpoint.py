@@ -1,10 +1,15 @@
-"""Sharded checkpoints of FSDP models and their optimizers with ``torch.distributed.checkpoint`` (DCP).
+"""Checkpoints of FSDP models and their optimizers: sharded with ``torch.distributed.checkpoint`` (DCP), or full.
 
-A sharded model is saved as accelerate names it, a folder ``pytorch_model_fsdp_<i>/`` holding one
+With ``state_dict_type="SHARDED_STATE_DICT"`` (the default) a model is saved as accelerate names it, a folder ``pytorch_model_fsdp_<i>/`` holding one
 ``__<rank>_0.distcp`` file per rank (that rank's shards) and DCP's ``.metadata``; its optimizer as
 ``optimizer_<i>/`` the same way (state keyed by parameter name). Every rank writes only its own shards: nothing
 is gathered. The files are listed in the checkpoint's manifest like any other, so the atomic commit, sizes and
 SHA-256 checks apply to them unchanged.
+
+With ``"FULL_STATE_DICT"`` the full weights (``pytorch_model_fsdp_<i>.bin``) and the full optimizer state
+(``optimizer_<i>.bin``, keyed by parameter name) are gathered to rank 0, which writes them; on load rank 0 reads
+them and broadcasts each tensor into the other ranks' shards. Both kinds sit in the checkpoint's manifest like any
+other file, so the atomic commit, sizes and SHA-256 checks apply unchanged.
 
 Loading reads into fresh tensors shaped and sharded like the live ones (``empty_like``), so nothing in the model
 or optimizer changes until every rank has read and checked its part; only then are the states applied.
@@ -23,6 +28,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
@@ -30,16 +36,19 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.utils._pytree import tree_map_only
 
+from notebook_accel.checkpointing.atomic import read_torch, write_torch
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Entry
 from notebook_accel.checkpointing.objects import Saved
 from notebook_accel.fsdp.engine import is_fsdp_model
 
-__all__ = ["sharded_model", "sharded_optimizer", "owning_model", "DCP_FILE"]
+__all__ = ["fsdp_objects", "owning_model", "DCP_FILE"]
 
 #: the file each rank writes in a DCP folder (one file per rank, DCP's default writer).
 DCP_FILE = "__{rank}_0.distcp"
 _METADATA = ".metadata"
+_GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
+_SCATTER = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
 
 
 def owning_model(optimizer: torch.optim.Optimizer, models: list[torch.nn.Module]) -> torch.nn.Module | None:
@@ -107,10 +116,12 @@ def sharded_model(model: torch.nn.Module, index: int) -> Saved:
                  write=_save(folder, entry.label()), read=read)
 
 
-def _optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The optimizer's sharded state dict; a fresh optimizer is left without state afterwards."""
+def _optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                     options: StateDictOptions | None = None) -> dict[str, Any]:
+    """The optimizer's state dict (sharded, or gathered with ``options``); a fresh optimizer is left without state
+    afterwards."""
     fresh = not optimizer.state
-    state = get_optimizer_state_dict(model, optimizer)
+    state = get_optimizer_state_dict(model, optimizer, options=options)
     if fresh:
         optimizer.state.clear()
     return state
@@ -126,3 +137,73 @@ def sharded_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
 
     return Saved(entry, lambda: _optimizer_state(model, optimizer), lambda state: [],
                  lambda state: set_optimizer_state_dict(model, optimizer, state), write=_save(folder, entry.label()), read=read)
+
+
+def _rank() -> int:
+    return torch.distributed.get_rank()
+
+
+def _rank0_file(file: str) -> tuple[Any, Any]:
+    """``(write, read)`` for a file only rank 0 writes and reads (the other ranks' share of the state is empty)."""
+
+    def write(directory: str, state: dict[str, Any]) -> None:
+        if _rank() == 0:
+            write_torch(os.path.join(directory, file), state)
+
+    def read(directory: str) -> dict[str, Any]:
+        return read_torch(os.path.join(directory, file)) if _rank() == 0 else {}
+
+    return write, read
+
+
+def _full_model_check(model: torch.nn.Module, label: str, state: dict[str, Any]) -> None:
+    """Rank 0: the full weights have this model's keys and full shapes."""
+    if _rank() != 0:
+        return
+    live: dict[str, Any] = dict(get_model_state_dict(model))
+    shapes = {k: tuple(v.shape) for k, v in live.items()}  # a DTensor's shape is the full one
+    saved = {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
+    if shapes != saved:
+        differ = sorted(k for k in set(shapes) | set(saved) if shapes.get(k) != saved.get(k))
+        raise CheckpointError(f"{label}: the full weights do not fit this model (keys or shapes differ: "
+                              f"{[(k, saved.get(k), shapes.get(k)) for k in differ[:5]]})")
+
+
+def full_model(model: torch.nn.Module, index: int) -> Saved:
+    """The checkpoint object for FSDP model ``index`` as full weights, gathered to and written by rank 0."""
+    file = f"pytorch_model_fsdp_{index}.bin"
+    entry = Entry(kind="model", index=index, file=file, type_name=type(model).__name__)
+    write, read_file = _rank0_file(file)
+
+    def read(directory: str) -> dict[str, Any]:
+        state = read_file(directory)
+        _full_model_check(model, entry.label(), state)
+        return state
+
+    def apply(state: dict[str, Any]) -> None:
+        set_model_state_dict(model, state, options=_SCATTER)
+
+    return Saved(entry, lambda: get_model_state_dict(model, options=_GATHER), lambda state: [], apply,
+                 write=write, read=read)
+
+
+def full_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, index: int) -> Saved:
+    """The checkpoint object for optimizer ``index`` as its full state, gathered to and written by rank 0."""
+    file = f"optimizer_{index}.bin"
+    entry = Entry(kind="optimizer", index=index, file=file, type_name=type(optimizer).__name__)
+    write, read = _rank0_file(file)
+
+    def apply(state: dict[str, Any]) -> None:
+        set_optimizer_state_dict(model, optimizer, state, options=_SCATTER)
+
+    return Saved(entry, lambda: _optimizer_state(model, optimizer, _GATHER), lambda state: [], apply,
+                 write=write, read=read)
+
+
+def fsdp_objects(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, index: int,
+                 state_dict_type: str) -> Saved:
+    """The checkpoint object for FSDP ``model`` (``optimizer=None``) or for its ``optimizer``, in the plugin's
+    ``state_dict_type``."""
+    if state_dict_type == "FULL_STATE_DICT":
+        return full_model(model, index) if optimizer is None else full_optimizer(model, optimizer, index)
+    return sharded_model(model, index) if optimizer is None else sharded_optimizer(model, optimizer, index)

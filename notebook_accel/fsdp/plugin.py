@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from notebook_accel.config import Config
 from notebook_accel.config.fsdp import CHECKS, check_fields, plugin_kwargs_from_file
 from notebook_accel.plugins import ConfigurationError
 
@@ -116,6 +117,20 @@ class FullyShardedDataParallelPlugin:
         if problems:
             raise ConfigurationError("fsdp_config: invalid settings\n" + "\n".join(f"  - {p}" for p in problems))
         return cls(**kwargs)
+
+    @classmethod
+    def from_config(cls, config: Config) -> FullyShardedDataParallelPlugin | None:
+        """The plugin a run :class:`~notebook_accel.config.Config` asks for: ``None`` unless its
+        ``distributed_type`` is ``"FSDP"``. The launcher sends ``plugin.to_json()`` to its workers as
+        ``LaunchEnvironment(fsdp=...)``, and each worker's Accelerator builds the plugin back from it.
+
+        Example:
+            >>> config = Config(distributed_type="FSDP", extra={"fsdp_config": {"fsdp_sharding_strategy": 2}})
+            >>> FullyShardedDataParallelPlugin.from_config(config).sharding_strategy
+            'SHARD_GRAD_OP'
+        """
+        kwargs = config.fsdp_plugin_kwargs
+        return None if kwargs is None else cls(**kwargs)
 
     def to_json(self) -> str:
         """The fields as JSON (how the launcher carries the plugin to its workers)."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from notebook_accel import notebook_launcher
 from notebook_accel.checkpointing.manifest import Entry
@@ -60,6 +61,24 @@ def test_a_sharded_state_that_does_not_fit_changes_nothing(tmp_path: Path) -> No
     assert "CheckpointError" in out["error"] and "does not fit this model" in out["error"]
     assert "2 of 2 ranks failed" in out["error"]
     assert out["unchanged"] and out["optimizer_state"] == 0  # the fresh optimizer got no state either
+
+
+@pytest.mark.timeout(180)
+def test_full_state_dict_layout_resumes_exactly(tmp_path: Path) -> None:
+    directory = str(tmp_path / "ckpt")
+    straight = launch(workers.resume, "FULL_SHARD", directory, False, 4, 4, "FULL_STATE_DICT")
+    resumed = launch(workers.resume, "FULL_SHARD", directory, True, 4, 4, "FULL_STATE_DICT")
+    assert {"pytorch_model_fsdp_0.bin", "optimizer_0.bin"} <= set(straight["files"])
+    assert not any(name.endswith(".distcp") for name in straight["files"])
+    assert resumed["losses"] == straight["losses"] and resumed["weights"] == straight["weights"]
+    assert resumed["step_count"] == 8
+    full = torch.load(tmp_path / "ckpt" / "pytorch_model_fsdp_0.bin", weights_only=True)
+    plain = workers.TinyNet()
+    plain.load_state_dict(full)  # full shapes, plain tensors: loadable without FSDP
+    optimizer_state = torch.load(tmp_path / "ckpt" / "optimizer_0.bin", weights_only=True)
+    assert optimizer_state["state"]["head.weight"]["exp_avg"].shape == (1, workers.WIDTH)
+    wider = launch(workers.load_refused, directory, 24, "FULL_STATE_DICT")
+    assert "the full weights do not fit this model" in wider["error"] and wider["unchanged"]
 
 
 def test_manifest_entries_round_trip_shared_files() -> None:

@@ -56,8 +56,10 @@ def test_the_issue_yaml_loads_without_a_warning(tmp_path: Path) -> None:
         "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "backward_prefetch": "BACKWARD_PRE",
         "cpu_ram_efficient_loading": True, "sharding_strategy": "FULL_SHARD",
         "state_dict_type": "SHARDED_STATE_DICT", "transformer_cls_names_to_wrap": ["LlamaDecoderLayer"]}
-    plugin = FullyShardedDataParallelPlugin(**config.fsdp_plugin_kwargs)
-    assert plugin.sync_module_states and plugin.reshard_after_forward
+    plugin = FullyShardedDataParallelPlugin.from_config(config)
+    assert plugin is not None and plugin.sync_module_states and plugin.reshard_after_forward
+    assert plugin == FullyShardedDataParallelPlugin(**config.fsdp_plugin_kwargs)
+    assert FullyShardedDataParallelPlugin.from_config(Config(num_processes=2, use_cpu=True)) is None
 
 
 def test_every_field_loads_and_round_trips(tmp_path: Path) -> None:

@@ -138,10 +138,12 @@ def _steps(accelerator: Accelerator, model: Any, optimizer: Any, batches: Any, c
     return losses
 
 
-def resume(strategy: str | None, directory: str, load: bool, before: int = 4, after: int = 4) -> dict[str, Any]:
+def resume(strategy: str | None, directory: str, load: bool, before: int = 4, after: int = 4,
+           state_dict_type: str = "SHARDED_STATE_DICT") -> dict[str, Any]:
     """Exact resume: train ``before`` steps and save (``load=False``) or load that checkpoint (``load=True``),
     then train ``after`` more; returns the losses after, the full weights and the checkpoint's files."""
-    accelerator = Accelerator(fsdp_plugin=_plugin(strategy, {}), dataloader_config=DataLoaderConfiguration(data_seed=3))
+    plugin = _plugin(strategy, {"state_dict_type": state_dict_type})
+    accelerator = Accelerator(fsdp_plugin=plugin, dataloader_config=DataLoaderConfiguration(data_seed=3))
     set_seed(0)
     model = TinyNet()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -168,9 +170,9 @@ def resume(strategy: str | None, directory: str, load: bool, before: int = 4, af
             "random": torch.rand(1).item()}
 
 
-def load_refused(directory: str, width: int) -> dict[str, Any]:
+def load_refused(directory: str, width: int, state_dict_type: str = "SHARDED_STATE_DICT") -> dict[str, Any]:
     """Try to load ``directory`` into a FULL_SHARD TinyNet of ``width``; the error, and whether anything changed."""
-    accelerator = Accelerator(fsdp_plugin=_plugin("FULL_SHARD", {}))
+    accelerator = Accelerator(fsdp_plugin=_plugin("FULL_SHARD", {"state_dict_type": state_dict_type}))
     set_seed(1)
     model = TinyNet(width)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
