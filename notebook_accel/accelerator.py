@@ -18,7 +18,7 @@ import contextlib
 import gc
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -43,6 +43,10 @@ from notebook_accel.scheduler import AcceleratedScheduler
 from notebook_accel.state import GradientState, ProcessFacade, ProcessState
 from notebook_accel.utils.nested import is_tensor_tree, recursively_apply
 from notebook_accel.utils.random import set_seed as _set_seed
+
+if TYPE_CHECKING:  # the FSDP modules import torch.distributed.fsdp (~0.6 s): loaded only when a plugin asks
+    from notebook_accel.fsdp.engine import FSDPEngine
+    from notebook_accel.fsdp.plugin import FullyShardedDataParallelPlugin
 
 __all__ = ["Accelerator"]
 
@@ -86,7 +90,8 @@ class Accelerator(ProcessFacade):
                  project_config: ProjectConfiguration | None = None,
                  gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
                  step_scheduler_with_optimizer: bool = True,
-                 kwargs_handlers: Sequence[KwargsHandler] | None = None, fsdp_plugin: Any = None) -> None:
+                 kwargs_handlers: Sequence[KwargsHandler] | None = None,
+                 fsdp_plugin: FullyShardedDataParallelPlugin | None = None) -> None:
         check_accelerator_arguments(
             device_placement=device_placement, split_batches=split_batches, cpu=cpu,
             dataloader_config=dataloader_config, rng_types=rng_types, project_dir=project_dir,
@@ -290,11 +295,7 @@ class Accelerator(ProcessFacade):
         """Unscale, then ``torch.nn.utils.clip_grad_norm_``; returns the total norm (over every shard under FSDP)."""
         self.unscale_gradients()
         total = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-        if self._fsdp is None:
-            return total
-        from notebook_accel.fsdp.engine import plain_norm
-
-        return plain_norm(total)
+        return total if self._fsdp is None else self._fsdp.plain_norm(total)
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
         """Unscale, then ``torch.nn.utils.clip_grad_value_``."""
@@ -344,11 +345,8 @@ class Accelerator(ProcessFacade):
         Under FSDP the full weights are gathered on CPU (a collective: call it on every rank); rank 0 gets them,
         the other ranks an empty dict.
         """
-        if self._fsdp is not None:
-            from notebook_accel.fsdp.engine import full_state_dict, is_fsdp_model
-
-            if is_fsdp_model(model):
-                return full_state_dict(model)
+        if self._fsdp is not None and self._fsdp.owns(model):
+            return self._fsdp.full_state_dict(model)
         return self.unwrap_model(model).state_dict()
 
     def set_trigger(self) -> None:
@@ -457,8 +455,8 @@ class Accelerator(ProcessFacade):
         self.wait_for_everyone()
 
 
-def _fsdp_setup(plugin: Any, env: LaunchEnvironment, state: ProcessState, precision: MixedPrecision,
-                ) -> tuple[Any, Any]:
+def _fsdp_setup(plugin: FullyShardedDataParallelPlugin | None, env: LaunchEnvironment, state: ProcessState,
+                precision: MixedPrecision) -> tuple[FullyShardedDataParallelPlugin | None, FSDPEngine | None]:
     """The FSDP plugin in use (or None) and, with more than one process, the engine that applies it."""
     if plugin is None and not env.fsdp:
         return None, None

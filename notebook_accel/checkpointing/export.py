@@ -25,8 +25,8 @@ import torch
 from notebook_accel.checkpointing.agreement import agree
 from notebook_accel.checkpointing.atomic import fsync_dir, make_dir, remove_dir, temp_sibling, write_bytes, write_torch
 from notebook_accel.checkpointing.save import error_text
+from notebook_accel.model import is_sharded
 from notebook_accel.checkpointing.shards import ShardPlan, for_safetensors, parse_size, plan_shards, weights_name
-from notebook_accel.fsdp.engine import full_state_dict, is_fsdp_model
 
 __all__ = ["save_model"]
 
@@ -63,6 +63,15 @@ def _commit(directory: str, temp: str, plan: ShardPlan, safe: bool) -> None:
     for name in names:
         os.replace(os.path.join(temp, name), os.path.join(directory, name))
     fsync_dir(directory)
+
+
+def _full_weights(model: Any) -> dict[str, torch.Tensor] | None:
+    """A sharded (FSDP) model's full weights on rank 0 (a collective: every rank takes part); ``None`` otherwise."""
+    if not is_sharded(model):
+        return None
+    from notebook_accel.fsdp.engine import full_state_dict
+
+    return full_state_dict(model)
 
 
 def _save(accelerator: Any, model: Any, directory: str, max_bytes: int, safe: bool,
@@ -120,7 +129,7 @@ def save_model(
     directory = os.path.abspath(os.fspath(save_directory))
     error: str | None = None
     path = ""
-    gathered = full_state_dict(model) if is_fsdp_model(model) else None  # a collective: every rank takes part
+    gathered = _full_weights(model)
     if state.is_main_process:
         try:
             path = _save(accelerator, model, directory, max_bytes, bool(safe_serialization), gathered)

@@ -19,6 +19,7 @@ import torch
 
 from notebook_accel.checkpointing.errors import CheckpointError, UnregistrableError
 from notebook_accel.checkpointing.manifest import Entry, Kind
+from notebook_accel.model import is_sharded
 from notebook_accel.checkpointing.rng import capture_rng_state, check_rng_state, restore_rng_state
 
 __all__ = ["Saved", "check_registrable", "collect"]
@@ -140,26 +141,42 @@ def _plain(label: str, kind: Kind, index: int, file: str, obj: Any, type_name: s
     return Saved(entry, obj.state_dict, check or _dict_check(f"{label} ({entry.type_name})"), obj.load_state_dict)
 
 
+class _FsdpObjects:
+    """The checkpoint objects of sharded (FSDP) models and their optimizers, in the plugin's state_dict_type."""
+
+    def __init__(self, accelerator: Any) -> None:
+        from notebook_accel.fsdp import checkpoint  # imports FSDP: only when a model is sharded
+
+        self.checkpoint = checkpoint
+        plugin = getattr(accelerator, "fsdp_plugin", None)
+        self.layout = str(getattr(plugin, "state_dict_type", "SHARDED_STATE_DICT"))
+
+    def model(self, model: torch.nn.Module, index: int) -> Saved:
+        """The checkpoint object of sharded model ``index``."""
+        return self.checkpoint.fsdp_objects(model, None, index, self.layout)
+
+    def optimizer(self, optimizer: Any, models: list[torch.nn.Module], index: int) -> Saved | None:
+        """The checkpoint object of optimizer ``index`` when it trains a sharded model, else ``None``."""
+        owner = self.checkpoint.owning_model(optimizer, models)
+        return None if owner is None else self.checkpoint.fsdp_objects(owner, optimizer, index, self.layout)
+
+
 def collect(accelerator: Any) -> list[Saved]:
     """Every object a checkpoint of ``accelerator`` holds, in a fixed order (RNG last, so it is restored last)."""
-    from notebook_accel.fsdp.checkpoint import fsdp_objects, owning_model
-    from notebook_accel.fsdp.engine import is_fsdp_model
-
-    plugin = getattr(accelerator, "fsdp_plugin", None)
-    layout = getattr(plugin, "state_dict_type", "SHARDED_STATE_DICT")
     out: list[Saved] = []
     models = list(getattr(accelerator, "_models", []))
+    fsdp = _FsdpObjects(accelerator) if any(is_sharded(m) for m in models) else None
     for i, model in enumerate(models):
-        if is_fsdp_model(model):
-            out.append(fsdp_objects(model, None, i, layout))
+        if fsdp is not None and is_sharded(model):
+            out.append(fsdp.model(model, i))
             continue
         inner = accelerator.unwrap_model(model)
         entry = Entry("model", i, _indexed("pytorch_model", "bin", i), type(inner).__name__)
         out.append(Saved(entry, inner.state_dict, _model_check(inner, entry.label()), inner.load_state_dict))
     for i, opt in enumerate(getattr(accelerator, "_optimizers", [])):
-        owner = owning_model(_inner(opt, "optimizer"), models)
-        if owner is not None:
-            out.append(fsdp_objects(owner, _inner(opt, "optimizer"), i, layout))
+        saved = fsdp.optimizer(_inner(opt, "optimizer"), models, i) if fsdp is not None else None
+        if saved is not None:
+            out.append(saved)
             continue
         obj, name = _stateful(opt, "optimizer"), type(_inner(opt, "optimizer")).__name__
         check = _optimizer_check(obj, f"optimizer {i} ({name})")

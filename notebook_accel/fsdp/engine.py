@@ -12,11 +12,11 @@ from typing import Any, cast
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.fsdp.params import ParameterMap
+from notebook_accel.model import is_sharded
 from notebook_accel.fsdp.plugin import FullyShardedDataParallelPlugin
 from notebook_accel.fsdp.wrap import shard_model
 from notebook_accel.plugins import ConfigurationError
@@ -42,7 +42,7 @@ def resolve_fsdp_plugin(plugin: Any, env: LaunchEnvironment) -> FullyShardedData
 
 def is_fsdp_model(model: Any) -> bool:
     """True for a module sharded with ``fully_shard``."""
-    return isinstance(model, FSDPModule)
+    return is_sharded(model)
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -90,3 +90,11 @@ class FSDPEngine:
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Point ``optimizer`` at the sharded parameters of the models prepared so far."""
         self.params.rebind(optimizer)
+
+    @staticmethod
+    def owns(model: torch.nn.Module) -> bool:
+        """True for a sharded model (see :func:`is_fsdp_model`)."""
+        return is_fsdp_model(model)
+
+    full_state_dict = staticmethod(full_state_dict)
+    plain_norm = staticmethod(plain_norm)

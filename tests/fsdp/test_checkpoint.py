@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from notebook_accel import notebook_launcher
+from notebook_accel.launcher import WorkerError
 from notebook_accel.checkpointing.manifest import Entry
 from tests.fsdp import workers
 
@@ -79,6 +81,18 @@ def test_full_state_dict_layout_resumes_exactly(tmp_path: Path) -> None:
     assert optimizer_state["state"]["head.weight"]["exp_avg"].shape == (1, workers.WIDTH)
     wider = launch(workers.load_refused, directory, 24, "FULL_STATE_DICT")
     assert "the full weights do not fit this model" in wider["error"] and wider["unchanged"]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint(tmp_path: Path, victim: int) -> None:
+    with pytest.raises(WorkerError, match="SIGKILL"):
+        launch(workers.killed_mid_save, str(tmp_path), victim)
+    root = tmp_path / "checkpoints"
+    names = sorted(os.listdir(root))
+    assert names[-1] == "checkpoint_0" and all(n.startswith(".tmp-checkpoint_1-") for n in names[:-1]), names
+    out = launch(workers.load_newest, str(tmp_path))  # the partial save is skipped
+    assert out == {"path": str(root / "checkpoint_0"), "adam_step": 2}
 
 
 def test_manifest_entries_round_trip_shared_files() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -103,3 +106,13 @@ def test_plugin_resolution_and_single_process() -> None:
     model = accelerator.prepare(torch.nn.Linear(2, 1))
     assert accelerator.fsdp_plugin is plugin and accelerator.distributed_type.value == "NO"
     assert isinstance(model.weight, torch.nn.Parameter) and type(model) is torch.nn.Linear
+
+
+def test_plain_runs_never_import_fsdp() -> None:
+    code = ("import sys, torch\nfrom notebook_accel import Accelerator\nimport notebook_accel.checkpointing\n"
+            "from notebook_accel.config import Config\n"
+            "a = Accelerator(cpu=True)\nm = a.prepare(torch.nn.Linear(2, 1))\nwith a.accumulate(m): pass\n"
+            "Config(distributed_type='FSDP')\n"
+            "print('torch.distributed.fsdp' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"  # torch.distributed.fsdp costs ~0.6 s of every worker's start

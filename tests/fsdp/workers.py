@@ -6,13 +6,15 @@ Each runs on every rank under ``notebook_launcher``; rank 0's return value (plai
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import torch
+import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from notebook_accel import Accelerator, DataLoaderConfiguration
+from notebook_accel import Accelerator, DataLoaderConfiguration, ProjectConfiguration
 from notebook_accel.config import load_config
 from notebook_accel.environment import FSDP, patched_environ
 from notebook_accel.fsdp import FullyShardedDataParallelPlugin
@@ -101,6 +103,7 @@ def train(strategy: str | None, accumulation: int = 1, options: dict[str, Any] |
     else:
         model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     assert {id(p) for g in optimizer.param_groups for p in g["params"]} == {id(p) for p in model.parameters()}
+    assert accelerator.prepare(model) is model  # preparing again does not shard again
     losses, norms, gathered_rows = [], [], 0
     for x, y in loader:
         with accelerator.accumulate(model):
@@ -187,3 +190,41 @@ def load_refused(directory: str, width: int, state_dict_type: str = "SHARDED_STA
     after = accelerator.get_state_dict(model)
     unchanged = all(torch.equal(before[k], after[k]) for k in before)
     return {"error": error, "unchanged": unchanged, "optimizer_state": len(optimizer.state)}
+
+
+def _automatic(project_dir: str) -> tuple[Accelerator, Any, Any, Any]:
+    """A FULL_SHARD run with automatic checkpoint naming in ``project_dir``: accelerator, model, optimizer, batches."""
+    config = ProjectConfiguration(project_dir=project_dir, automatic_checkpoint_naming=True)
+    accelerator = Accelerator(fsdp_plugin=_plugin("FULL_SHARD", {}), project_config=config)
+    set_seed(0)
+    model = TinyNet()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = DataLoader(dataset(80), batch_size=4, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    return accelerator, model, optimizer, iter(loader)
+
+
+def killed_mid_save(project_dir: str, victim: int) -> None:
+    """Save checkpoint_0 after 2 steps; 2 steps later rank ``victim`` is SIGKILLed right after writing its shards
+    of checkpoint_1 (before the manifest and the rename)."""
+    accelerator, model, optimizer, batches = _automatic(project_dir)
+    _steps(accelerator, model, optimizer, batches, 2)
+    accelerator.save_state()
+    _steps(accelerator, model, optimizer, batches, 2)
+    if accelerator.process_index == victim:
+        real = dcp.save
+
+        def dies_after_writing(*args: Any, **kwargs: Any) -> Any:
+            real(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        dcp.save = dies_after_writing
+    accelerator.save_state()
+
+
+def load_newest(project_dir: str) -> dict[str, Any]:
+    """Automatic load of the newest complete checkpoint; its path and the optimizer's step count."""
+    accelerator, model, optimizer, _ = _automatic(project_dir)
+    path = accelerator.load_state()
+    state = optimizer.state_dict()["state"]
+    return {"path": path, "adam_step": int(state[next(iter(state))]["step"])}
