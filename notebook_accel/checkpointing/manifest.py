@@ -47,6 +47,9 @@ class Entry:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shared_files", tuple(self.shared_files))  # a list when read back from JSON
+        for name in self.shared_files:
+            if not isinstance(name, str) or name in ("", ".", "..") or os.path.basename(name) != name:
+                raise ValueError(f"shared file name {name!r:.60} is not a plain file name inside the checkpoint")
 
     def files(self, world_size: int) -> list[str]:
         """The concrete file names of this entry."""

@@ -1,15 +1,14 @@
 """Checkpoints of FSDP models and their optimizers: sharded with ``torch.distributed.checkpoint`` (DCP), or full.
 
-With ``state_dict_type="SHARDED_STATE_DICT"`` (the default) a model is saved as accelerate names it, a folder ``pytorch_model_fsdp_<i>/`` holding one
-``__<rank>_0.distcp`` file per rank (that rank's shards) and DCP's ``.metadata``; its optimizer as
-``optimizer_<i>/`` the same way (state keyed by parameter name). Every rank writes only its own shards: nothing
-is gathered. The files are listed in the checkpoint's manifest like any other, so the atomic commit, sizes and
-SHA-256 checks apply to them unchanged.
+With ``state_dict_type="SHARDED_STATE_DICT"`` (the default) every rank writes only its own shards, nothing is
+gathered: model ``i`` as ``pytorch_model_fsdp_<i>_rank<r>_0.distcp`` plus ``pytorch_model_fsdp_<i>.metadata``, its
+optimizer as ``optimizer_<i>_rank<r>_0.distcp`` plus ``optimizer_<i>.metadata`` (state keyed by parameter name);
+see :mod:`.storage`.
 
 With ``"FULL_STATE_DICT"`` the full weights (``pytorch_model_fsdp_<i>.bin``) and the full optimizer state
 (``optimizer_<i>.bin``, keyed by parameter name) are gathered to rank 0, which writes them; on load rank 0 reads
 them and broadcasts each tensor into the other ranks' shards. Both kinds sit in the checkpoint's manifest like any
-other file, so the atomic commit, sizes and SHA-256 checks apply unchanged.
+other file, so the atomic commit, sizes and SHA-256 checks apply to them unchanged.
 
 Loading reads into fresh tensors shaped and sharded like the live ones (``empty_like``), so nothing in the model
 or optimizer changes until every rank has read and checked its part; only then are the states applied.
@@ -25,8 +24,6 @@ import os
 from typing import Any
 
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -41,12 +38,10 @@ from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Entry
 from notebook_accel.checkpointing.objects import Saved
 from notebook_accel.fsdp.engine import is_fsdp_model
+from notebook_accel.fsdp.storage import load_sharded, metadata_file, save_sharded, shard_files
 
-__all__ = ["fsdp_objects", "owning_model", "DCP_FILE"]
+__all__ = ["fsdp_objects", "owning_model"]
 
-#: the file each rank writes in a DCP folder (one file per rank, DCP's default writer).
-DCP_FILE = "__{rank}_0.distcp"
-_METADATA = ".metadata"
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _SCATTER = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
 
@@ -60,40 +55,19 @@ def owning_model(optimizer: torch.optim.Optimizer, models: list[torch.nn.Module]
     return None
 
 
-def _entry(kind: Any, index: int, folder: str, type_name: str) -> Entry:
-    """A per-rank manifest entry for a DCP folder (its metadata file shared)."""
-    return Entry(kind=kind, index=index, file=f"{folder}/{DCP_FILE}", type_name=type_name, per_rank=True,
-                 shared_files=(f"{folder}/{_METADATA}",))
+def _entry(kind: Any, index: int, name: str, type_name: str) -> Entry:
+    """A per-rank manifest entry for object ``name``'s DCP files (its metadata file written once)."""
+    return Entry(kind=kind, index=index, file=shard_files(name), type_name=type_name, per_rank=True,
+                 shared_files=(metadata_file(name),))
 
 
-def _reason(e: BaseException) -> str:
-    """One line for a DCP failure: the first failing rank's own exception (DCP's text holds every traceback)."""
-    if isinstance(e, CheckpointException) and e.failures:
-        rank, (cause, _) = next(iter(sorted(e.failures.items())))
-        return f"rank {rank}: {type(cause).__name__}: {str(cause)[:300]}"
-    return f"{type(e).__name__}: {str(e)[:300]}"
-
-
-def _save(folder: str, label: str) -> Any:
-    """Write a state dict into ``<checkpoint>/<folder>`` with DCP (every rank; DCP agrees on failures itself)."""
+def _save(name: str, label: str) -> Any:
+    """The collective writer of object ``name``'s shards."""
 
     def write(directory: str, state: dict[str, Any]) -> None:
-        try:
-            dcp.save(state, checkpoint_id=os.path.join(directory, folder))
-        except (Exception, CheckpointException) as e:  # DCP's own error is a BaseException
-            raise CheckpointError(f"{label}: writing the sharded state into {folder!r} failed ({_reason(e)})") from e
+        save_sharded(state, directory, name, label)
 
     return write
-
-
-def _load_into(template: dict[str, Any], directory: str, folder: str, label: str) -> dict[str, Any]:
-    """Read ``<directory>/<folder>`` into ``template`` (fresh tensors); a failure names the object."""
-    try:
-        dcp.load(template, checkpoint_id=os.path.join(directory, folder))
-    except (Exception, CheckpointException) as e:  # raised on every rank, e.g. for a missing key or another shape
-        raise CheckpointError(f"{label}: the sharded state in {folder!r} does not fit this model "
-                              f"({_reason(e)})") from e
-    return template
 
 
 def _fresh(state: dict[str, Any]) -> dict[str, Any]:
@@ -103,17 +77,17 @@ def _fresh(state: dict[str, Any]) -> dict[str, Any]:
 
 def sharded_model(model: torch.nn.Module, index: int) -> Saved:
     """The checkpoint object for FSDP model ``index``: its shards, saved and loaded with DCP."""
-    folder = f"pytorch_model_fsdp_{index}"
-    entry = _entry("model", index, folder, type(model).__name__)
+    name = f"pytorch_model_fsdp_{index}"
+    entry = _entry("model", index, name, type(model).__name__)
 
     def read(directory: str) -> dict[str, Any]:
-        return _load_into(_fresh(get_model_state_dict(model)), directory, folder, entry.label())
+        return load_sharded(_fresh(get_model_state_dict(model)), directory, name, entry.label())
 
     def apply(state: dict[str, Any]) -> None:
         set_model_state_dict(model, state)
 
     return Saved(entry, lambda: get_model_state_dict(model), lambda state: [], apply,
-                 write=_save(folder, entry.label()), read=read)
+                 write=_save(name, entry.label()), read=read)
 
 
 def _optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -129,14 +103,15 @@ def _optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
 def sharded_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, index: int) -> Saved:
     """The checkpoint object for optimizer ``index``, which trains the FSDP ``model``."""
-    folder = f"optimizer_{index}"
-    entry = _entry("optimizer", index, folder, type(optimizer).__name__)
+    name = f"optimizer_{index}"
+    entry = _entry("optimizer", index, name, type(optimizer).__name__)
 
     def read(directory: str) -> dict[str, Any]:
-        return _load_into(_fresh(_optimizer_state(model, optimizer)), directory, folder, entry.label())
+        return load_sharded(_fresh(_optimizer_state(model, optimizer)), directory, name, entry.label())
 
     return Saved(entry, lambda: _optimizer_state(model, optimizer), lambda state: [],
-                 lambda state: set_optimizer_state_dict(model, optimizer, state), write=_save(folder, entry.label()), read=read)
+                 lambda state: set_optimizer_state_dict(model, optimizer, state), write=_save(name, entry.label()),
+                 read=read)
 
 
 def _rank() -> int:

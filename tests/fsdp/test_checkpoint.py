@@ -21,9 +21,9 @@ def launch(fn: Any, *args: Any) -> Any:
     return notebook_launcher(fn, args, num_processes=2, dashboard=False, use_cpu=True)
 
 
-SHARDED_FILES = ["optimizer_0/.metadata", "optimizer_0/__0_0.distcp", "optimizer_0/__1_0.distcp",
-                 "pytorch_model_fsdp_0/.metadata", "pytorch_model_fsdp_0/__0_0.distcp",
-                 "pytorch_model_fsdp_0/__1_0.distcp"]
+SHARDED_FILES = ["optimizer_0.metadata", "optimizer_0_rank0_0.distcp", "optimizer_0_rank1_0.distcp",
+                 "pytorch_model_fsdp_0.metadata", "pytorch_model_fsdp_0_rank0_0.distcp",
+                 "pytorch_model_fsdp_0_rank1_0.distcp"]
 
 
 @pytest.mark.timeout(180)
@@ -32,7 +32,7 @@ def test_exact_resume_is_bitwise(strategy: str, tmp_path: Path) -> None:
     directory = str(tmp_path / "ckpt")
     straight = launch(workers.resume, strategy, directory, False)
     resumed = launch(workers.resume, strategy, directory, True)
-    assert set(SHARDED_FILES) <= set(straight["files"])
+    assert set(SHARDED_FILES) <= set(straight["files"])  # flat: every file of a checkpoint has a plain name
     assert "pytorch_model.bin" not in straight["files"] and "optimizer.bin" not in straight["files"]
     assert resumed["losses"] == straight["losses"]  # same batches, same updates, bit for bit
     assert resumed["weights"] == straight["weights"]
@@ -46,12 +46,12 @@ def test_sharded_files_are_in_the_manifest_and_checked(tmp_path: Path) -> None:
     manifest = json.loads((directory / "manifest.json").read_text())
     assert set(SHARDED_FILES) <= set(manifest["files"])
     assert all(len(manifest["files"][name]["sha256"]) == 64 for name in SHARDED_FILES)
-    shard = directory / "pytorch_model_fsdp_0" / "__1_0.distcp"
+    shard = directory / "pytorch_model_fsdp_0_rank1_0.distcp"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, one bit pattern changed
     shard.write_bytes(bytes(data))
     out = launch(workers.load_refused, str(directory), workers.WIDTH)
-    assert "CheckpointError" in out["error"] and "pytorch_model_fsdp_0/__1_0.distcp: SHA-256 differs" in out["error"]
+    assert "CheckpointError" in out["error"] and "pytorch_model_fsdp_0_rank1_0.distcp: SHA-256 differs" in out["error"]
     assert out["unchanged"] and out["optimizer_state"] == 0
 
 
@@ -96,9 +96,11 @@ def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint(tmp_path: Path, v
 
 
 def test_manifest_entries_round_trip_shared_files() -> None:
-    entry = Entry("model", 0, "pytorch_model_fsdp_0/__{rank}_0.distcp", "TinyNet", per_rank=True,
-                  shared_files=["pytorch_model_fsdp_0/.metadata"])  # type: ignore[arg-type]  # as JSON gives it
-    assert entry.shared_files == ("pytorch_model_fsdp_0/.metadata",)
-    assert entry.files(2) == ["pytorch_model_fsdp_0/__0_0.distcp", "pytorch_model_fsdp_0/__1_0.distcp",
-                              "pytorch_model_fsdp_0/.metadata"]
+    entry = Entry("model", 0, "m_rank{rank}_0.distcp", "TinyNet", per_rank=True,
+                  shared_files=["m.metadata"])  # type: ignore[arg-type]  # as JSON gives it
+    assert entry.shared_files == ("m.metadata",)
+    assert entry.files(2) == ["m_rank0_0.distcp", "m_rank1_0.distcp", "m.metadata"]
     assert Entry("model", 0, "pytorch_model.bin", "Net").files(2) == ["pytorch_model.bin"]
+    for bad in ["../outside.metadata", "sub/x.metadata", "/abs.metadata", "..", ""]:
+        with pytest.raises(ValueError, match="not a plain file name"):
+            Entry("model", 0, "m_rank{rank}_0.distcp", "Net", per_rank=True, shared_files=(bad,))
