@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from notebook_accel.checkpointing.agreement import agree
 from notebook_accel.checkpointing.atomic import read_torch
+from notebook_accel.checkpointing.collective import read_collective
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Manifest, read_manifest
 from notebook_accel.checkpointing.naming import checkpoints_root, complete_checkpoints, newest_checkpoint
@@ -83,9 +84,7 @@ def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, ma
     payloads = [None if s.read is not None else read_torch(os.path.join(path, name)) for name, s in zip(files, objects,
                                                                                                      strict=True)]
     for saved, payload in zip(objects, payloads, strict=True):
-        if saved.read is not None:
-            continue
-        problems += saved.check(payload)
+        problems += saved.check(payload)  # a collective reader checks its state while reading
     if problems:
         raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
     return payloads
@@ -139,14 +138,9 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     paths = agree(error, world, "load checkpoint", payload=path)
     if len(set(paths)) != 1:
         raise CheckpointError(f"the ranks resolved different checkpoints {paths}; pass load_state(input_dir).")
+    payloads = read_collective(collect(accelerator), payloads, path, world)  # FSDP shards: every rank validated
     manifest = cast(Manifest, manifest)  # no rank failed, so this rank validated
-    objects = collect(accelerator)
-    try:  # every rank validated: now the collective reads (into fresh tensors; nothing is modified yet)
-        payloads = [s.read(path) if s.read is not None else p for s, p in zip(objects, payloads, strict=True)]
-    except Exception as e:  # any failure must reach the other ranks, or they would wait forever
-        error = error_text(e)
-    agree(error, world, f"load checkpoint {path!r}")
-    for saved, payload in zip(objects, payloads, strict=True):
+    for saved, payload in zip(collect(accelerator), payloads, strict=True):
         try:
             saved.set(payload)
         except Exception as e:  # validated above; a failure here is a bug in an object's load_state_dict
