@@ -25,8 +25,8 @@ import torch
 from notebook_accel.checkpointing.agreement import agree
 from notebook_accel.checkpointing.atomic import fsync_dir, make_dir, remove_dir, temp_sibling, write_bytes, write_torch
 from notebook_accel.checkpointing.save import error_text
-from notebook_accel.model import is_sharded
 from notebook_accel.checkpointing.shards import ShardPlan, for_safetensors, parse_size, plan_shards, weights_name
+from notebook_accel.model import is_sharded
 
 __all__ = ["save_model"]
 

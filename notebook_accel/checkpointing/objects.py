@@ -19,8 +19,8 @@ import torch
 
 from notebook_accel.checkpointing.errors import CheckpointError, UnregistrableError
 from notebook_accel.checkpointing.manifest import Entry, Kind
-from notebook_accel.model import is_sharded
 from notebook_accel.checkpointing.rng import capture_rng_state, check_rng_state, restore_rng_state
+from notebook_accel.model import is_sharded
 
 __all__ = ["Saved", "check_registrable", "collect"]
 

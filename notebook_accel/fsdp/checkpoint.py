@@ -37,8 +37,8 @@ from notebook_accel.checkpointing.atomic import read_torch, write_torch
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Entry
 from notebook_accel.checkpointing.objects import Saved
-from notebook_accel.fsdp.engine import is_fsdp_model
 from notebook_accel.fsdp.storage import load_sharded, metadata_file, save_sharded, shard_files
+from notebook_accel.model import is_sharded
 
 __all__ = ["fsdp_objects", "owning_model"]
 
@@ -50,7 +50,7 @@ def owning_model(optimizer: torch.optim.Optimizer, models: list[torch.nn.Module]
     """The FSDP model whose parameters ``optimizer`` trains, or ``None`` (not an FSDP optimizer)."""
     ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
     for model in models:
-        if is_fsdp_model(model) and any(id(p) in ids for p in model.parameters()):
+        if is_sharded(model) and any(id(p) in ids for p in model.parameters()):
             return model
     return None
 

@@ -16,14 +16,14 @@ from torch.distributed.tensor import DTensor
 
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.fsdp.params import ParameterMap
-from notebook_accel.model import is_sharded
 from notebook_accel.fsdp.plugin import FullyShardedDataParallelPlugin
 from notebook_accel.fsdp.wrap import shard_model
+from notebook_accel.model import is_sharded
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.precision import MixedPrecision, wrap_forward
 from notebook_accel.state import ProcessState
 
-__all__ = ["FSDPEngine", "resolve_fsdp_plugin", "is_fsdp_model", "full_state_dict", "plain_norm"]
+__all__ = ["FSDPEngine", "resolve_fsdp_plugin", "full_state_dict", "plain_norm"]
 
 
 def resolve_fsdp_plugin(plugin: Any, env: LaunchEnvironment) -> FullyShardedDataParallelPlugin | None:
@@ -38,11 +38,6 @@ def resolve_fsdp_plugin(plugin: Any, env: LaunchEnvironment) -> FullyShardedData
                                      f"{type(plugin).__name__}; build one with FullyShardedDataParallelPlugin(...)")
         return plugin
     return FullyShardedDataParallelPlugin.from_json(env.fsdp) if env.fsdp else None
-
-
-def is_fsdp_model(model: Any) -> bool:
-    """True for a module sharded with ``fully_shard``."""
-    return is_sharded(model)
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -75,7 +70,7 @@ class FSDPEngine:
     def prepare_model(self, model: torch.nn.Module, device_placement: bool,
                       optimizers: Iterable[torch.optim.Optimizer]) -> torch.nn.Module:
         """Shard ``model`` (once) and re-bind the already prepared ``optimizers`` to its new parameters."""
-        if is_fsdp_model(model):
+        if is_sharded(model):
             return model
         on_meta = any(t.is_meta for t in model.state_dict().values())
         if device_placement and not on_meta:
@@ -91,10 +86,6 @@ class FSDPEngine:
         """Point ``optimizer`` at the sharded parameters of the models prepared so far."""
         self.params.rebind(optimizer)
 
-    @staticmethod
-    def owns(model: torch.nn.Module) -> bool:
-        """True for a sharded model (see :func:`is_fsdp_model`)."""
-        return is_fsdp_model(model)
-
+    owns = staticmethod(is_sharded)
     full_state_dict = staticmethod(full_state_dict)
     plain_norm = staticmethod(plain_norm)
