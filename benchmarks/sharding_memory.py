@@ -1,20 +1,20 @@
 """Per-rank memory of parameters + gradients + optimizer state, and step time, under DDP and each FSDP strategy.
 
-Two processes (forked by ``notebook_launcher``, gloo on CPU) train the same model in the same run, one
-contender after the other, each through its own ``Accelerator``: plain DDP, then ``FullyShardedDataParallelPlugin``
-with FULL_SHARD, SHARD_GRAD_OP, NO_SHARD and HYBRID_SHARD (one machine, so HYBRID_SHARD's shard group is both
-processes). The model is a stack of pre-norm residual MLP blocks, each block wrapped by class name, with AdamW.
+Two processes (forked by ``notebook_launcher``, gloo on CPU) train the same model in the same run, each contender
+through its own ``Accelerator``: plain DDP, and ``FullyShardedDataParallelPlugin`` with FULL_SHARD, SHARD_GRAD_OP,
+NO_SHARD and HYBRID_SHARD (one machine, so HYBRID_SHARD's shard group is both processes). All five live at once and
+take one step each per round, who goes first rotating, so they share the machine's state. The model is a stack of pre-norm residual MLP blocks, each block wrapped by class name, with AdamW.
 
 Memory is what this rank holds for the three at the fullest point of a step (after ``optimizer.step()``, before
 ``zero_grad()``: parameters, gradients and the two Adam moments all live), counted tensor by tensor (the local
 shard of a DTensor). It leaves out activations and FSDP's short-lived gathered copy of the one block that is
 running (plus the next one, prefetched), which is printed separately as "transient": one block's parameters.
-Step time is the median over timed steps of the slowest rank's time, as a ratio to DDP's.
+Step time is the median of the slowest rank's time; "time vs DDP" the median of the per-round ratios to DDP.
 
 The default model is about 100 MB of fp32 parameters (a few hundred MB would make each CPU step take seconds on
 this shared 2-core machine; ``--blocks``/``--width`` scale it).
 
-Usage: ``python benchmarks/sharding_memory.py [--width 1024] [--blocks 3] [--steps 6]``
+Usage: ``python benchmarks/sharding_memory.py [--width 1024] [--blocks 3] [--rounds 10]``
 """
 
 from __future__ import annotations
@@ -70,37 +70,46 @@ def _held(model: torch.nn.Module, optimizer: Any) -> tuple[int, int, int]:
     return _bytes(params), _bytes(grads), _bytes(state)
 
 
-def _run(name: str, width: int, blocks: int, steps: int) -> dict[str, Any]:
-    """Train ``steps`` (+2 warm-up) steps under one contender; memory at the fullest point and step times."""
-    plugin = None if name == "DDP" else FullyShardedDataParallelPlugin(sharding_strategy=name,
-                                                                       transformer_cls_names_to_wrap="Block")
-    accelerator = Accelerator(fsdp_plugin=plugin)
-    model = _model(width, blocks)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    x = torch.randn(BATCH, width)
-    times, held = [], (0, 0, 0)
-    for step in range(steps + 2):
+class _Contender:
+    """One contender's Accelerator, model and optimizer, stepped one step at a time."""
+
+    def __init__(self, name: str, width: int, blocks: int) -> None:
+        plugin = None if name == "DDP" else FullyShardedDataParallelPlugin(sharding_strategy=name,
+                                                                           transformer_cls_names_to_wrap="Block")
+        self.accelerator = Accelerator(fsdp_plugin=plugin)
+        model = _model(width, blocks)
+        self.model, self.optimizer = self.accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-4))
+        self.x = torch.randn(BATCH, width)
+        self.held = (0, 0, 0)
+
+    def step(self) -> float:
+        """One training step; the slowest rank's seconds. Records the bytes held at the step's fullest point."""
         dist.barrier()
         start = time.perf_counter()
-        loss = model(x).pow(2).mean()
-        accelerator.backward(loss)
-        optimizer.step()
-        held = _held(model, optimizer)
-        optimizer.zero_grad()
+        self.accelerator.backward(self.model(self.x).pow(2).mean())
+        self.optimizer.step()
+        self.held = _held(self.model, self.optimizer)
+        self.optimizer.zero_grad()
         elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        if step >= 2:
-            times.append(elapsed.item())
-    per_rank = accelerator.gather_object([held])
-    accelerator.free_memory()
-    del model, optimizer
-    return {"held": per_rank, "step": statistics.median(times)}
+        return elapsed.item()
 
 
-def measure(width: int, blocks: int, steps: int) -> dict[str, Any]:
-    """Worker body: every contender in turn; rank 0's results come back."""
-    return {name: _run(name, width, blocks, steps) for name in CONTENDERS}
+def measure(width: int, blocks: int, rounds: int) -> dict[str, Any]:
+    """Worker body: every contender steps once per round, who goes first rotating; rank 0's results come back."""
+    contenders = {name: _Contender(name, width, blocks) for name in CONTENDERS}
+    times: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    for r in range(rounds + 2):  # two warm-up rounds
+        order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[:r % len(CONTENDERS)]
+        measured = {name: contenders[name].step() for name in order}
+        if r >= 2:
+            for name in CONTENDERS:
+                times[name].append(measured[name])
+    first = next(iter(contenders.values())).accelerator
+    held = {name: first.gather_object([c.held]) for name, c in contenders.items()}
+    return {name: {"held": held[name], "step": statistics.median(times[name]),
+                   "ratio": statistics.median(t / d for t, d in zip(times[name], times["DDP"]))}
+            for name in CONTENDERS}
 
 
 def main() -> None:
@@ -108,25 +117,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--blocks", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=6, help="timed steps per contender (after 2 warm-up steps)")
+    parser.add_argument("--rounds", type=int, default=10, help="timed rounds, one step of each contender per round")
     args = parser.parse_args()
-    results = notebook_launcher(measure, (args.width, args.blocks, args.steps), num_processes=2, dashboard=False,
+    results = notebook_launcher(measure, (args.width, args.blocks, args.rounds), num_processes=2, dashboard=False,
                                 use_cpu=True)
     model_bytes = sum(p.numel() * 4 for p in _model(args.width, args.blocks).parameters())
     block_bytes = 8 * args.width**2 * 4
     mib = 1 << 20
     print(f"sharding_memory: 2 processes (gloo, CPU), {args.blocks} blocks of width {args.width} + head "
-          f"= {model_bytes / mib:.1f} MiB fp32 parameters, AdamW, batch {BATCH}/process, {args.steps} timed steps")
+          f"= {model_bytes / mib:.1f} MiB fp32 parameters, AdamW, batch {BATCH}/process, {args.rounds} rotating rounds of one step each")
     print(f"{'contender':<14} {'params':>9} {'grads':>9} {'optim':>9} {'total/rank':>11} {'vs DDP':>7} "
           f"{'step ms':>8} {'time vs DDP':>11}")
     ddp_total = max(sum(h) for h in results["DDP"]["held"])
-    ddp_step = results["DDP"]["step"]
     for name in CONTENDERS:
         held, step = results[name]["held"], results[name]["step"]
         worst = max(held, key=sum)  # the rank holding the most (uneven shards differ by a few rows)
         print(f"{name:<14} {worst[0] / mib:>7.1f}Mi {worst[1] / mib:>7.1f}Mi {worst[2] / mib:>7.1f}Mi "
               f"{sum(worst) / mib:>9.1f}Mi {sum(worst) / ddp_total:>6.2f}x {step * 1e3:>8.1f} "
-              f"{step / ddp_step:>10.2f}x")
+              f"{results[name]['ratio']:>10.2f}x")
     print(f"transient (FSDP strategies): + one gathered block, {block_bytes / mib:.1f} MiB, during its forward and "
           "backward (two with prefetch); activations are not counted for any contender")
 
