@@ -18,7 +18,7 @@ from notebook_accel.config import Config
 from notebook_accel.config.fsdp import CHECKS, check_fields, plugin_kwargs_from_file
 from notebook_accel.plugins import ConfigurationError
 
-__all__ = ["FullyShardedDataParallelPlugin"]
+__all__ = ["FullyShardedDataParallelPlugin", "fsdp_launch_value"]
 
 _DEFAULT_MIN_PARAMS = 100_000_000
 
@@ -153,3 +153,15 @@ class FullyShardedDataParallelPlugin:
             raise ConfigurationError(f"FSDP settings from the launcher have unknown fields {unknown}; "
                                      f"allowed: {', '.join(sorted(CHECKS))}")
         return cls(**data)
+
+
+def fsdp_launch_value(config: Config) -> str | None:
+    """What a launcher puts in ``NOTEBOOK_ACCEL_FSDP`` (``LaunchEnvironment(fsdp=...)``) for ``config``: the plugin's
+    JSON with ``distributed_type: FSDP``, else ``None`` (the variable stays unset).
+
+    Example:
+        >>> fsdp_launch_value(Config(num_processes=2, use_cpu=True)) is None
+        True
+    """
+    plugin = FullyShardedDataParallelPlugin.from_config(config)
+    return None if plugin is None else plugin.to_json()
