@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "DistributedDataParallelKwargs": "notebook_accel.plugins",
     "GradScalerKwargs": "notebook_accel.plugins",
     "InitProcessGroupKwargs": "notebook_accel.plugins",
+    "FullyShardedDataParallelPlugin": "notebook_accel.fsdp.plugin",
     "set_seed": "notebook_accel.utils",
     "skip_first_batches": "notebook_accel.data",
     "Config": "notebook_accel.config",
@@ -59,6 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.config import Config, ConfigError, load_config
     from notebook_accel.data import skip_first_batches
     from notebook_accel.errors import CudaInitializedError, LaunchError, NotebookAccelError
+    from notebook_accel.fsdp.plugin import FullyShardedDataParallelPlugin
     from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
     from notebook_accel.plugins import (
         DataLoaderConfiguration,

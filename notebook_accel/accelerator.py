@@ -18,7 +18,7 @@ import contextlib
 import gc
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -46,6 +46,10 @@ from notebook_accel.state import GradientState, ProcessFacade, ProcessState
 from notebook_accel.utils.nested import is_tensor_tree, recursively_apply
 from notebook_accel.utils.random import set_seed as _set_seed
 
+if TYPE_CHECKING:  # the FSDP modules import torch.distributed.fsdp (~0.6 s): loaded only when a plugin asks
+    from notebook_accel.fsdp.engine import FSDPEngine
+    from notebook_accel.fsdp.plugin import FullyShardedDataParallelPlugin
+
 __all__ = ["Accelerator"]
 
 _SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
@@ -69,6 +73,8 @@ class Accelerator(CompatMethods, ProcessFacade):
         gradient_accumulation_plugin: full accumulation options (exclusive with ``gradient_accumulation_steps``).
         step_scheduler_with_optimizer: prepared schedulers step with the real optimizer steps.
         kwargs_handlers: DistributedDataParallelKwargs / GradScalerKwargs / InitProcessGroupKwargs.
+        fsdp_plugin: shard models with torch's ``fully_shard`` (a ``FullyShardedDataParallelPlugin``); ``None``
+            takes the launch config's (``distributed_type: FSDP``), else plain DDP. Ignored in one process.
 
     Process properties and helpers (``device``, ``process_index``, ``is_main_process``, ``print``,
     ``wait_for_everyone``, ``main_process_first``, ``on_main_process``, ``split_between_processes``, ...) come
@@ -86,7 +92,8 @@ class Accelerator(CompatMethods, ProcessFacade):
                  project_config: ProjectConfiguration | None = None,
                  gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
                  step_scheduler_with_optimizer: bool = True,
-                 kwargs_handlers: Sequence[KwargsHandler] | None = None) -> None:
+                 kwargs_handlers: Sequence[KwargsHandler] | None = None,
+                 fsdp_plugin: FullyShardedDataParallelPlugin | None = None) -> None:
         check_accelerator_arguments(
             device_placement=device_placement, split_batches=split_batches, cpu=cpu,
             dataloader_config=dataloader_config, rng_types=rng_types, project_dir=project_dir,
@@ -109,6 +116,7 @@ class Accelerator(CompatMethods, ProcessFacade):
         self.rng_types = rng_types
         self.ddp_handler = ddp
         self.scaler = make_scaler(self._mixed_precision, self.state.device, scaler)
+        self.fsdp_plugin, self._fsdp = _fsdp_setup(fsdp_plugin, env, self.state, self._mixed_precision)
         self.step = 0
         self._trigger = False
         self._models: list[torch.nn.Module] = []
@@ -196,7 +204,10 @@ class Accelerator(CompatMethods, ProcessFacade):
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
         """Device, mixed-precision forward and DDP for one model (see :func:`notebook_accel.model.prepare_model`)."""
         place = self.device_placement if device_placement is None else device_placement
-        prepared = prepare_model(model, self.state, self._mixed_precision, self.ddp_handler, place)
+        if self._fsdp is not None:
+            prepared = self._fsdp.prepare_model(model, place, [o.optimizer for o in self._optimizers])
+        else:
+            prepared = prepare_model(model, self.state, self._mixed_precision, self.ddp_handler, place)
         if not any(prepared is m for m in self._models):
             self._models.append(prepared)
         return prepared
@@ -205,6 +216,8 @@ class Accelerator(CompatMethods, ProcessFacade):
         """Wrap one optimizer for accumulation and fp16 (an already wrapped one is returned as is)."""
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
+        if self._fsdp is not None:
+            self._fsdp.prepare_optimizer(optimizer)
         wrapped = AcceleratedOptimizer(optimizer, self.gradient_state, self.scaler)
         self._optimizers.append(wrapped)
         return wrapped
@@ -285,9 +298,10 @@ class Accelerator(CompatMethods, ProcessFacade):
 
     def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0,
                         ) -> torch.Tensor:
-        """Unscale, then ``torch.nn.utils.clip_grad_norm_``; returns the total norm."""
+        """Unscale, then ``torch.nn.utils.clip_grad_norm_``; returns the total norm (over every shard under FSDP)."""
         self.unscale_gradients()
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        total = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        return total if self._fsdp is None else self._fsdp.plain_norm(total)
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
         """Unscale, then ``torch.nn.utils.clip_grad_value_``."""
@@ -339,7 +353,13 @@ class Accelerator(CompatMethods, ProcessFacade):
         return inner
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
-        """The unwrapped model's ``state_dict()`` (without DDP's ``module.`` prefixes)."""
+        """The unwrapped model's ``state_dict()`` (without DDP's ``module.`` prefixes).
+
+        Under FSDP the full weights are gathered on CPU (a collective: call it on every rank); rank 0 gets them,
+        the other ranks an empty dict.
+        """
+        if self._fsdp is not None and self._fsdp.owns(model):
+            return self._fsdp.full_state_dict(model)
         return self.unwrap_model(model).state_dict()
 
     def set_trigger(self) -> None:
@@ -457,3 +477,17 @@ class Accelerator(CompatMethods, ProcessFacade):
         self._trackers.finish()
         self.wait_for_everyone()
 
+
+def _fsdp_setup(plugin: FullyShardedDataParallelPlugin | None, env: LaunchEnvironment, state: ProcessState,
+                precision: MixedPrecision) -> tuple[FullyShardedDataParallelPlugin | None, FSDPEngine | None]:
+    """The FSDP plugin in use (or None) and, with more than one process, the engine that applies it."""
+    if plugin is None and not env.fsdp:
+        return None, None
+    from notebook_accel.fsdp.engine import FSDPEngine, resolve_fsdp_plugin
+    from notebook_accel.state import DistributedType
+
+    resolved = resolve_fsdp_plugin(plugin, env)
+    if resolved is None or state.num_processes == 1:
+        return resolved, None
+    state.distributed_type = DistributedType.FSDP
+    return resolved, FSDPEngine(resolved, state, precision)

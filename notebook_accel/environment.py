@@ -35,6 +35,7 @@ MASTER_PORT = "MASTER_PORT"
 DEVICE = "NOTEBOOK_ACCEL_DEVICE"
 MIXED_PRECISION = "NOTEBOOK_ACCEL_MIXED_PRECISION"
 GRADIENT_ACCUMULATION_STEPS = "NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS"
+FSDP = "NOTEBOOK_ACCEL_FSDP"
 LAUNCHED = "NOTEBOOK_ACCEL_LAUNCHED"
 CONFIG_FILE_VAR = "NOTEBOOK_ACCEL_CONFIG_FILE"
 RESTART_COUNT = "NOTEBOOK_ACCEL_RESTART_COUNT"
@@ -77,6 +78,8 @@ class LaunchEnvironment:
         device: the device the launcher chose (``"cpu"``, ``"cuda:1"``), ``None`` when not launched by us.
         mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"`` from the launcher or config, else ``None``.
         gradient_accumulation_steps: from the launch config, else ``None``.
+        fsdp: the FSDP plugin's fields as JSON (``FullyShardedDataParallelPlugin.to_json()``) when the launch
+            config says ``distributed_type: FSDP`` (``NOTEBOOK_ACCEL_FSDP``), else ``None``.
         launched: True inside a process started by :func:`notebook_accel.notebook_launcher`.
         extra_vars: more variables for a launched worker (the kernel's rendezvous
             store, the loopback interface, a restart's checkpoint), as (name, value) pairs.
@@ -96,6 +99,7 @@ class LaunchEnvironment:
     device: str | None = None
     mixed_precision: str | None = None
     gradient_accumulation_steps: int | None = None
+    fsdp: str | None = None
     launched: bool = False
     extra_vars: tuple[tuple[str, str], ...] = ()
 
@@ -120,6 +124,7 @@ class LaunchEnvironment:
             device=env.get(DEVICE) or None,
             mixed_precision=env.get(MIXED_PRECISION) or None,
             gradient_accumulation_steps=_int_or(env, GRADIENT_ACCUMULATION_STEPS, None),
+            fsdp=env.get(FSDP) or None,
             launched=env.get(LAUNCHED, "") == "1",
         )
 
@@ -141,6 +146,8 @@ class LaunchEnvironment:
             out[MIXED_PRECISION] = self.mixed_precision
         if self.gradient_accumulation_steps is not None:
             out[GRADIENT_ACCUMULATION_STEPS] = str(self.gradient_accumulation_steps)
+        if self.fsdp is not None:
+            out[FSDP] = self.fsdp
         if self.launched:
             out[LAUNCHED] = "1"
         out.update(self.extra_vars)
@@ -149,7 +156,7 @@ class LaunchEnvironment:
     def apply(self, environ: MutableMapping[str, str] | None = None) -> None:
         """Write :meth:`to_environ` into ``environ`` (default ``os.environ``), removing our stale variables."""
         env = os.environ if environ is None else environ
-        for name in (MASTER_ADDR, MASTER_PORT, DEVICE, MIXED_PRECISION, GRADIENT_ACCUMULATION_STEPS, LAUNCHED):
+        for name in (MASTER_ADDR, MASTER_PORT, DEVICE, MIXED_PRECISION, GRADIENT_ACCUMULATION_STEPS, FSDP, LAUNCHED):
             env.pop(name, None)
         env.update(self.to_environ())
 
@@ -220,7 +227,8 @@ def config_home(environ: Mapping[str, str] | None = None) -> str:
 
 
 def launch_choices(
-    *, device: str | None = None, mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None
+    *, device: str | None = None, mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None,
+    fsdp: str | None = None,
 ) -> dict[str, str]:
     """Our variables that carry launch choices to a launched script's Accelerator (``notebook-accel launch``).
 
@@ -237,6 +245,8 @@ def launch_choices(
         out[MIXED_PRECISION] = mixed_precision
     if gradient_accumulation_steps is not None:
         out[GRADIENT_ACCUMULATION_STEPS] = str(gradient_accumulation_steps)
+    if fsdp is not None:
+        out[FSDP] = fsdp
     return out
 
 

@@ -43,6 +43,7 @@ class DistributedType(str, Enum):
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
+    FSDP = "FSDP"
 
 
 def _pick_device(env: LaunchEnvironment, cpu: bool) -> torch.device:

@@ -14,6 +14,14 @@ Layout of a checkpoint directory (accelerate's names where it has one)::
     custom_checkpoint_<i>.pkl        register_for_checkpointing objects
     random_states_<r>.pkl            rank r's python / numpy / torch / cuda RNG
 
+Under FSDP a sharded model and its optimizer take the place of ``pytorch_model_<i>.bin`` / ``optimizer_<i>.bin``
+(see :mod:`notebook_accel.fsdp.checkpoint`)::
+
+    pytorch_model_fsdp_<i>_rank<r>_0.distcp   rank r's shards of model i (torch.distributed.checkpoint)
+    pytorch_model_fsdp_<i>.metadata           DCP's index of them
+    optimizer_<i>_rank<r>_0.distcp, optimizer_<i>.metadata    the same for its optimizer
+    pytorch_model_fsdp_<i>.bin, optimizer_<i>.bin    instead, with state_dict_type="FULL_STATE_DICT" (rank 0)
+
 Safety: built in ``.tmp-<name>-<nonce>`` and renamed into place when every rank has finished (crash or kill
 mid-save leaves the previous checkpoint intact); a failure on any rank raises :class:`CheckpointError` on all.
 Loading validates everything on every rank before modifying anything.

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from notebook_accel.checkpointing.agreement import agree
 from notebook_accel.checkpointing.atomic import read_torch
+from notebook_accel.checkpointing.collective import read_collective
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Manifest, read_manifest
 from notebook_accel.checkpointing.naming import checkpoints_root, complete_checkpoints, newest_checkpoint
@@ -84,9 +85,11 @@ def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, ma
         problems = manifest.verify_files(path, manifest.all_files() if main else own)
     if problems:
         raise CheckpointError(f"checkpoint {path!r} is damaged: " + "; ".join(problems))
-    payloads = [read_torch(os.path.join(path, name)) for name in files]
+    # collective readers (FSDP shards) read later, once every rank has validated its files
+    payloads = [None if s.read is not None else read_torch(os.path.join(path, name)) for name, s in zip(files, objects,
+                                                                                                     strict=True)]
     for saved, payload in zip(objects, payloads, strict=True):
-        problems += saved.check(payload)
+        problems += saved.check(payload)  # a collective reader checks its state while reading
     if problems:
         raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
     return payloads
@@ -181,6 +184,7 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     paths = agree(error, world, "load checkpoint", payload=path)
     if len(set(paths)) != 1:
         raise CheckpointError(f"the ranks resolved different checkpoints {paths}; pass load_state(input_dir).")
+    payloads = read_collective(collect(accelerator), payloads, path, world)  # FSDP shards: every rank validated
     manifest = cast(Manifest, manifest)  # no rank failed, so this rank validated
     error = _apply(collect(accelerator), payloads)
     agree(error, world, f"load checkpoint {path!r}")

@@ -57,7 +57,8 @@ class Entry:
         index: its position among the prepared/registered objects of that kind.
         file: the file name; for per-rank entries a pattern with ``{rank}``.
         type_name: the class name of the saved object (for error messages and type checks).
-        per_rank: True when every rank writes its own file (RNG and loader states).
+        per_rank: True when every rank writes its own file (RNG and loader states, FSDP shards).
+        shared_files: more files of the object written once (the metadata of a sharded FSDP state).
     """
 
     kind: Kind
@@ -65,12 +66,19 @@ class Entry:
     file: str
     type_name: str
     per_rank: bool = False
+    shared_files: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shared_files", tuple(self.shared_files))  # a list when read back from JSON
+        for name in self.shared_files:
+            if not isinstance(name, str) or name in ("", ".", "..") or os.path.basename(name) != name:
+                raise ValueError(f"shared file name {name!r:.60} is not a plain file name inside the checkpoint")
 
     def files(self, world_size: int) -> list[str]:
         """The concrete file names of this entry."""
         if self.per_rank:
-            return [self.file.format(rank=r) for r in range(world_size)]
-        return [self.file]
+            return [self.file.format(rank=r) for r in range(world_size)] + list(self.shared_files)
+        return [self.file, *self.shared_files]
 
     def label(self) -> str:
         """A short human name, e.g. ``optimizer 0 (SGD)``."""

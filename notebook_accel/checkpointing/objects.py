@@ -20,18 +20,25 @@ import torch
 from notebook_accel.checkpointing.errors import CheckpointError, UnregistrableError
 from notebook_accel.checkpointing.manifest import Entry, Kind
 from notebook_accel.checkpointing.rng import capture_rng_state, check_rng_state, restore_rng_state
+from notebook_accel.model import is_sharded
 
 __all__ = ["Saved", "check_registrable", "collect"]
 
 
 @dataclass(frozen=True)
 class Saved:
-    """One object of a checkpoint: its manifest entry and how to get, check and set its state."""
+    """One object of a checkpoint: its manifest entry and how to get, check and set its state.
+
+    ``write``/``read``, when given, replace the plain ``torch.save``/``torch.load`` of the entry's file: they are
+    collective (every rank calls them with the checkpoint directory), as for FSDP's sharded states.
+    """
 
     entry: Entry
     get: Callable[[], Any]
     check: Callable[[Any], list[str]]
     set: Callable[[Any], None]
+    write: Callable[[str, Any], None] | None = None
+    read: Callable[[str], Any] | None = None
 
 
 def check_registrable(obj: object) -> None:
@@ -195,14 +202,43 @@ def _plain(label: str, kind: Kind, index: int, file: str, obj: Any, type_name: s
     return Saved(entry, obj.state_dict, check or _dict_check(f"{label} ({entry.type_name})"), obj.load_state_dict)
 
 
+class _FsdpObjects:
+    """The checkpoint objects of sharded (FSDP) models and their optimizers, in the plugin's state_dict_type."""
+
+    def __init__(self, accelerator: Any) -> None:
+        from notebook_accel.fsdp import checkpoint  # imports FSDP: only when a model is sharded
+
+        self.checkpoint = checkpoint
+        plugin = getattr(accelerator, "fsdp_plugin", None)
+        self.layout = str(getattr(plugin, "state_dict_type", "SHARDED_STATE_DICT"))
+
+    def model(self, model: torch.nn.Module, index: int) -> Saved:
+        """The checkpoint object of sharded model ``index``."""
+        return self.checkpoint.fsdp_objects(model, None, index, self.layout)
+
+    def optimizer(self, optimizer: Any, models: list[torch.nn.Module], index: int) -> Saved | None:
+        """The checkpoint object of optimizer ``index`` when it trains a sharded model, else ``None``."""
+        owner = self.checkpoint.owning_model(optimizer, models)
+        return None if owner is None else self.checkpoint.fsdp_objects(owner, optimizer, index, self.layout)
+
+
 def collect(accelerator: Any) -> list[Saved]:
     """Every object a checkpoint of ``accelerator`` holds, in a fixed order (RNG last, so it is restored last)."""
     out: list[Saved] = []
-    for i, model in enumerate(getattr(accelerator, "_models", [])):
+    models = list(getattr(accelerator, "_models", []))
+    fsdp = _FsdpObjects(accelerator) if any(is_sharded(m) for m in models) else None
+    for i, model in enumerate(models):
+        if fsdp is not None and is_sharded(model):
+            out.append(fsdp.model(model, i))
+            continue
         inner = accelerator.unwrap_model(model)
         entry = Entry("model", i, _indexed("pytorch_model", "bin", i), type(inner).__name__)
         out.append(Saved(entry, inner.state_dict, _model_check(inner, entry.label()), inner.load_state_dict))
     for i, opt in enumerate(getattr(accelerator, "_optimizers", [])):
+        saved = fsdp.optimizer(_inner(opt, "optimizer"), models, i) if fsdp is not None else None
+        if saved is not None:
+            out.append(saved)
+            continue
         obj, name = _stateful(opt, "optimizer"), type(_inner(opt, "optimizer")).__name__
         check = _optimizer_check(obj, f"optimizer {i} ({name})")
         out.append(_plain(f"optimizer {i}", "optimizer", i, _indexed("optimizer", "bin", i), obj, name, check=check))

@@ -93,8 +93,14 @@ def _phase_prepare(path: str, automatic: bool) -> str:
 
 
 def _write_files(objects: list[Saved], snapshot: dict[int, Any], temp: str, rank: int, main: bool) -> None:
-    """Write this rank's share of the files into ``temp``."""
+    """Write this rank's share of the files into ``temp``; collective writers (FSDP shards) first, so every rank
+    reaches them whatever happens to its own files."""
     for i, saved in enumerate(objects):
+        if saved.write is not None:
+            saved.write(temp, snapshot[i])
+    for i, saved in enumerate(objects):
+        if saved.write is not None:
+            continue
         if saved.entry.per_rank:
             write_torch(os.path.join(temp, saved.entry.file.format(rank=rank)), snapshot[i])
         elif main:
@@ -155,8 +161,8 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     temp: str | None = None
     snapshot: dict[int, Any] = {}
     try:
-        # per-rank states first (the RNG before anything else runs), then the main process makes the directory
-        snapshot = {i: s.get() for i, s in enumerate(objects) if s.entry.per_rank}
+        # per-rank and collective (FSDP) states first, the RNG before anything else runs; then the directory
+        snapshot = {i: s.get() for i, s in enumerate(objects) if s.entry.per_rank or s.write is not None}
         if main:
             temp = _phase_prepare(path, iteration is not None)
     except Exception as e:  # any failure must reach the other ranks, or they would wait forever

@@ -16,6 +16,7 @@ from notebook_accel.config.choices import ComputeEnvironment, DistributedType, M
 from notebook_accel.config.compat import UNSUPPORTED_KEYS, unknown_key_problem
 from notebook_accel.config.errors import ConfigError
 from notebook_accel.config.validation import cross_problems, field_problems, parse_gpu_ids
+from notebook_accel.config.fsdp import plugin_kwargs_from_file
 
 __all__ = ["Config", "FIELD_NAMES", "OUR_FIELDS"]
 
@@ -38,7 +39,8 @@ class Config:
         compute_environment: always ``"LOCAL_MACHINE"`` (accelerate's name).
         distributed_type: ``"NO"`` (one process), ``"MULTI_CPU"`` or ``"MULTI_GPU"``; ``None`` (the default)
             is replaced by the type that ``num_processes``, ``num_machines`` and ``use_cpu`` imply.
-            ``"MULTI_CPU"`` implies ``use_cpu=True``.
+            ``"MULTI_CPU"`` implies ``use_cpu=True``. ``"FSDP"`` shards the model with torch's ``fully_shard``
+            as ``extra["fsdp_config"]`` (accelerate's section) says; see :attr:`fsdp_plugin_kwargs`.
         num_processes: processes in total, over all machines (accelerate's meaning).
         gpu_ids: ``"all"``, ``"0,1"`` (an integer or a list of integers is normalised to that form) or ``None``
             (every visible GPU).
@@ -51,8 +53,9 @@ class Config:
         rdzv_backend: torch.distributed.run's rendezvous backend (``"static"`` or ``"c10d"``, ...).
         same_network, use_cpu, downcast_bf16, debug, main_training_function, enable_cpu_affinity: accelerate's
             settings of the same names.
-        extra: accelerate settings notebook-accel keeps but does not use (``deepspeed_config``, ``fsdp_config``,
-            TPU fields, ...); written back on save. Not part of equality or hashing.
+        extra: accelerate settings notebook-accel keeps but does not use (``deepspeed_config``, TPU fields,
+            ``fsdp_config`` unless ``distributed_type`` is ``"FSDP"``, ...); written back on save. Not part of
+            equality or hashing (``fsdp_config`` is validated when ``distributed_type`` is ``"FSDP"``).
 
     Raises:
         ConfigError: with every problem found.
@@ -102,6 +105,8 @@ class Config:
             bad.add("distributed_type")
         found = list(problems.values()) + cross_problems(values, bad)
         found += _extra_problems(self.extra)
+        if self.distributed_type == "FSDP" and isinstance(self.extra, dict):
+            found += plugin_kwargs_from_file(self.extra.get("fsdp_config"))[1]
         if found:
             raise ConfigError(found)
         set_(self, "extra", dict(self.extra))
@@ -123,6 +128,14 @@ class Config:
             return None
         return self.per_device_batch_size * self.num_processes * self.gradient_accumulation_steps
 
+    @property
+    def fsdp_plugin_kwargs(self) -> dict[str, Any] | None:
+        """With ``distributed_type: FSDP``, the ``FullyShardedDataParallelPlugin`` arguments its ``fsdp_config``
+        asks for (accelerate's file keys turned into the plugin's fields); ``None`` for every other type."""
+        if self.distributed_type != "FSDP":
+            return None
+        return plugin_kwargs_from_file(self.extra.get("fsdp_config"))[0]
+
     def override(self, **changes: Any) -> Config:
         """A copy with the given fields changed; a ``None`` value means "not given" and keeps the current value.
 
@@ -138,7 +151,7 @@ class Config:
         if unknown:
             raise ConfigError(unknown)
         given = {k: v for k, v in changes.items() if v is not None}
-        if "distributed_type" not in given and given.keys() & set(_TOPOLOGY):
+        if "distributed_type" not in given and given.keys() & set(_TOPOLOGY) and self.distributed_type != "FSDP":
             given["distributed_type"] = None  # use_cpu still says whether a MULTI_CPU config stays on CPU
         return dataclasses.replace(self, **given)
 

@@ -25,7 +25,7 @@ __all__ = ["field_problems", "cross_problems", "parse_gpu_ids", "BOOL_FIELDS"]
 
 BOOL_FIELDS = ("same_network", "use_cpu", "downcast_bf16", "debug", "enable_cpu_affinity")
 
-_ACCELERATE_ONLY_TYPES = {"DEEPSPEED", "FSDP", "XLA", "TPU", "MEGATRON_LM", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU",
+_ACCELERATE_ONLY_TYPES = {"XLA", "TPU", "MEGATRON_LM", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU",
                           "MULTI_SDAA", "MULTI_MUSA", "MULTI_HPU"}
 
 
@@ -115,8 +115,11 @@ def _check_distributed_type(value: Any) -> str | None:
     if value is None:
         return None
     note = ""
-    if isinstance(value, str) and value.upper() in _ACCELERATE_ONLY_TYPES:
-        note = f" ({value} is an accelerate mode notebook-accel does not run; it runs plain DDP)"
+    if isinstance(value, str) and value.upper() == "DEEPSPEED":
+        note = (" (DeepSpeed is not supported yet; for sharded training use 'FSDP' with an fsdp_config section, "
+                "or 'MULTI_GPU'/'MULTI_CPU' for plain DDP)")
+    elif isinstance(value, str) and value.upper() in _ACCELERATE_ONLY_TYPES:
+        note = f" ({value} is an accelerate mode notebook-accel does not run; it runs DDP or FSDP)"
     return _choice("distributed_type", value, get_args(DistributedType), note)
 
 

@@ -1,0 +1,143 @@
+"""Per-rank memory of parameters + gradients + optimizer state, and step time, under DDP and each FSDP strategy.
+
+Two processes (forked by ``notebook_launcher``, gloo on CPU) train the same model in the same run, each contender
+through its own ``Accelerator``: plain DDP, and ``FullyShardedDataParallelPlugin`` with FULL_SHARD, SHARD_GRAD_OP,
+NO_SHARD and HYBRID_SHARD (one machine, so HYBRID_SHARD's shard group is both processes). All five live at once and
+take one step each per round, who goes first rotating, so they share the machine's state. The model is a stack of pre-norm residual MLP blocks, each block wrapped by class name, with AdamW.
+
+Memory is what this rank holds for the three at the fullest point of a step (after ``optimizer.step()``, before
+``zero_grad()``: parameters, gradients and the two Adam moments all live), counted tensor by tensor (the local
+shard of a DTensor). It leaves out activations and FSDP's short-lived gathered copy of the one block that is
+running (plus the next one, prefetched), which is printed separately as "transient": one block's parameters.
+Step time is the median of the slowest rank's time; "time vs DDP" the median of the per-round ratios to DDP.
+
+The default model is about 100 MB of fp32 parameters (a few hundred MB would make each CPU step take seconds on
+this shared 2-core machine; ``--blocks``/``--width`` scale it).
+
+Usage: ``python benchmarks/sharding_memory.py [--width 1024] [--blocks 3] [--rounds 10]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from notebook_accel import Accelerator, notebook_launcher
+from notebook_accel.fsdp import FullyShardedDataParallelPlugin
+
+CONTENDERS = ("DDP", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+BATCH = 8
+
+
+class Block(torch.nn.Module):
+    """Pre-norm residual MLP block (8 * width**2 parameters)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+def _model(width: int, blocks: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*(Block(width) for _ in range(blocks)), torch.nn.Linear(width, 1))
+
+
+def _bytes(tensors: Any) -> int:
+    """Bytes this rank holds for ``tensors`` (a DTensor's local shard)."""
+    total = 0
+    for t in tensors:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        total += local.numel() * local.element_size()
+    return total
+
+
+def _held(model: torch.nn.Module, optimizer: Any) -> tuple[int, int, int]:
+    """(parameter, gradient, optimizer-state) bytes on this rank."""
+    params = list(model.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+    return _bytes(params), _bytes(grads), _bytes(state)
+
+
+class _Contender:
+    """One contender's Accelerator, model and optimizer, stepped one step at a time."""
+
+    def __init__(self, name: str, width: int, blocks: int) -> None:
+        plugin = None if name == "DDP" else FullyShardedDataParallelPlugin(sharding_strategy=name,
+                                                                           transformer_cls_names_to_wrap="Block")
+        self.accelerator = Accelerator(fsdp_plugin=plugin)
+        model = _model(width, blocks)
+        self.model, self.optimizer = self.accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-4))
+        self.x = torch.randn(BATCH, width)
+        self.held = (0, 0, 0)
+
+    def step(self) -> float:
+        """One training step; the slowest rank's seconds. Records the bytes held at the step's fullest point."""
+        dist.barrier()
+        start = time.perf_counter()
+        self.accelerator.backward(self.model(self.x).pow(2).mean())
+        self.optimizer.step()
+        self.held = _held(self.model, self.optimizer)
+        self.optimizer.zero_grad()
+        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        return elapsed.item()
+
+
+def measure(width: int, blocks: int, rounds: int) -> dict[str, Any]:
+    """Worker body: every contender steps once per round, who goes first rotating; rank 0's results come back."""
+    contenders = {name: _Contender(name, width, blocks) for name in CONTENDERS}
+    times: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    for r in range(rounds + 2):  # two warm-up rounds
+        order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[:r % len(CONTENDERS)]
+        measured = {name: contenders[name].step() for name in order}
+        if r >= 2:
+            for name in CONTENDERS:
+                times[name].append(measured[name])
+    first = next(iter(contenders.values())).accelerator
+    held = {name: first.gather_object([c.held]) for name, c in contenders.items()}
+    return {name: {"held": held[name], "step": statistics.median(times[name]),
+                   "ratio": statistics.median(t / d for t, d in zip(times[name], times["DDP"]))}
+            for name in CONTENDERS}
+
+
+def main() -> None:
+    """Parse flags, run, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--blocks", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=10, help="timed rounds, one step of each contender per round")
+    args = parser.parse_args()
+    results = notebook_launcher(measure, (args.width, args.blocks, args.rounds), num_processes=2, dashboard=False,
+                                use_cpu=True)
+    model_bytes = sum(p.numel() * 4 for p in _model(args.width, args.blocks).parameters())
+    block_bytes = 8 * args.width**2 * 4
+    mib = 1 << 20
+    print(f"sharding_memory: 2 processes (gloo, CPU), {args.blocks} blocks of width {args.width} + head "
+          f"= {model_bytes / mib:.1f} MiB fp32 parameters, AdamW, batch {BATCH}/process, {args.rounds} rotating rounds of one step each")
+    print(f"{'contender':<14} {'params':>9} {'grads':>9} {'optim':>9} {'total/rank':>11} {'vs DDP':>7} "
+          f"{'step ms':>8} {'time vs DDP':>11}")
+    ddp_total = max(sum(h) for h in results["DDP"]["held"])
+    for name in CONTENDERS:
+        held, step = results[name]["held"], results[name]["step"]
+        worst = max(held, key=sum)  # the rank holding the most (uneven shards differ by a few rows)
+        print(f"{name:<14} {worst[0] / mib:>7.1f}Mi {worst[1] / mib:>7.1f}Mi {worst[2] / mib:>7.1f}Mi "
+              f"{sum(worst) / mib:>9.1f}Mi {sum(worst) / ddp_total:>6.2f}x {step * 1e3:>8.1f} "
+              f"{results[name]['ratio']:>10.2f}x")
+    print(f"transient (FSDP strategies): + one gathered block, {block_bytes / mib:.1f} MiB, during its forward and "
+          "backward (two with prefetch); activations are not counted for any contender")
+
+
+if __name__ == "__main__":
+    main()

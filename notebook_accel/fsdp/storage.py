@@ -1,0 +1,93 @@
+"""``torch.distributed.checkpoint`` (DCP) files named after the object they hold, flat in the checkpoint folder.
+
+DCP's file writer names its files ``__<rank>_0.distcp`` and ``.metadata`` inside a folder of their own (accelerate
+uses a subfolder per object). A checkpoint here holds only plain file names in one folder, so the writer and
+reader below give every file the object's name instead: ``<name>_rank<r>_0.distcp`` (one per rank, that rank's
+shards) and ``<name>.metadata``. Everything else (planning, resharding, checks) is DCP's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.planner import SavePlan
+
+from notebook_accel.checkpointing.errors import CheckpointError
+
+__all__ = ["shard_files", "metadata_file", "save_sharded", "load_sharded"]
+
+
+def shard_files(name: str) -> str:
+    """The per-rank file pattern (with ``{rank}``) of object ``name``."""
+    return f"{name}_rank{{rank}}_0.distcp"
+
+
+def metadata_file(name: str) -> str:
+    """The metadata file of object ``name`` (written once, by the coordinating rank)."""
+    return f"{name}.metadata"
+
+
+class _NamedWriter(dcp.FileSystemWriter):
+    """DCP's file writer, every file named after the object."""
+
+    def __init__(self, directory: str, name: str) -> None:
+        super().__init__(directory, single_file_per_rank=True, thread_count=1)
+        self.object_name = name
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        """Each rank's files start with ``<name>_rank<r>_`` (DCP's own prefix is ``__<r>_``)."""
+        plans = super().prepare_global_plan(plans)
+        return [dataclasses.replace(plan, storage_data=dataclasses.replace(
+            plan.storage_data, prefix=f"{self.object_name}_rank{rank}_")) for rank, plan in enumerate(plans)]
+
+    def _get_metadata_path(self, rank: int | None = None) -> os.PathLike[str]:
+        return Path(self.path) / metadata_file(self.object_name)
+
+
+class _NamedReader(dcp.FileSystemReader):
+    """DCP's file reader for files written by :class:`_NamedWriter`."""
+
+    def __init__(self, directory: str, name: str) -> None:
+        super().__init__(directory)
+        self.object_name = name
+
+    def _get_metadata_path(self, rank: int | None = None) -> os.PathLike[str]:
+        return Path(self.path) / metadata_file(self.object_name)
+
+
+def _reason(e: BaseException) -> str:
+    """One line for a DCP failure: the first failing rank's own exception (DCP's text holds every traceback)."""
+    if isinstance(e, CheckpointException) and e.failures:
+        rank, (cause, _) = next(iter(sorted(e.failures.items())))
+        return f"rank {rank}: {type(cause).__name__}: {str(cause)[:300]}"
+    return f"{type(e).__name__}: {str(e)[:300]}"
+
+
+def save_sharded(state: dict[str, Any], directory: str, name: str, label: str) -> None:
+    """Write every rank's shards of ``state`` into ``directory`` (collective; DCP agrees on failures itself).
+
+    Raises:
+        CheckpointError: on every rank, naming the first failing rank's error.
+    """
+    try:
+        dcp.save(state, storage_writer=_NamedWriter(directory, name))
+    except (Exception, CheckpointException) as e:  # DCP's own error is a BaseException
+        raise CheckpointError(f"{label}: writing its sharded state failed ({_reason(e)})") from e
+
+
+def load_sharded(template: dict[str, Any], directory: str, name: str, label: str) -> dict[str, Any]:
+    """Read object ``name`` from ``directory`` into ``template`` (fresh tensors, sharded like the live ones).
+
+    Raises:
+        CheckpointError: on every rank, e.g. for a missing key or a shape that does not fit.
+    """
+    try:
+        dcp.load(template, storage_reader=_NamedReader(directory, name))
+    except (Exception, CheckpointException) as e:  # DCP's own error is a BaseException
+        raise CheckpointError(f"{label}: the sharded state does not fit this model ({_reason(e)})") from e
+    return template
