@@ -13,6 +13,7 @@ from notebook_accel.config import Config, resolve_config
 from notebook_accel.environment import LaunchEnvironment, restart_variables
 from notebook_accel.errors import LaunchError
 from notebook_accel.events import RunInfo, Sink
+from notebook_accel.fsdp.plugin import fsdp_launch_value
 from notebook_accel.launcher import compat, preflight
 from notebook_accel.launcher.background import BackgroundRun, RecordingTee, check_can_start
 from notebook_accel.launcher.errors import WorkerError
@@ -100,6 +101,7 @@ def _choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
 def _environments(
     devices: Sequence[str], node_rank: int, num_nodes: int, master_addr: str, port: int,
     mixed_precision: str | None, gradient_accumulation_steps: int | None, extra_vars: dict[str, str],
+    fsdp: str | None = None,
 ) -> list[LaunchEnvironment]:
     """One launch environment per local worker; global rank = node_rank * local workers + local rank."""
     local = len(devices)
@@ -108,7 +110,7 @@ def _environments(
             rank=node_rank * local + i, local_rank=i, world_size=num_nodes * local, local_world_size=local,
             master_addr=master_addr, master_port=port, device=device, mixed_precision=mixed_precision,
             gradient_accumulation_steps=gradient_accumulation_steps, launched=True,
-            extra_vars=tuple(extra_vars.items()),
+            extra_vars=tuple(extra_vars.items()), fsdp=fsdp,
         )
         for i, device in enumerate(devices)
     ]
@@ -239,7 +241,9 @@ def notebook_launcher(
         master_addr = rdzv.endpoint_host
     if rdzv.endpoint_port is not None and use_port is None:
         use_port = rdzv.endpoint_port
-    s = _settings(resolve_config(config), num_processes, gpu_ids, use_cpu, mixed_precision,
+    resolved = resolve_config(config)
+    fsdp = None if resolved is None else fsdp_launch_value(resolved)  # distributed_type: FSDP reaches the workers
+    s = _settings(resolved, num_processes, gpu_ids, use_cpu, mixed_precision,
                   gradient_accumulation_steps, use_port, master_addr, num_nodes, node_rank)
     precision = preflight.check_mixed_precision(s.mixed_precision)
     steps = None if s.gradient_accumulation_steps is None else preflight.check_positive_int(
@@ -265,7 +269,7 @@ def notebook_launcher(
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
     plan = _Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
-                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv.join_timeout, block)
+                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv.join_timeout, block, fsdp)
     resume: str | None = None
     for attempt in range(restarts + 1):
         try:
@@ -307,6 +311,7 @@ class _Plan:
     prefix: str | None
     join_timeout: float
     block: bool
+    fsdp: str | None
 
 
 def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any:
@@ -320,7 +325,7 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
     if attempt:
         variables.update(restart_variables(attempt, resume))
     envs = _environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
-                         plan.steps, variables)
+                         plan.steps, variables, plan.fsdp)
     store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.join_timeout)
     handed_over = False
     try:
