@@ -102,13 +102,18 @@ def shard_model(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, 
 
     Raises:
         ConfigurationError: a layer class name not in the model, activation checkpointing with no layer to
-            checkpoint, or a meta model on rank 0 with ``sync_module_states``.
+            checkpoint, a meta model on rank 0 with ``sync_module_states``, or a meta model without it.
     """
     layers = layers_to_wrap(model, plugin)
     if plugin.activation_checkpointing and not layers:
         raise ConfigurationError(
             "FSDP activation_checkpointing needs layers to checkpoint, but the auto-wrap policy selects none; set "
             "transformer_cls_names_to_wrap (or auto_wrap_policy='SIZE_BASED_WRAP' with min_num_params)")
+    if not plugin.sync_module_states and any(t.is_meta for t in model.state_dict().values()):
+        raise ConfigurationError(
+            f"FSDP: rank {state.process_index} built the model on the meta device (no weights), but nothing would "
+            "fill it in; set cpu_ram_efficient_loading=True (fsdp_cpu_ram_efficient_loading: true) so rank 0's "
+            "weights are broadcast, or build real weights on every rank")
     source = _source_weights(model, state) if plugin.sync_module_states else None
     mesh = build_mesh(plugin.sharding_strategy, state)
     reshard = bool(plugin.reshard_after_forward) and plugin.sharding_strategy != "NO_SHARD"

@@ -66,6 +66,8 @@ def test_shard_model_refusals_before_anything_is_sharded() -> None:
         meta = TinyNet()
     with pytest.raises(ConfigurationError, match="rank 0 built the model on the meta device"):
         shard_model(meta, FullyShardedDataParallelPlugin(cpu_ram_efficient_loading=True), state)
+    with pytest.raises(ConfigurationError, match="set cpu_ram_efficient_loading=True"):
+        shard_model(meta, FullyShardedDataParallelPlugin(), state)
 
 
 def test_precision_policy_follows_the_accelerator_or_the_plugin() -> None:
