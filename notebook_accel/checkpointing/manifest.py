@@ -154,9 +154,10 @@ class Manifest:
             whole(f"entry {e.kind} index", e.index, 0)
             if not isinstance(e.type_name, str) or not isinstance(e.per_rank, bool):
                 out.append(f"entry {e.kind} {e.index}: type_name must be text and per_rank true or false")
-            problem = file_name_problem(e.file, e.per_rank)
-            if problem:
-                out.append(f"entry {e.kind} {e.index}: {problem}")
+            for name, per_rank in ((e.file, e.per_rank), *((shared, False) for shared in e.shared_files)):
+                problem = file_name_problem(name, per_rank)
+                if problem:
+                    out.append(f"entry {e.kind} {e.index}: {problem}")
         if not isinstance(self.files, dict) or not all(
                 isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("size"), int)
                 and isinstance(v.get("sha256"), str) for k, v in self.files.items()):
