@@ -404,17 +404,20 @@ class Accelerator(CompatMethods, ProcessFacade):
             writer.send(Saved(self.process_index, path, self.step))
         return path
 
-    def load_state(self, input_dir: str | None = None, **kwargs: Any) -> str:
+    def load_state(self, input_dir: str | None = None, *, allow_world_size_change: bool = False,
+                   **kwargs: Any) -> str:
         """Restore everything :meth:`save_state` wrote (loaders continue mid-epoch).
 
         In a run restarted by ``notebook_launcher(max_restarts=...)``, ``load_state()`` without a folder loads
-        the checkpoint the failed attempt saved last (:attr:`resume_from`).
+        the checkpoint the failed attempt saved last (:attr:`resume_from`). A checkpoint of another number of
+        processes needs ``allow_world_size_change=True`` (no RNG streams, no loader positions; see
+        :func:`notebook_accel.checkpointing.load_state`).
         """
         from notebook_accel import checkpointing
 
         source = input_dir if input_dir is not None else self.resume_from
         self._run_load_hooks(source)
-        return checkpointing.load_state(self, source)
+        return checkpointing.load_state(self, source, allow_world_size_change=allow_world_size_change)
 
     @property
     def restart_count(self) -> int:

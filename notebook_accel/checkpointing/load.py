@@ -46,16 +46,29 @@ def _describe(types: list[str]) -> str:
     return f"{len(types)} ({', '.join(types)})" if types else "0"
 
 
-def compare(manifest: Manifest, objects: list[Saved], world_size: int) -> list[str]:
-    """Every difference between what the checkpoint holds and what the Accelerator has; empty when they match."""
+#: what a resume with another number of processes cannot restore: one state per rank, meaningless for other ranks.
+PER_RANK_KINDS: tuple[str, ...] = ("rng", "dataloader")
+
+
+def _world_problem(saved: int, here: int) -> str:
+    """Why a checkpoint of ``saved`` processes is not loaded into ``here`` by default, and the two ways on."""
+    return (f"the checkpoint was saved by {saved} process(es), this run has {here}. Resume with num_processes={saved} "
+            "for an exact resume, or call load_state(path, allow_world_size_change=True) to restore the models "
+            "(FSDP shards are resharded), optimizers, schedulers, the GradScaler, registered objects and the step, "
+            "but not the per-rank RNG streams nor the loaders' positions (they stay as this run set them: the "
+            "loaders start at their first batch)")
+
+
+def compare(manifest: Manifest, objects: list[Saved], world_size: int, skipped: tuple[str, ...] = ()) -> list[str]:
+    """Every difference between what the checkpoint holds and what the Accelerator has; empty when they match.
+
+    ``skipped``: kinds not loaded (per-rank states in a resume with another world size), so not compared.
+    """
     problems: list[str] = []
-    if manifest.world_size != world_size:
-        problems.append(
-            f"the checkpoint was saved by {manifest.world_size} process(es), this run has {world_size}; resume with "
-            f"num_processes={manifest.world_size}"
-        )
-    saved = Counter(e.kind for e in manifest.entries)
-    here = Counter(s.entry.kind for s in objects)
+    if manifest.world_size != world_size and not skipped:
+        problems.append(_world_problem(manifest.world_size, world_size))
+    saved = Counter(e.kind for e in manifest.entries if e.kind not in skipped)
+    here = Counter(s.entry.kind for s in objects if s.entry.kind not in skipped)
     for kind in sorted(set(saved) | set(here)):
         ours = [s.entry.type_name for s in objects if s.entry.kind == kind]
         theirs = [e.type_name for e in manifest.entries_of(kind)]  # type: ignore[arg-type]
@@ -66,28 +79,49 @@ def compare(manifest: Manifest, objects: list[Saved], world_size: int) -> list[s
             )
         elif kind in ("optimizer", "scheduler", "custom", "scaler") and ours != theirs:
             problems.append(f"{kind} types differ: {theirs} in the checkpoint, {ours} here")
+    return problems or _layout_problems(manifest, objects)
+
+
+def _layout_problems(manifest: Manifest, objects: list[Saved]) -> list[str]:
+    """Models and optimizers saved in another file layout (plain vs FSDP) than this Accelerator reads."""
+    saved = {(e.kind, e.index): e for e in manifest.entries}
+    problems = []
+    for s in objects:
+        entry = saved.get((s.entry.kind, s.entry.index))
+        if s.entry.kind in ("model", "optimizer") and entry is not None and entry.file != s.entry.file:
+            problems.append(
+                f"{s.entry.label()} is stored as {entry.file!r} in the checkpoint, but this Accelerator reads "
+                f"{s.entry.file!r}: a run with an FSDP plugin saves in the FSDP layout (whatever its number of "
+                "processes) and can load only that; save and load with the same FSDP setting")
     return problems
 
 
-def _needed_files(objects: list[Saved], rank: int) -> list[str]:
-    """The files this rank loads: the shared ones and its own per-rank ones."""
-    return [s.entry.file.format(rank=rank) if s.entry.per_rank else s.entry.file for s in objects]
+def _needed_files(objects: list[Saved], rank: int, world: int) -> list[str]:
+    """The files this rank reads: the shared ones, its own per-rank ones, and every shard of a collective state
+    (DCP reads from any rank's file when it reshards to another number of processes)."""
+    files: list[str] = []
+    for s in objects:
+        if s.read is not None:
+            files += s.entry.files(world)
+        else:
+            files.append(s.entry.file.format(rank=rank) if s.entry.per_rank else s.entry.file)
+    return files
 
 
 def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, main: bool) -> list[Any]:
     """Check and load every file this rank needs (objects already compared); raises CheckpointError."""
-    files = _needed_files(objects, rank)
+    needed = _needed_files(objects, rank, manifest.world_size)
+    own = [s.entry.file.format(rank=rank) for s in objects if s.entry.per_rank and rank < manifest.world_size]
     # sizes for everything this rank reads; SHA-256 for all files on the main process, own files elsewhere
-    own = [name for name, s in zip(files, objects, strict=True) if s.entry.per_rank]
-    problems = manifest.verify_files(path, sorted(set(files) | set(manifest.all_files() if main else [])),
+    problems = manifest.verify_files(path, sorted(set(needed) | set(manifest.all_files() if main else [])),
                                      checksum=False)
     if not problems:
         problems = manifest.verify_files(path, manifest.all_files() if main else own)
     if problems:
         raise CheckpointError(f"checkpoint {path!r} is damaged: " + "; ".join(problems))
     # collective readers (FSDP shards) read later, once every rank has validated its files
-    payloads = [None if s.read is not None else read_torch(os.path.join(path, name)) for name, s in zip(files, objects,
-                                                                                                     strict=True)]
+    payloads = [None if s.read is not None else read_torch(os.path.join(path, s.entry.file.format(rank=rank)))
+                for s in objects]
     for saved, payload in zip(objects, payloads, strict=True):
         problems += saved.check(payload)  # a collective reader checks its state while reading
     if problems:
@@ -136,19 +170,23 @@ def _undo(loaded: list[tuple[Saved, Any]]) -> str:
     return f"{len(loaded)} object(s) loaded before it were put back" if loaded else "nothing was modified"
 
 
-def _validate(accelerator: Any, input_dir: str | os.PathLike[str] | None) -> tuple[str, Manifest, list[Any]]:
+def _validate(accelerator: Any, input_dir: str | os.PathLike[str] | None,
+              allow_world_size_change: bool) -> tuple[str, Manifest, list[Saved], list[Any]]:
     """Everything one rank checks before the ranks agree: path, manifest, objects, files, payloads."""
     state = accelerator.state
     path = _source(accelerator, input_dir)
     manifest = read_manifest(path)
-    objects = collect(accelerator)
-    problems = compare(manifest, objects, state.num_processes)
+    objects = collect(accelerator, manifest)
+    skipped = PER_RANK_KINDS if allow_world_size_change and manifest.world_size != state.num_processes else ()
+    objects = [s for s in objects if s.entry.kind not in skipped]
+    problems = compare(manifest, objects, state.num_processes, skipped)
     if problems:
         raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
-    return path, manifest, _read_all(path, manifest, objects, state.process_index, state.is_main_process)
+    return path, manifest, objects, _read_all(path, manifest, objects, state.process_index, state.is_main_process)
 
 
-def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None) -> str:
+def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None, *,
+               allow_world_size_change: bool = False) -> str:
     """Restore the training state saved by :func:`save_state` into ``accelerator``'s prepared objects.
 
     Restores models, optimizers, schedulers, the GradScaler, every prepared loader's position (the next
@@ -156,37 +194,46 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     ``accelerator.step``, and every rank's RNG (restored last). Call it on every rank, after ``prepare`` and
     ``register_for_checkpointing`` with the same objects in the same order as the saving run.
 
+    A checkpoint saved by another number of processes is refused unless ``allow_world_size_change=True``: the
+    loaders' positions and the RNG streams are per rank and cannot be mapped onto other ranks, so such a resume
+    is not exact. With the option, everything else is restored (FSDP shards resharded by
+    ``torch.distributed.checkpoint``; the same checks run first), and the loaders and RNGs keep this run's state.
+
     Args:
         accelerator: the Accelerator to restore into.
         input_dir: the checkpoint directory. ``None`` with automatic naming: the newest complete
             ``<project_dir>/checkpoints/checkpoint_<n>`` (partial saves are skipped), and
             ``project_configuration.iteration`` becomes ``n + 1`` so the next save does not collide.
+        allow_world_size_change: load a checkpoint saved by another number of processes, without the per-rank
+            states (RNG streams, loader positions).
 
     Returns:
         The absolute path of the loaded checkpoint.
 
     Raises:
         CheckpointError: on every rank, before anything is modified, when the checkpoint is missing, partial,
-            damaged (missing files, wrong sizes or checksums), or does not match (other world size, other number,
-            kind or type of objects, other model keys or shapes).
+            damaged (missing files, wrong sizes or checksums), or does not match (other world size without
+            ``allow_world_size_change``, other number, kind or type of objects, other model keys or shapes).
 
     Example:
         >>> accelerator.load_state("ckpt")     # doctest: +SKIP
+        >>> accelerator.load_state("ckpt", allow_world_size_change=True)  # saved by 2 processes, 1 runs  # doctest: +SKIP
     """
     state = accelerator.state
     world = state.num_processes
     path, manifest, error = "", None, None
+    objects: list[Saved] = []
     payloads: list[Any] = []
     try:
-        path, manifest, payloads = _validate(accelerator, input_dir)
+        path, manifest, objects, payloads = _validate(accelerator, input_dir, allow_world_size_change)
     except Exception as e:  # any failure must reach the other ranks, or they would wait forever
         error = error_text(e)
     paths = agree(error, world, "load checkpoint", payload=path)
     if len(set(paths)) != 1:
         raise CheckpointError(f"the ranks resolved different checkpoints {paths}; pass load_state(input_dir).")
-    payloads = read_collective(collect(accelerator), payloads, path, world)  # FSDP shards: every rank validated
+    payloads = read_collective(objects, payloads, path, world)  # FSDP shards: every rank validated
     manifest = cast(Manifest, manifest)  # no rank failed, so this rank validated
-    error = _apply(collect(accelerator), payloads)
+    error = _apply(objects, payloads)
     agree(error, world, f"load checkpoint {path!r}")
     if hasattr(accelerator, "step"):
         accelerator.step = manifest.step

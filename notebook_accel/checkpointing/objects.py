@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 from notebook_accel.checkpointing.errors import CheckpointError, UnregistrableError
-from notebook_accel.checkpointing.manifest import Entry, Kind
+from notebook_accel.checkpointing.manifest import Entry, Kind, Manifest
 from notebook_accel.checkpointing.rng import capture_rng_state, check_rng_state, restore_rng_state
 from notebook_accel.model import is_sharded
 
-__all__ = ["Saved", "check_registrable", "collect"]
+__all__ = ["Saved", "check_registrable", "collect", "fsdp_layout"]
 
 
 @dataclass(frozen=True)
@@ -202,42 +202,76 @@ def _plain(label: str, kind: Kind, index: int, file: str, obj: Any, type_name: s
     return Saved(entry, obj.state_dict, check or _dict_check(f"{label} ({entry.type_name})"), obj.load_state_dict)
 
 
+def fsdp_layout(entry: Entry | None) -> str | None:
+    """The FSDP ``state_dict_type`` a saved model entry was written in, or ``None`` (a plain model file)."""
+    if entry is None or entry.kind != "model" or not entry.file.startswith("pytorch_model_fsdp_"):
+        return None
+    return "SHARDED_STATE_DICT" if entry.per_rank else "FULL_STATE_DICT"
+
+
 class _FsdpObjects:
-    """The checkpoint objects of sharded (FSDP) models and their optimizers, in the plugin's state_dict_type."""
+    """The checkpoint objects of models kept in the FSDP layout (and of their optimizers).
 
-    def __init__(self, accelerator: Any) -> None:
-        from notebook_accel.fsdp import checkpoint  # imports FSDP: only when a model is sharded
+    A model is saved in the FSDP layout when it is sharded or when the Accelerator has an FSDP plugin (also in
+    one process, which shards nothing), so a checkpoint's layout does not depend on the number of processes. On
+    load the checkpoint decides: a model saved in the FSDP layout is read in that layout (sharded or full), so
+    one process without a plugin can resume a sharded run.
+    """
 
-        self.checkpoint = checkpoint
+    def __init__(self, accelerator: Any, models: list[torch.nn.Module], saved: Manifest | None) -> None:
         plugin = getattr(accelerator, "fsdp_plugin", None)
-        self.layout = str(getattr(plugin, "state_dict_type", "SHARDED_STATE_DICT"))
+        default = str(getattr(plugin, "state_dict_type", "SHARDED_STATE_DICT"))
+        entries = {e.index: e for e in saved.entries_of("model")} if saved is not None else {}
+        self.layouts: dict[int, str] = {}
+        for i, model in enumerate(models):
+            layout = fsdp_layout(entries.get(i))
+            if layout is None and (is_sharded(model) or plugin is not None):
+                layout = default
+            if layout is not None:
+                self.layouts[i] = layout
+        self.models = models
+        if self.layouts:
+            from notebook_accel.fsdp import checkpoint  # imports FSDP: only when a model uses its layout
 
-    def model(self, model: torch.nn.Module, index: int) -> Saved:
-        """The checkpoint object of sharded model ``index``."""
-        return self.checkpoint.fsdp_objects(model, None, index, self.layout)
+            self.checkpoint = checkpoint
 
-    def optimizer(self, optimizer: Any, models: list[torch.nn.Module], index: int) -> Saved | None:
-        """The checkpoint object of optimizer ``index`` when it trains a sharded model, else ``None``."""
-        owner = self.checkpoint.owning_model(optimizer, models)
-        return None if owner is None else self.checkpoint.fsdp_objects(owner, optimizer, index, self.layout)
+    def model(self, model: torch.nn.Module, index: int) -> Saved | None:
+        """The checkpoint object of model ``index`` when it uses the FSDP layout, else ``None``."""
+        layout = self.layouts.get(index)
+        return None if layout is None else self.checkpoint.fsdp_objects(model, None, index, layout)
+
+    def optimizer(self, optimizer: Any, index: int) -> Saved | None:
+        """The checkpoint object of optimizer ``index`` when it trains a model in the FSDP layout, else ``None``."""
+        if not self.layouts:
+            return None
+        owners = [self.models[i] for i in sorted(self.layouts)]
+        owner = self.checkpoint.owning_model(optimizer, owners)
+        if owner is None:
+            return None
+        layout = self.layouts[next(i for i in self.layouts if self.models[i] is owner)]
+        return self.checkpoint.fsdp_objects(owner, optimizer, index, layout)
 
 
-def collect(accelerator: Any) -> list[Saved]:
-    """Every object a checkpoint of ``accelerator`` holds, in a fixed order (RNG last, so it is restored last)."""
+def collect(accelerator: Any, saved: Manifest | None = None) -> list[Saved]:
+    """Every object a checkpoint of ``accelerator`` holds, in a fixed order (RNG last, so it is restored last).
+
+    ``saved``: the manifest of the checkpoint being loaded, which decides the layout of FSDP models (see
+    :class:`_FsdpObjects`); ``None`` when saving.
+    """
     out: list[Saved] = []
-    models = list(getattr(accelerator, "_models", []))
-    fsdp = _FsdpObjects(accelerator) if any(is_sharded(m) for m in models) else None
-    for i, model in enumerate(models):
-        if fsdp is not None and is_sharded(model):
-            out.append(fsdp.model(model, i))
+    models = [accelerator.unwrap_model(m) for m in getattr(accelerator, "_models", [])]
+    fsdp = _FsdpObjects(accelerator, models, saved)
+    for i, inner in enumerate(models):
+        sharded = fsdp.model(inner, i)
+        if sharded is not None:
+            out.append(sharded)
             continue
-        inner = accelerator.unwrap_model(model)
         entry = Entry("model", i, _indexed("pytorch_model", "bin", i), type(inner).__name__)
         out.append(Saved(entry, inner.state_dict, _model_check(inner, entry.label()), inner.load_state_dict))
     for i, opt in enumerate(getattr(accelerator, "_optimizers", [])):
-        saved = fsdp.optimizer(_inner(opt, "optimizer"), models, i) if fsdp is not None else None
-        if saved is not None:
-            out.append(saved)
+        sharded = fsdp.optimizer(_inner(opt, "optimizer"), i)
+        if sharded is not None:
+            out.append(sharded)
             continue
         obj, name = _stateful(opt, "optimizer"), type(_inner(opt, "optimizer")).__name__
         check = _optimizer_check(obj, f"optimizer {i} ({name})")

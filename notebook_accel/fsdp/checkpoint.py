@@ -38,19 +38,28 @@ from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Entry
 from notebook_accel.checkpointing.objects import Saved
 from notebook_accel.fsdp.storage import load_sharded, metadata_file, save_sharded, shard_files
-from notebook_accel.model import is_sharded
 
 __all__ = ["fsdp_objects", "owning_model"]
 
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
-_SCATTER = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+
+
+def _distributed() -> bool:
+    """True when a process group is up (one process resuming an FSDP checkpoint has none)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _scatter() -> StateDictOptions:
+    """Full tensors in: broadcast from rank 0 into every rank's shards, or taken as they are in one process."""
+    return StateDictOptions(full_state_dict=True, broadcast_from_rank0=_distributed())
 
 
 def owning_model(optimizer: torch.optim.Optimizer, models: list[torch.nn.Module]) -> torch.nn.Module | None:
-    """The FSDP model whose parameters ``optimizer`` trains, or ``None`` (not an FSDP optimizer)."""
+    """The model among ``models`` (those checkpointed in the FSDP layout) whose parameters ``optimizer`` trains,
+    or ``None``."""
     ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
     for model in models:
-        if is_sharded(model) and any(id(p) in ids for p in model.parameters()):
+        if any(id(p) in ids for p in model.parameters()):
             return model
     return None
 
@@ -115,7 +124,7 @@ def sharded_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
 
 
 def _rank() -> int:
-    return torch.distributed.get_rank()
+    return torch.distributed.get_rank() if _distributed() else 0
 
 
 def _rank0_file(file: str) -> tuple[Any, Any]:
@@ -156,7 +165,7 @@ def full_model(model: torch.nn.Module, index: int) -> Saved:
         return state
 
     def apply(state: dict[str, Any]) -> None:
-        set_model_state_dict(model, state, options=_SCATTER)
+        set_model_state_dict(model, state, options=_scatter())
 
     return Saved(entry, lambda: get_model_state_dict(model, options=_GATHER), lambda state: [], apply,
                  write=write, read=read)
@@ -169,7 +178,7 @@ def full_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ind
     write, read = _rank0_file(file)
 
     def apply(state: dict[str, Any]) -> None:
-        set_optimizer_state_dict(model, optimizer, state, options=_SCATTER)
+        set_optimizer_state_dict(model, optimizer, state, options=_scatter())
 
     return Saved(entry, lambda: _optimizer_state(model, optimizer, _GATHER), lambda state: [], apply,
                  write=write, read=read)

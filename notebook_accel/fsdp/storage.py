@@ -8,11 +8,15 @@ shards) and ``<name>.metadata``. Everything else (planning, resharding, checks) 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.planner import SavePlan
@@ -68,6 +72,19 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e)[:300]}"
 
 
+def _no_dist() -> bool:
+    """True in a single process without a process group (one process saving or loading a sharded checkpoint)."""
+    return not (dist.is_available() and dist.is_initialized())
+
+
+@contextlib.contextmanager
+def _single_process_quiet() -> Iterator[None]:
+    """DCP warns that it assumes one process whenever no group is up; here that is the intended case."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
 def save_sharded(state: dict[str, Any], directory: str, name: str, label: str) -> None:
     """Write every rank's shards of ``state`` into ``directory`` (collective; DCP agrees on failures itself).
 
@@ -75,7 +92,8 @@ def save_sharded(state: dict[str, Any], directory: str, name: str, label: str) -
         CheckpointError: on every rank, naming the first failing rank's error.
     """
     try:
-        dcp.save(state, storage_writer=_NamedWriter(directory, name))
+        with _single_process_quiet():
+            dcp.save(state, storage_writer=_NamedWriter(directory, name), no_dist=_no_dist())
     except (Exception, CheckpointException) as e:  # DCP's own error is a BaseException
         raise CheckpointError(f"{label}: writing its sharded state failed ({_reason(e)})") from e
 
@@ -87,7 +105,8 @@ def load_sharded(template: dict[str, Any], directory: str, name: str, label: str
         CheckpointError: on every rank, e.g. for a missing key or a shape that does not fit.
     """
     try:
-        dcp.load(template, storage_reader=_NamedReader(directory, name))
+        with _single_process_quiet():
+            dcp.load(template, storage_reader=_NamedReader(directory, name), no_dist=_no_dist())
     except (Exception, CheckpointException) as e:  # DCP's own error is a BaseException
         raise CheckpointError(f"{label}: the sharded state does not fit this model ({_reason(e)})") from e
     return template

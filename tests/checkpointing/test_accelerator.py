@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -49,5 +51,14 @@ def test_checkpoint_from_two_processes_refused_in_one(tmp_path) -> None:
     notebook_launcher(training.first_part, (str(tmp_path), 1, 0, 1, False), num_processes=2, dashboard=False,
                       use_cpu=True)
     run = training._Run(0, str(tmp_path), 1)
-    with pytest.raises(CheckpointError, match="saved by 2 process.*this run has 1; resume with num_processes=2"):
+    rng_before = torch.get_rng_state()
+    with pytest.raises(CheckpointError, match=r"saved by 2 process.*this run has 1\. Resume with num_processes=2 "
+                                              r".*allow_world_size_change=True"):
         run.acc.load_state()
+    path = run.acc.load_state(allow_world_size_change=True)  # the explicit choice: all but the per-rank states
+    saved = torch.load(os.path.join(path, "pytorch_model.bin"), weights_only=True)
+    assert all(torch.equal(saved[k], v) for k, v in run.model.state_dict().items())
+    assert run.counter.value == torch.load(os.path.join(path, "custom_checkpoint_0.pkl"), weights_only=True)["value"]
+    assert run.scheduler.state_dict()["last_epoch"] > 0 and run.optimizer.state_dict()["state"]
+    assert torch.equal(torch.get_rng_state(), rng_before)  # this run's RNG, not rank 0's of the saved run
+    assert run.loader.state_dict()["batches_yielded"] == 0  # the loader starts at its first batch
