@@ -7,6 +7,6 @@ from typing import Literal
 __all__ = ["ComputeEnvironment", "DistributedType", "MixedPrecision", "RdzvBackend"]
 
 ComputeEnvironment = Literal["LOCAL_MACHINE"]
-DistributedType = Literal["NO", "MULTI_CPU", "MULTI_GPU", "FSDP"]
+DistributedType = Literal["NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "DEEPSPEED"]
 MixedPrecision = Literal["no", "fp16", "bf16"]
 RdzvBackend = Literal["static", "c10d", "etcd", "etcd-v2"]

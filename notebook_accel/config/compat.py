@@ -7,7 +7,8 @@ A file written by ``accelerate config`` loads here. Its keys fall into three gro
   fields): kept on :attr:`Config.extra` so saving the file again loses nothing, and reported with one
   :class:`ConfigWarning` when any of them is actually set (accelerate writes ``tpu_use_cluster: false`` and
   the like into every file, and an empty or false setting changes nothing, so those stay silent). ``fsdp_config``
-  is one of them too, except with ``distributed_type: FSDP``, where it is validated and used;
+  is one of them too, except with ``distributed_type: FSDP``, where it is validated and used (likewise
+  ``deepspeed_config`` with ``distributed_type: DEEPSPEED``);
 * anything else: an error, with a "did you mean" suggestion.
 
 It also undoes YAML 1.1 surprises in hand-written files: an unquoted ``NO`` or ``no`` is read by YAML as

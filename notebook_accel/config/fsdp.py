@@ -11,9 +11,10 @@ It lives in the config package, which validates ``fsdp_config`` with it; nothing
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from notebook_accel.config.checks import Check, check_bool, check_class_names, choice_check, run_checks, show
 from notebook_accel.config.compat import suggest
 
 __all__ = [
@@ -37,26 +38,9 @@ BACKWARD_PREFETCH: tuple[str, ...] = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFE
 PRECISIONS: tuple[str, ...] = ("no", "bf16", "fp16", "fp32")
 _POLICY_KEYS: tuple[str, ...] = ("param_dtype", "reduce_dtype", "output_dtype")
 
-Check = Callable[[Any], "tuple[Any, str | None]"]
-
-
-def _show(value: Any) -> str:
-    """``repr`` plus type, short enough for one line."""
-    text = repr(value)
-    return f"{text[:57] + '...' if len(text) > 60 else text} ({type(value).__name__})"
-
-
-def _choice(choices: tuple[str, ...]) -> Check:
-    """A check for an upper-case name among ``choices`` (any case accepted), with a did-you-mean."""
-
-    def check(value: Any) -> tuple[Any, str | None]:
-        if isinstance(value, str) and value.strip().upper() in choices:
-            return value.strip().upper(), None
-        guess = suggest(value, choices) if isinstance(value, str) else None
-        hint = f" (did you mean {guess!r}?)" if guess else ""
-        return value, f"got {_show(value)}{hint}; allowed: {', '.join(repr(c) for c in choices)}"
-
-    return check
+_show = show
+_bool = check_bool
+_choice = choice_check
 
 
 def _sharding(value: Any) -> tuple[Any, str | None]:
@@ -73,12 +57,6 @@ def _sharding(value: Any) -> tuple[Any, str | None]:
     return name, problem
 
 
-def _bool(value: Any) -> tuple[Any, str | None]:
-    if isinstance(value, bool):
-        return value, None
-    return value, f"got {_show(value)}; allowed: true or false"
-
-
 def _version(value: Any) -> tuple[Any, str | None]:
     if value in (1, 2) and not isinstance(value, bool):
         return int(value), None
@@ -91,16 +69,7 @@ def _min_params(value: Any) -> tuple[Any, str | None]:
     return value, f"got {_show(value)}; allowed: a whole number of parameters >= 0, such as 100000000"
 
 
-def _class_names(value: Any) -> tuple[Any, str | None]:
-    """A list of class names, or one comma-separated string (as accelerate's file writes it)."""
-    if value is None:
-        return None, None
-    items = value.split(",") if isinstance(value, str) else value
-    if isinstance(items, (list, tuple)) and all(isinstance(i, str) and i.strip().isidentifier() for i in items):
-        names = [i.strip() for i in items]
-        if names:
-            return names, None
-    return value, f"got {_show(value)}; allowed: module class names, e.g. 'LlamaDecoderLayer' or ['Block', 'Head']"
+_class_names = check_class_names
 
 
 def _precision_policy(value: Any) -> tuple[Any, str | None]:
@@ -161,15 +130,7 @@ _BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False}
 
 def check_fields(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Check plugin field values: ``(canonical values, {field: problem})``; unknown names are not looked at."""
-    out: dict[str, Any] = {}
-    problems: dict[str, str] = {}
-    for name, value in values.items():
-        if name not in CHECKS:
-            continue
-        out[name], problem = CHECKS[name](value)
-        if problem is not None:
-            problems[name] = problem
-    return out, problems
+    return run_checks(CHECKS, values)
 
 
 def _reshard_value(value: Any) -> Any:

@@ -140,7 +140,7 @@ def config_from_mapping(data: Any, source: str | None = None) -> Config:
         problems += e.problems
     if problems:
         raise ConfigError(problems, source)
-    used = ("fsdp_config",) if config.distributed_type == "FSDP" else ()
+    used = {"FSDP": ("fsdp_config",), "DEEPSPEED": ("deepspeed_config",)}.get(str(config.distributed_type), ())
     _warn_unsupported({k: v for k, v in config.extra.items() if k not in used}, source)
     return config
 
@@ -152,8 +152,9 @@ def _warn_unsupported(extra: Mapping[str, Any], source: str | None) -> None:
         where = f" {source}" if source else ""
         warnings.warn(
             f"config{where} sets accelerate options notebook-accel does not use: {', '.join(active)}. They are kept "
-            "when the file is saved again but have no effect here (notebook-accel runs DDP, or FSDP with distributed_type: FSDP); remove them to "
-            "silence this warning.",
+            "when the file is saved again but have no effect here (notebook-accel runs DDP, FSDP with "
+            "distributed_type: FSDP, or DeepSpeed with distributed_type: DEEPSPEED); remove them to silence this "
+            "warning.",
             ConfigWarning,
             stacklevel=3,
         )

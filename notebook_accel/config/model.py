@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from notebook_accel.config.choices import ComputeEnvironment, DistributedType, MixedPrecision, RdzvBackend
 from notebook_accel.config.compat import UNSUPPORTED_KEYS, unknown_key_problem
 from notebook_accel.config.errors import ConfigError
 from notebook_accel.config.validation import cross_problems, field_problems, parse_gpu_ids
-from notebook_accel.config.fsdp import plugin_kwargs_from_file
+from notebook_accel.config import deepspeed as _deepspeed
+from notebook_accel.config import fsdp as _fsdp
 
 __all__ = ["Config", "FIELD_NAMES", "OUR_FIELDS"]
 
@@ -25,6 +27,12 @@ __all__ = ["Config", "FIELD_NAMES", "OUR_FIELDS"]
 OUR_FIELDS = ("gradient_accumulation_steps", "per_device_batch_size")
 
 _TOPOLOGY = ("num_processes", "num_machines", "use_cpu")
+
+#: distributed types that name an engine -> (their accelerate section, its checker returning (kwargs, problems)).
+_ENGINE_SECTIONS: dict[str, tuple[str, Callable[[Any], tuple[dict[str, Any], list[str]]]]] = {
+    "FSDP": ("fsdp_config", _fsdp.plugin_kwargs_from_file),
+    "DEEPSPEED": ("deepspeed_config", _deepspeed.plugin_kwargs_from_file),
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,8 @@ class Config:
             is replaced by the type that ``num_processes``, ``num_machines`` and ``use_cpu`` imply.
             ``"MULTI_CPU"`` implies ``use_cpu=True``. ``"FSDP"`` shards the model with torch's ``fully_shard``
             as ``extra["fsdp_config"]`` (accelerate's section) says; see :attr:`fsdp_plugin_kwargs`.
+            ``"DEEPSPEED"`` trains with DeepSpeed ZeRO as ``extra["deepspeed_config"]`` says; see
+            :attr:`deepspeed_plugin_kwargs`.
         num_processes: processes in total, over all machines (accelerate's meaning).
         gpu_ids: ``"all"``, ``"0,1"`` (an integer or a list of integers is normalised to that form) or ``None``
             (every visible GPU).
@@ -55,7 +65,8 @@ class Config:
             settings of the same names.
         extra: accelerate settings notebook-accel keeps but does not use (``deepspeed_config``, TPU fields,
             ``fsdp_config`` unless ``distributed_type`` is ``"FSDP"``, ...); written back on save. Not part of
-            equality or hashing (``fsdp_config`` is validated when ``distributed_type`` is ``"FSDP"``).
+            equality or hashing (``fsdp_config`` is validated when ``distributed_type`` is ``"FSDP"``,
+            ``deepspeed_config`` when it is ``"DEEPSPEED"``).
 
     Raises:
         ConfigError: with every problem found.
@@ -105,8 +116,9 @@ class Config:
             bad.add("distributed_type")
         found = list(problems.values()) + cross_problems(values, bad)
         found += _extra_problems(self.extra)
-        if self.distributed_type == "FSDP" and isinstance(self.extra, dict):
-            found += plugin_kwargs_from_file(self.extra.get("fsdp_config"))[1]
+        section = _ENGINE_SECTIONS.get(str(self.distributed_type))
+        if section is not None and isinstance(self.extra, dict):
+            found += section[1](self.extra.get(section[0]))[1]
         if found:
             raise ConfigError(found)
         set_(self, "extra", dict(self.extra))
@@ -134,7 +146,15 @@ class Config:
         asks for (accelerate's file keys turned into the plugin's fields); ``None`` for every other type."""
         if self.distributed_type != "FSDP":
             return None
-        return plugin_kwargs_from_file(self.extra.get("fsdp_config"))[0]
+        return _fsdp.plugin_kwargs_from_file(self.extra.get("fsdp_config"))[0]
+
+    @property
+    def deepspeed_plugin_kwargs(self) -> dict[str, Any] | None:
+        """With ``distributed_type: DEEPSPEED``, the ``DeepSpeedPlugin`` arguments its ``deepspeed_config`` asks
+        for (accelerate's file keys turned into the plugin's fields); ``None`` for every other type."""
+        if self.distributed_type != "DEEPSPEED":
+            return None
+        return _deepspeed.plugin_kwargs_from_file(self.extra.get("deepspeed_config"))[0]
 
     def override(self, **changes: Any) -> Config:
         """A copy with the given fields changed; a ``None`` value means "not given" and keeps the current value.
@@ -151,7 +171,8 @@ class Config:
         if unknown:
             raise ConfigError(unknown)
         given = {k: v for k, v in changes.items() if v is not None}
-        if "distributed_type" not in given and given.keys() & set(_TOPOLOGY) and self.distributed_type != "FSDP":
+        if "distributed_type" not in given and given.keys() & set(_TOPOLOGY) \
+                and self.distributed_type not in _ENGINE_SECTIONS:
             given["distributed_type"] = None  # use_cpu still says whether a MULTI_CPU config stays on CPU
         return dataclasses.replace(self, **given)
 

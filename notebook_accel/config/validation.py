@@ -115,11 +115,8 @@ def _check_distributed_type(value: Any) -> str | None:
     if value is None:
         return None
     note = ""
-    if isinstance(value, str) and value.upper() == "DEEPSPEED":
-        note = (" (DeepSpeed is not supported yet; for sharded training use 'FSDP' with an fsdp_config section, "
-                "or 'MULTI_GPU'/'MULTI_CPU' for plain DDP)")
-    elif isinstance(value, str) and value.upper() in _ACCELERATE_ONLY_TYPES:
-        note = f" ({value} is an accelerate mode notebook-accel does not run; it runs DDP or FSDP)"
+    if isinstance(value, str) and value.upper() in _ACCELERATE_ONLY_TYPES:
+        note = f" ({value} is an accelerate mode notebook-accel does not run; it runs DDP, FSDP or DeepSpeed)"
     return _choice("distributed_type", value, get_args(DistributedType), note)
 
 

@@ -117,13 +117,11 @@ def test_fsdp_config_is_ignored_with_a_warning_for_other_types(tmp_path: Path) -
     assert config.distributed_type == "MULTI_CPU" and config.fsdp_plugin_kwargs is None
 
 
-def test_deepspeed_is_refused_as_not_supported_yet(tmp_path: Path) -> None:
+def test_deepspeed_config_is_used_with_distributed_type_deepspeed(tmp_path: Path) -> None:
     path = tmp_path / "ds.yaml"
     path.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n")
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    assert len(info.value.problems) == 1
-    assert "DeepSpeed is not supported yet" in info.value.problems[0] and "'FSDP'" in info.value.problems[0]
+    config = load_config(path)
+    assert config.deepspeed_plugin_kwargs == {"zero_stage": 3} and config.fsdp_plugin_kwargs is None
 
 
 def test_override_keeps_fsdp_when_the_topology_changes() -> None:
