@@ -10,6 +10,10 @@ as a :class:`~notebook_accel.config.ConfigError`.
 ``notebook_launcher(train, config=picker)`` uses ``picker.config``; Save and Load write and read a YAML file.
 The process count in the form is per machine; ``Config.num_processes`` counts all machines (accelerate's meaning).
 Settings the form does not show (``rdzv_backend``, accelerate's extra sections, ...) are kept from the loaded config.
+
+The Engine control picks DDP, FSDP or DeepSpeed; the chosen engine's section (``fsdp_config`` /
+``deepspeed_config``, accelerate's key names) appears under it, one :class:`~widgets.engine_section.EngineSection`
+per engine of :data:`notebook_accel.config.engine_form.ENGINES`, and is checked by the same table as the file.
 """
 
 from __future__ import annotations
@@ -25,13 +29,16 @@ import ipywidgets as w
 
 from notebook_accel import hardware
 from notebook_accel.config import Config, ConfigError, default_config_path, load_config, resolve_config, save_config
+from notebook_accel.config.engine_form import ENGINES
 from notebook_accel.config.machine import config_for_machine, precision_choices
 from notebook_accel.hardware import GpuInfo
+from widgets.engine_section import EngineSection
 
 __all__ = ["ConfigPicker"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 _GPU, _CPU = "GPU", "CPU"
+_DDP = "DDP"  # the engine choice without a section: plain data parallel (or one process)
 _MAX_STEPS = 1_000_000
 _STYLE = {"description_width": "190px"}
 
@@ -56,7 +63,8 @@ class ConfigPicker(w.VBox):
 
     Attributes:
         device, gpus, processes, mixed_precision, accumulation, batch_size, port, machines, machine_rank,
-        main_ip, path: the controls (ipywidgets), public so code and tests can set them.
+        main_ip, engine, path: the controls (ipywidgets), public so code and tests can set them.
+        engines: ``distributed_type`` -> that engine's :class:`EngineSection` (its ``controls`` by file key).
         effective: the effective batch size line; message: the inline problems or the summary.
 
     Example:
@@ -154,6 +162,9 @@ class ConfigPicker(w.VBox):
         self.machines = _int_box("Machines", 1, 1, 10_000)
         self.machine_rank = _int_box("This machine's rank", 0, 0, 9_999)
         self.main_ip = w.Text(description="Main machine address", placeholder="e.g. 10.0.0.1", style=_STYLE)
+        self.engine = w.Dropdown(options=[("DDP (every process holds the whole model)", _DDP)] + [
+            (form.title, name) for name, form in ENGINES.items()], value=_DDP, description="Engine", style=_STYLE)
+        self.engines = {name: EngineSection(form) for name, form in ENGINES.items()}
         self.message = w.HTML()
         self.path = w.Text(value=str(path if path is not None else default_config_path()), description="File",
                            style=_STYLE, layout=w.Layout(width="60%"))
@@ -162,13 +173,15 @@ class ConfigPicker(w.VBox):
         self.save_button.on_click(lambda _: self._guarded("save", self.save))
         self.load_button.on_click(lambda _: self._guarded("load", self.load))
         for control in (self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation,
-                        self.batch_size, self.port, self.machines, self.machine_rank, self.main_ip):
+                        self.batch_size, self.port, self.machines, self.machine_rank, self.main_ip, self.engine):
             control.observe(self._on_change, names="value")
+        for section in self.engines.values():
+            section.on_change(self._on_change)
 
     def _layout(self) -> list[w.Widget]:
         return [self.hardware_info, self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation,
                 self.batch_size, self.effective, self.port, self.machines, self.machine_rank, self.main_ip,
-                self.message, w.HBox([self.path, self.save_button, self.load_button])]
+                self.engine, *self.engines.values(), self.message, w.HBox([self.path, self.save_button, self.load_button])]
 
     def _hardware_html(self) -> str:
         parts = [f"<b>CPU</b>: {self._cpus} cores"]
@@ -221,10 +234,25 @@ class ConfigPicker(w.VBox):
             self.machines.value = config.num_machines
             self.machine_rank.value = config.machine_rank
             self.main_ip.value = config.main_process_ip or ""
+            notes += self._apply_engine(config)
         finally:
             self._applying = False
         self._notes = notes
         self._update()
+
+    def _apply_engine(self, config: Config) -> list[str]:
+        """Show the config's engine and every engine's section (a section kept for a later switch too)."""
+        self.engine.value = config.distributed_type if config.distributed_type in self.engines else _DDP
+        notes = []
+        for name, section in self.engines.items():
+            notes += section.set_values(config.extra.get(section.form.section))
+        self._refresh_engine()
+        return notes
+
+    def _refresh_engine(self) -> None:
+        """Show only the chosen engine's section."""
+        for name, section in self.engines.items():
+            section.layout.display = None if name == self.engine.value else "none"
 
     def _refresh_limits(self) -> None:
         """Show the GPU list only on GPU; bound processes by the chosen devices; offer the supported precisions."""
@@ -251,6 +279,7 @@ class ConfigPicker(w.VBox):
                 self._refresh_limits()
             finally:
                 self._applying = False
+        self._refresh_engine()
         self._update()
 
     def _form_problems(self) -> list[str]:
@@ -281,9 +310,15 @@ class ConfigPicker(w.VBox):
         every = [g.index for g in self._gpus]
         gpu_ids = None if not on_gpu else ("all" if chosen == every else ",".join(map(str, chosen)) or None)
         machines = self.machines.value
+        extra = dict(self._base.extra)
+        chosen_engine = self.engines.get(self.engine.value)
+        if chosen_engine is not None:
+            section = chosen_engine.form.section
+            extra[section] = chosen_engine.section(self._base.extra.get(section))
         return dataclasses.replace(
             self._base,
-            distributed_type=None,
+            distributed_type=None if chosen_engine is None else chosen_engine.form.distributed_type,
+            extra=extra,
             use_cpu=not on_gpu,
             gpu_ids=gpu_ids,
             num_processes=self.processes.value * machines,
@@ -310,8 +345,9 @@ class ConfigPicker(w.VBox):
         lines += [f"<span style='color:#b00020'>⚠ {html.escape(p)}</span>" for p in self._problems]
         if config is not None:
             where = "CPU" if config.use_cpu else f"GPU ({config.gpu_ids or 'all'})"
-            lines.append(f"<span style='color:#1b5e20'>✓ {config.num_processes} process(es) on {where}, mixed "
-                         f"precision {config.mixed_precision}</span>")
+            engine = "" if self.engine.value == _DDP else f", {ENGINES[self.engine.value].title}"
+            lines.append(f"<span style='color:#1b5e20'>✓ {config.num_processes} process(es) on {where}{engine}, "
+                         f"mixed precision {config.mixed_precision}</span>")
         self.message.value = "<br>".join(lines)
 
     # ----------------------------------------------------------------- buttons

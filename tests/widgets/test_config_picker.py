@@ -205,3 +205,94 @@ def test_resolve_config_of_an_invalid_picker_raises_its_problems() -> None:
     with pytest.raises(ConfigError) as info:
         resolve_config(picker)
     assert info.value.problems == picker.problems
+
+
+def test_choosing_fsdp_shows_its_section_and_writes_accelerates_keys(tmp_path: Path) -> None:
+    picker = ConfigPicker(cpu_count=4, gpus=[], path=tmp_path / "c.yaml")
+    fsdp = picker.engines["FSDP"]
+    assert fsdp.layout.display == "none" and picker.engines["DEEPSPEED"].layout.display == "none"
+    picker.processes.value = 2
+    picker.engine.value = "FSDP"
+    assert fsdp.layout.display is None and picker.engines["DEEPSPEED"].layout.display == "none"
+    assert [v for _, v in fsdp.controls["fsdp_sharding_strategy"].options] == ["FULL_SHARD", "SHARD_GRAD_OP",
+                                                                              "NO_SHARD", "HYBRID_SHARD"]
+    assert fsdp.controls["fsdp_auto_wrap_policy"].value is None  # automatic: named classes, else _no_split_modules
+    fsdp.controls["fsdp_sharding_strategy"].value = "SHARD_GRAD_OP"
+    fsdp.controls["fsdp_transformer_layer_cls_to_wrap"].value = "LlamaDecoderLayer"
+    fsdp.controls["fsdp_cpu_ram_efficient_loading"].value = True
+    assert fsdp.controls["fsdp_min_num_params"].layout.display == "none"  # only for size-based wrapping
+    config = picker.config
+    assert config.distributed_type == "FSDP" and "FSDP" in picker.message.value
+    section = config.extra["fsdp_config"]
+    assert section["fsdp_sharding_strategy"] == "SHARD_GRAD_OP" and section["fsdp_state_dict_type"] == "SHARDED_STATE_DICT"
+    assert section["fsdp_transformer_layer_cls_to_wrap"] == "LlamaDecoderLayer"
+    assert "fsdp_min_num_params" not in section and "fsdp_auto_wrap_policy" not in section
+    assert config.fsdp_plugin_kwargs is not None and config.fsdp_plugin_kwargs["cpu_ram_efficient_loading"] is True
+    fsdp.controls["fsdp_auto_wrap_policy"].value = "SIZE_BASED_WRAP"
+    assert fsdp.controls["fsdp_transformer_layer_cls_to_wrap"].layout.display == "none"
+    assert picker.config.extra["fsdp_config"]["fsdp_min_num_params"] == 100_000_000
+    assert "fsdp_transformer_layer_cls_to_wrap" not in picker.config.extra["fsdp_config"]
+    written = picker.save()
+    assert load_config(written).fsdp_plugin_kwargs == picker.config.fsdp_plugin_kwargs
+
+
+def test_fsdp_problems_come_from_the_table_all_at_once(tmp_path: Path) -> None:
+    picker = ConfigPicker(cpu_count=4, gpus=[])
+    picker.engine.value = "FSDP"
+    picker.engines["FSDP"].controls["fsdp_transformer_layer_cls_to_wrap"].value = "Llama Layer, 3x"
+    picker.engines["FSDP"].controls["fsdp_auto_wrap_policy"].value = "SIZE_BASED_WRAP"
+    picker.engines["FSDP"].controls["fsdp_min_num_params"].value = -5
+    picker.engines["FSDP"].controls["fsdp_auto_wrap_policy"].value = "TRANSFORMER_BASED_WRAP"
+    picker.engines["FSDP"].controls["fsdp_auto_wrap_policy"].value = "SIZE_BASED_WRAP"
+    assert any("fsdp_config.fsdp_min_num_params: got -5" in p for p in picker.problems)
+    picker.engines["FSDP"].controls["fsdp_auto_wrap_policy"].value = "TRANSFORMER_BASED_WRAP"
+    assert any("fsdp_transformer_layer_cls_to_wrap" in p and "allowed: module class names" in p
+               for p in picker.problems)
+    with pytest.raises(ConfigError, match="fsdp_transformer_layer_cls_to_wrap"):
+        picker.config  # noqa: B018
+
+
+def test_loading_an_accelerate_fsdp_file_fills_the_section(tmp_path: Path) -> None:
+    path = tmp_path / "fsdp.yaml"
+    path.write_text("distributed_type: FSDP\nnum_processes: 2\nuse_cpu: true\nfsdp_config:\n"
+                    "  fsdp_sharding_strategy: 1\n  fsdp_backward_prefetch_policy: BACKWARD_POST\n"
+                    "  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer\n  fsdp_use_orig_params: true\n")
+    picker = ConfigPicker(path, cpu_count=4, gpus=[])
+    fsdp = picker.engines["FSDP"]
+    assert picker.engine.value == "FSDP"
+    assert fsdp.controls["fsdp_sharding_strategy"].value == "FULL_SHARD"  # accelerate's number, shown by name
+    assert fsdp.controls["fsdp_backward_prefetch"].value == "BACKWARD_POST"  # the older key, read as an alias
+    section = picker.config.extra["fsdp_config"]
+    assert section["fsdp_use_orig_params"] is True and "fsdp_backward_prefetch_policy" not in section
+    assert load_config(path).fsdp_plugin_kwargs.items() <= picker.config.fsdp_plugin_kwargs.items()
+
+
+def test_deepspeed_section_hides_what_a_json_file_owns(tmp_path: Path) -> None:
+    picker = ConfigPicker(cpu_count=4, gpus=[])
+    picker.processes.value = 2
+    picker.engine.value = "DEEPSPEED"
+    ds = picker.engines["DEEPSPEED"]
+    assert ds.layout.display is None and picker.engines["FSDP"].layout.display == "none"
+    assert [v for _, v in ds.controls["zero_stage"].options] == [0, 1, 2, 3]
+    ds.controls["zero_stage"].value = 1
+    ds.controls["offload_param_device"].value = "cpu"
+    assert any("deepspeed_config.offload_param_device" in p and "needs zero_stage 3" in p for p in picker.problems)
+    ds.controls["zero_stage"].value = 3
+    assert picker.problems == [] and picker.config.extra["deepspeed_config"]["zero_stage"] == 3
+    assert "DeepSpeed" in picker.message.value
+    json_file = tmp_path / "ds.json"
+    json_file.write_text('{"zero_optimization": {"stage": 2}}')
+    ds.controls["deepspeed_config_file"].value = str(json_file)
+    assert ds.controls["zero_stage"].layout.display == "none"
+    section = picker.config.extra["deepspeed_config"]
+    assert section["deepspeed_config_file"] == str(json_file) and "zero_stage" not in section
+    ds.controls["deepspeed_config_file"].value = str(tmp_path / "missing.json")
+    assert any("cannot read the DeepSpeed JSON" in p for p in picker.problems)
+
+
+def test_switching_back_to_ddp_keeps_the_sections_unused() -> None:
+    picker = ConfigPicker(cpu_count=4, gpus=[])
+    picker.processes.value = 2
+    picker.engine.value = "FSDP"
+    picker.engine.value = "DDP"
+    assert picker.config.distributed_type == "MULTI_CPU" and picker.engines["FSDP"].layout.display == "none"
