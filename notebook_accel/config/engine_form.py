@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from notebook_accel.config import deepspeed as _ds
+from notebook_accel.config.choices import DistributedType
 from notebook_accel.config import fsdp as _fsdp
 
 __all__ = ["FormField", "EngineForm", "ENGINES", "engine_of"]
@@ -66,7 +67,7 @@ class EngineForm:
         file_keys: the table's file key -> plugin field map (two keys for one field are aliases).
     """
 
-    distributed_type: str
+    distributed_type: DistributedType
     title: str
     section: str
     fields: tuple[FormField, ...]
