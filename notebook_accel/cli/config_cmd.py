@@ -7,6 +7,7 @@ from pathlib import Path
 
 from notebook_accel import hardware
 from notebook_accel.cli.common import EXIT_OK, UsageError
+from notebook_accel.cli.engine_questions import ask_engine
 from notebook_accel.cli.questions import ask, ask_choice, ask_int
 from notebook_accel.config import Config, default_config_path, save_config
 from notebook_accel.config.machine import config_for_machine, precision_choices
@@ -47,7 +48,8 @@ def configure(args: argparse.Namespace) -> int:
         config = interview(gpus, hardware.cpu_count())
     save_config(config, path)
     devices = "CPU" if config.use_cpu else "GPU"
-    print(f"Saved the config to {path} ({config.num_processes} process(es) on {devices}, mixed precision "
+    engine = f", {config.distributed_type}" if config.distributed_type in ("FSDP", "DEEPSPEED") else ""
+    print(f"Saved the config to {path} ({config.num_processes} process(es) on {devices}{engine}, mixed precision "
           f"{config.mixed_precision}).")
     return EXIT_OK
 
@@ -95,5 +97,7 @@ def interview(gpus: list[GpuInfo], cpus: int) -> Config:
     choices = precision_choices([] if use_cpu else gpus)
     mixed = ask_choice("Mixed precision", choices, "no")
     steps = ask_int("Gradient accumulation steps", 1, 1)
+    engine, sections = ask_engine() if per_machine * machines > 1 else (None, {})
     return Config(num_processes=per_machine * machines, num_machines=machines, use_cpu=use_cpu, gpu_ids=gpu_ids,
-                  mixed_precision=mixed, gradient_accumulation_steps=steps, **multi)  # type: ignore[arg-type]
+                  mixed_precision=mixed, gradient_accumulation_steps=steps, distributed_type=engine,
+                  extra=sections, **multi)  # type: ignore[arg-type]

@@ -82,8 +82,8 @@ def test_config_default_goes_to_the_default_location(env: dict[str, str], tmp_pa
 
 def test_config_questions_with_answers_and_a_wrong_one(env: dict[str, str], tmp_path: Path) -> None:
     target = tmp_path / "c.yaml"
-    # machines, port, processes (a wrong answer first), precision, accumulation
-    answers = "\n0\nmany\n2\nbf16\n4\n"
+    # machines, port, processes (a wrong answer first), precision, accumulation, engine
+    answers = "\n0\nmany\n2\nbf16\n4\n\n"  # ... and the engine: DDP
     result = cli(env, "config", "--config_file", str(target), stdin=answers)
     assert result.returncode == 0, result.stderr
     assert "'many' is not a whole number" in result.stdout
