@@ -99,5 +99,6 @@ def interview(gpus: list[GpuInfo], cpus: int) -> Config:
     steps = ask_int("Gradient accumulation steps", 1, 1)
     engine, sections = ask_engine() if per_machine * machines > 1 else (None, {})
     return Config(num_processes=per_machine * machines, num_machines=machines, use_cpu=use_cpu, gpu_ids=gpu_ids,
-                  mixed_precision=mixed, gradient_accumulation_steps=steps, distributed_type=engine,
-                  extra=sections, **multi)  # type: ignore[arg-type]
+                  mixed_precision=mixed,  # type: ignore[arg-type]  # one of precision_choices
+                  gradient_accumulation_steps=steps, distributed_type=engine, extra=sections,
+                  **multi)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from notebook_accel.cli.questions import ask, ask_choice
+from notebook_accel.config.choices import DistributedType
 from notebook_accel.config.engine_form import ENGINES, EngineForm, FormField
 
 __all__ = ["ask_engine"]
@@ -62,7 +63,7 @@ def ask_section(form: EngineForm) -> dict[str, Any]:
     return form.section_values(values)
 
 
-def ask_engine() -> tuple[str | None, dict[str, Any]]:
+def ask_engine() -> tuple[DistributedType | None, dict[str, Any]]:
     """Ask which engine to run and its settings: ``(distributed_type or None for DDP, extra sections)``.
 
     Raises:
