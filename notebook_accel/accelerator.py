@@ -26,6 +26,7 @@ from notebook_accel import ops
 from notebook_accel.arguments import check_accelerator_arguments
 from notebook_accel.compat_methods import CompatMethods
 from notebook_accel.data import PreparedDataLoader, prepare_data_loader, skip_first_batches
+from notebook_accel.engine_label import report_engine
 from notebook_accel.model import no_sync, prepare_model, unwrap_model
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.optimizer import AcceleratedOptimizer
@@ -128,6 +129,7 @@ class Accelerator(CompatMethods, ProcessFacade):
 
         self._trackers = TrackerHub(log_with=log_with, logging_dir=self.project_configuration.logging_dir,
                                     is_main_process=self.is_main_process, rank=self.process_index)
+        report_engine(self)  # the dashboard header names the engine that runs
 
     def __repr__(self) -> str:
         return f"Accelerator({self.state!r}, mixed_precision={self.mixed_precision!r})"

@@ -23,6 +23,7 @@ __all__ = [
     "Failed",
     "Exited",
     "Saved",
+    "EngineReady",
     "Event",
     "RunInfo",
     "RunOutcome",
@@ -128,7 +129,16 @@ class Saved:
     step: int = 0
 
 
-Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved]
+@dataclass(frozen=True)
+class EngineReady:
+    """The main process's Accelerator has decided how it trains: ``engine`` names it (``"DDP"``,
+    ``"FSDP FULL_SHARD"``, ``"DeepSpeed ZeRO-3 (offload: optimizer)"``; see :mod:`notebook_accel.engine_label`)."""
+
+    rank: int
+    engine: str
+
+
+Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady]
 
 
 @dataclass(frozen=True)
@@ -136,7 +146,8 @@ class RunInfo:
     """What is being launched, given to :meth:`Sink.start`.
 
     ``log_dir`` is the run's folder holding each local rank's whole output in ``rank<N>.log`` (empty when output
-    is not kept, e.g. ``num_processes=1``, whose output goes straight to the cell).
+    is not kept, e.g. ``num_processes=1``, whose output goes straight to the cell). ``engine`` is the engine the
+    launch config names; the main process's :class:`EngineReady` replaces it once its Accelerator has decided.
     """
 
     num_processes: int
@@ -146,6 +157,7 @@ class RunInfo:
     mixed_precision: str = "no"
     start_time: float = 0.0
     log_dir: str = ""  # the folder with every rank's full output (``rank<N>.log``); "" when not kept
+    engine: str = ""  # what the launch config asks for ("DDP", "FSDP FULL_SHARD"...); "" when it says nothing
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from notebook_accel.events import Event, Exited, Failed, Finished, RunInfo, RunOutcome, Started
+from notebook_accel.events import EngineReady, Event, Exited, Failed, Finished, RunInfo, RunOutcome, Started
 from notebook_accel.widgets import views
 from notebook_accel.widgets.plots import CurvePlot
 from notebook_accel.widgets.snapshot import StaticResult
@@ -40,7 +40,7 @@ from notebook_accel.widgets.svg import curves_svg
 
 __all__ = ["Dashboard"]
 
-_URGENT = (Started, Finished, Failed, Exited)
+_URGENT = (Started, Finished, Failed, Exited, EngineReady)
 _BAR_STYLES = {"finished": "success", "failed": "danger", "timeout": "danger", "interrupted": "warning"}
 
 

@@ -38,10 +38,12 @@ def format_duration(seconds: float | None) -> str:
 
 
 def _headline(state: RunState, elapsed: float) -> str:
-    """``train: finished in 00:12 (2 processes, gloo)``."""
+    """``train: finished in 00:12 (2 processes, gloo, FSDP FULL_SHARD)``."""
     info = state.info
     noun = "process" if info.num_processes == 1 else "processes"
-    return f"{info.function_name}: {state.status} in {format_duration(elapsed)} ({info.num_processes} {noun}, {info.backend})"
+    engine = f", {state.engine}" if state.engine else ""
+    return (f"{info.function_name}: {state.status} in {format_duration(elapsed)} ({info.num_processes} {noun}, "
+            f"{info.backend}{engine})")
 
 
 def _last_output(state: RunState, count: int = SNAPSHOT_LOG_LINES) -> list[str]:

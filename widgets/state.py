@@ -25,6 +25,7 @@ from notebook_accel.events import (
     RunInfo,
     RunOutcome,
     Started,
+    EngineReady,
 )
 from notebook_accel.terminal import strip_ansi
 from notebook_accel.widgets.progress_model import ProgressState, RunProgress
@@ -168,6 +169,7 @@ class RunState:
         self.metrics_version = 0  # bumped when a series changes
         self.logs_version = 0  # bumped when output lines arrive
         self.main_rank = 0  # the rank whose output fills the main log pane; its metrics carry no suffix
+        self.engine = info.engine  # the launch config's engine until the main process names the one that runs
         self._heard_from_a_rank = False
         self._now = 0.0
 
@@ -204,6 +206,8 @@ class RunState:
             self._failed(event)  # type: ignore[arg-type]
         elif kind is Exited:
             self._exited(event)  # type: ignore[arg-type]
+        elif kind is EngineReady and event.rank == self.main_rank:
+            self.engine = event.engine  # type: ignore[union-attr]
 
     def finish(self, outcome: RunOutcome) -> None:
         """Record how the run ended; ranks still marked running are marked stopped (or failed if named)."""

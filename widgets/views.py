@@ -33,7 +33,7 @@ def _badge(status: str) -> str:
 
 
 def header_html(state: RunState, elapsed: float) -> str:
-    """``train · running · 00:12 · 2 processes · gloo``."""
+    """``train · running · 00:12 · 2 processes · gloo · FSDP FULL_SHARD``."""
     info = state.info
     noun = "process" if info.num_processes == 1 else "processes"
     bits = [
@@ -43,6 +43,8 @@ def header_html(state: RunState, elapsed: float) -> str:
         f"{info.num_processes} {noun}",
         html.escape(info.backend),
     ]
+    if state.engine:
+        bits.append(f"<b>{html.escape(state.engine)}</b>")
     if info.mixed_precision not in ("no", ""):
         bits.append(html.escape(info.mixed_precision))
     return '<div style="font-family:sans-serif;font-size:13px">' + " &middot; ".join(bits) + "</div>"

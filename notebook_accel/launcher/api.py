@@ -13,6 +13,7 @@ from notebook_accel.config import Config, resolve_config
 from notebook_accel.environment import LaunchEnvironment, restart_variables
 from notebook_accel.errors import LaunchError
 from notebook_accel.events import RunInfo, Sink
+from notebook_accel.engine_label import config_engine
 from notebook_accel.fsdp.plugin import fsdp_launch_value
 from notebook_accel.launcher import compat, preflight
 from notebook_accel.launcher.background import BackgroundRun, RecordingTee, check_can_start
@@ -269,7 +270,8 @@ def notebook_launcher(
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
     plan = _Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
-                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv.join_timeout, block, fsdp)
+                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv.join_timeout, block, fsdp,
+                 config_engine(resolved, len(devices) * nodes))
     resume: str | None = None
     for attempt in range(restarts + 1):
         try:
@@ -312,6 +314,7 @@ class _Plan:
     join_timeout: float
     block: bool
     fsdp: str | None
+    engine: str = ""  # the engine the launch config names, for the header ("" without a config)
 
 
 def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any:
@@ -335,7 +338,8 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
         name = _function_name(plan.function)
         folder = None if plan.in_process else create_run_folder(name)
         sink.start(RunInfo(local, tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
-                           plan.precision or "no", time.time(), "" if folder is None else display_path(folder)))
+                           plan.precision or "no", time.time(), "" if folder is None else display_path(folder),
+                           plan.engine))
         if plan.in_process:
             return run_in_process(plan.function, plan.args, envs[0], sink, plan.limit, start)
         warm_kernel(plan.backend)

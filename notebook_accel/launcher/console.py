@@ -21,7 +21,8 @@ import sys
 import time
 from typing import Callable, Literal, TextIO
 
-from notebook_accel.events import Event, Log, Metrics, Progress, RunInfo, RunOutcome
+from notebook_accel.engine_label import PLAIN_ENGINES
+from notebook_accel.events import EngineReady, Event, Log, Metrics, Progress, RunInfo, RunOutcome
 from notebook_accel.terminal import strip_ansi
 
 __all__ = ["ConsoleSink", "TerminalOutput", "describe_launch"]
@@ -35,6 +36,8 @@ def describe_launch(info: RunInfo) -> str:
         'Launching 2 processes on CPU (gloo)'
         >>> describe_launch(RunInfo(2, ("cuda:0", "cuda:1"), "nccl", "train", mixed_precision="bf16"))
         'Launching 2 processes on 2 GPUs [0, 1] (nccl), mixed precision bf16'
+        >>> describe_launch(RunInfo(2, ("cpu", "cpu"), "gloo", "train", engine="FSDP FULL_SHARD"))
+        'Launching 2 processes on CPU (gloo), FSDP FULL_SHARD'
     """
     count = f"{info.num_processes} process" + ("es" if info.num_processes != 1 else "")
     gpus = [int(d.split(":")[1]) for d in info.devices if d.startswith("cuda:")]
@@ -43,6 +46,8 @@ def describe_launch(info: RunInfo) -> str:
         text = f"Running {info.function_name} in this process on {where} (num_processes=1: no fork)"
     else:
         text = f"Launching {count} on {where} ({info.backend})"
+    if info.engine:
+        text += f", {info.engine}"
     if info.mixed_precision not in ("", "no"):
         text += f", mixed precision {info.mixed_precision}"
     return text
@@ -165,6 +170,7 @@ class ConsoleSink:
         self._progress_start: dict[str, tuple[float, int]] = {}
         self._out = TerminalOutput()
         self._log_dir = ""
+        self._engine = ""
 
     def _write(self, stream: TextIO, text: str) -> None:
         """Write whole lines and flush, so they reach the cell or terminal now (under the live area)."""
@@ -173,6 +179,7 @@ class ConsoleSink:
     def start(self, info: RunInfo) -> None:
         """Print what is launched, and where the output of every rank is kept."""
         self._log_dir = info.log_dir
+        self._engine = info.engine
         where = f"; every rank's output is kept in {info.log_dir}/" if info.log_dir else ""
         self._write(sys.stdout, describe_launch(info) + where)
 
@@ -184,6 +191,15 @@ class ConsoleSink:
             self._progress(event)
         elif isinstance(event, Metrics) and event.rank == self.main_rank:
             self._metrics(event)
+        elif isinstance(event, EngineReady) and event.rank == self.main_rank:
+            self._engine_line(event.engine)
+
+    def _engine_line(self, engine: str) -> None:
+        """``Engine: FSDP FULL_SHARD`` when the Accelerator runs another engine than the launch line said (plain
+        DDP after a launch line that named none goes without saying)."""
+        if engine != self._engine and (self._engine or engine not in PLAIN_ENGINES):
+            self._write(sys.stdout, f"Engine: {engine}")
+        self._engine = engine
 
     def _log(self, event: Log) -> None:
         """Main process: as written. Others: stderr prefixed; stdout only with ``show_all_ranks``."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from notebook_accel.events import Exited, Failed, Finished, Log, Metrics, Progress, RunInfo, RunOutcome, Started, Sink
+from notebook_accel.events import EngineReady, Exited, Failed, Finished, Log, Metrics, Progress, RunInfo, RunOutcome, Started, Sink
 from notebook_accel.widgets import Dashboard
 from notebook_accel.widgets import dashboard as dashboard_module
 from notebook_accel.widgets.snapshot import StaticResult
@@ -250,3 +250,12 @@ def test_a_timeout_without_a_failed_event_shows_the_outcome_error() -> None:
     dash.finish(RunOutcome("timeout", 30.0, "the run exceeded timeout=30 s"))
     page = shown.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
     assert "train: timeout in 30.0s" in page and page.count("exceeded timeout=30 s") == 1
+
+
+def test_the_header_names_the_engine_as_soon_as_the_main_process_reports_it() -> None:
+    dash, clock, _ = _dashboard()
+    dash.handle(Metrics(0, 1, {"train/loss": 1.0}, 0.0))  # a redraw: the next one is throttled
+    dash.handle(EngineReady(0, "FSDP FULL_SHARD"))  # no clock advance: urgent, shown at once
+    assert "FSDP FULL_SHARD" in dash.header.value
+    dash.finish(RunOutcome("finished", 1.0))
+    assert "FSDP FULL_SHARD" in dash.header.value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from notebook_accel.events import Failed, Log, Metrics, RunInfo, RunOutcome, Started
+from notebook_accel.events import EngineReady, Failed, Log, Metrics, RunInfo, RunOutcome, Started
 from notebook_accel.widgets import views
 from notebook_accel.widgets.snapshot import StaticResult, format_duration, summary_html, summary_text
 from notebook_accel.widgets.state import RunState
@@ -63,3 +63,17 @@ def test_views_escape_user_text() -> None:
     assert views.progress_text(s)[1].startswith("no progress yet")
     assert "no metrics logged yet" in views.metrics_html(s)
     assert "no output yet" in views.logs_html([], with_rank=False, max_lines=10)
+
+
+def test_the_engine_is_in_the_header_and_the_static_result() -> None:
+    s = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "fit", engine="FSDP FULL_SHARD"))
+    assert "<b>FSDP FULL_SHARD</b>" in views.header_html(s, 1.0)  # the launch config's, before any worker
+    s.apply(EngineReady(1, "what rank 1 thinks"))  # only the main process names it
+    s.apply(EngineReady(0, "DeepSpeed ZeRO-3 (offload: optimizer)"))
+    assert "DeepSpeed ZeRO-3 (offload: optimizer)" in views.header_html(s, 1.0)
+    s.finish(RunOutcome("finished", 3.0))
+    assert summary_text(s, 3.0).splitlines()[0] == "fit: finished in 3.0s (2 processes, gloo, DeepSpeed ZeRO-3 " \
+                                                    "(offload: optimizer))"
+    assert "DeepSpeed ZeRO-3 (offload: optimizer)" in summary_html(s, 3.0)
+    plain = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "fit"))
+    assert "<b>" not in views.header_html(plain, 1.0).split("&middot;", 1)[1]  # no engine named: nothing shown
