@@ -64,3 +64,15 @@ def test_another_world_size_is_refused_by_default_and_changes_nothing(tmp_path: 
         assert "CheckpointError" in out["error"] and f"saved by 2 process(es), this run has {processes}" in out["error"]
         assert "allow_world_size_change=True" in out["error"] and "RNG streams" in out["error"]
         assert out["unchanged"] and out["optimizer_state"] == 0
+
+
+@pytest.mark.timeout(240)
+def test_a_plain_checkpoint_is_not_read_as_fsdp(tmp_path: Path) -> None:
+    from tests.fsdp import workers
+
+    directory = str(tmp_path / "ddp")
+    launch(2, workers.resume, None, directory, False)  # DDP: pytorch_model.bin, optimizer keyed by position
+    out = launch(2, reshard_workers.load, directory, "SHARDED_STATE_DICT", False)
+    assert "model 0 (FSDPTinyNet) is stored as 'pytorch_model.bin' in the checkpoint" in out["error"]
+    assert "save and load with the same FSDP setting" in out["error"]
+    assert out["unchanged"] and out["optimizer_state"] == 0
