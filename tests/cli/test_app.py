@@ -68,8 +68,8 @@ def test_interview_on_a_gpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_interview_for_two_machines(monkeypatch: pytest.MonkeyPatch) -> None:
-    # device, machines, rank, ip, port, backend, gpus, processes, precision, accumulation
-    _stdin(monkeypatch, "\n2\n1\n10.0.0.1\n\nc10d\n\n\nbf16\n2\n")
+    # device, machines, rank, ip, port, backend, gpus, processes, precision, accumulation, engine
+    _stdin(monkeypatch, "\n2\n1\n10.0.0.1\n\nc10d\n\n\nbf16\n2\n\n")
     config = interview(A100, 8)
     assert (config.num_processes, config.num_machines, config.machine_rank) == (4, 2, 1)
     assert (config.main_process_ip, config.main_process_port, config.rdzv_backend) == ("10.0.0.1", 29500, "c10d")
