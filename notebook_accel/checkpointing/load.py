@@ -198,6 +198,7 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     loaders' positions and the RNG streams are per rank and cannot be mapped onto other ranks, so such a resume
     is not exact. With the option, everything else is restored (FSDP shards resharded by
     ``torch.distributed.checkpoint``; the same checks run first), and the loaders and RNGs keep this run's state.
+    With the same number of processes the option changes nothing: everything is restored.
 
     Args:
         accelerator: the Accelerator to restore into.

@@ -139,3 +139,11 @@ def test_hybrid_shard_on_a_two_by_two_mesh_trains_like_ddp() -> None:
     full = ddp["param_bytes"][0]
     # shards within a "machine" of 2, replicated across the 2 "machines": each rank holds half, the run twice
     assert sum(hybrid["param_bytes"]) == 2 * full and max(hybrid["param_bytes"]) <= 0.51 * full
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("policy", ["fp16", {"param_dtype": "bf16", "reduce_dtype": "fp32"}])
+def test_plugin_precision_policies_train_close_to_fp32(policy: Any, ddp: dict[str, Any]) -> None:
+    run = launch("FULL_SHARD", options={"mixed_precision_policy": policy})
+    assert run["weights"]["head.weight"] != ddp["weights"]["head.weight"]  # low precision really ran
+    torch.testing.assert_close(torch.tensor(run["losses"]), torch.tensor(ddp["losses"]), rtol=0.1, atol=0.05)
