@@ -47,22 +47,18 @@ def save(directory: str, state_dict_type: str = "SHARDED_STATE_DICT") -> dict[st
 
 
 def load(directory: str, state_dict_type: str = "SHARDED_STATE_DICT", allow: bool = True) -> dict[str, Any]:
-    """A fresh model (other seed) loads ``directory``; the state loaded, then one more step works on every rank.
-
-    With ``allow=False`` the default load is tried: the error and whether anything changed come back.
+    """A fresh model (other seed) loads ``directory`` (``allow``: with ``allow_world_size_change``); the state
+    loaded, then one more step works on every rank. A refused load returns its error and whether anything changed.
     """
     accelerator, model, optimizer, loader = _prepared(state_dict_type, 1)
-    if not allow:
-        before = accelerator.get_state_dict(model)
-        try:
-            accelerator.load_state(directory)
-        except Exception as e:  # noqa: BLE001 - the test reads the message
-            after = accelerator.get_state_dict(model)
-            return {"error": f"{type(e).__name__}: {e}", "optimizer_state": len(optimizer.state),
-                    "unchanged": all(torch.equal(before[k], after[k]) for k in before)}
-        return {"error": None}
+    before = accelerator.get_state_dict(model)
     rng = torch.get_rng_state()
-    accelerator.load_state(directory, allow_world_size_change=True)
+    try:
+        accelerator.load_state(directory, allow_world_size_change=allow)
+    except Exception as e:  # noqa: BLE001 - the test reads the message
+        after = accelerator.get_state_dict(model)
+        return {"error": f"{type(e).__name__}: {e}", "optimizer_state": len(optimizer.state),
+                "unchanged": all(torch.equal(before[k], after[k]) for k in before)}
     out = _state(accelerator, model, optimizer)
     out["rng_kept"] = torch.equal(rng, torch.get_rng_state())
     out["loss"] = _steps(accelerator, model, optimizer, iter(loader), 1)[0]

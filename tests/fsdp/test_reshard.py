@@ -76,3 +76,16 @@ def test_a_plain_checkpoint_is_not_read_as_fsdp(tmp_path: Path) -> None:
     assert "model 0 (FSDPTinyNet) is stored as 'pytorch_model.bin' in the checkpoint" in out["error"]
     assert "save and load with the same FSDP setting" in out["error"]
     assert out["unchanged"] and out["optimizer_state"] == 0
+
+
+@pytest.mark.timeout(240)
+def test_a_damaged_shard_is_refused_before_resharding(tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    launch(2, reshard_workers.save, str(directory))
+    shard = directory / "optimizer_0_rank1_0.distcp"  # a file no rank of a 1-process run calls its own
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    out = launch(1, reshard_workers.load, str(directory))
+    assert "optimizer_0_rank1_0.distcp: SHA-256 differs" in out["error"]
+    assert out["unchanged"] and out["optimizer_state"] == 0
