@@ -20,7 +20,7 @@ def ask(prompt: str, default: str | None, parse: Callable[[str], T]) -> T:
     Raises:
         UsageError: stdin ended, or five bad answers in a row.
     """
-    shown = f" [{default}]" if default is not None else ""
+    shown = f" [{default}]" if default else ""  # an empty default (optional text) shows no brackets
     for _ in range(_MAX_TRIES):
         try:
             answer = input(f"{prompt}{shown}: ").strip()
