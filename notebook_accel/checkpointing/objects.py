@@ -20,7 +20,6 @@ import torch
 from notebook_accel.checkpointing.errors import CheckpointError, UnregistrableError
 from notebook_accel.checkpointing.manifest import Entry, Kind
 from notebook_accel.checkpointing.rng import capture_rng_state, check_rng_state, restore_rng_state
-from notebook_accel.model import is_sharded
 
 __all__ = ["Saved", "check_registrable", "collect"]
 
@@ -202,40 +201,21 @@ def _plain(label: str, kind: Kind, index: int, file: str, obj: Any, type_name: s
     return Saved(entry, obj.state_dict, check or _dict_check(f"{label} ({entry.type_name})"), obj.load_state_dict)
 
 
-class _FsdpObjects:
-    """The checkpoint objects of sharded (FSDP) models and their optimizers, in the plugin's state_dict_type."""
-
-    def __init__(self, accelerator: Any) -> None:
-        from notebook_accel.fsdp import checkpoint  # imports FSDP: only when a model is sharded
-
-        self.checkpoint = checkpoint
-        plugin = getattr(accelerator, "fsdp_plugin", None)
-        self.layout = str(getattr(plugin, "state_dict_type", "SHARDED_STATE_DICT"))
-
-    def model(self, model: torch.nn.Module, index: int) -> Saved:
-        """The checkpoint object of sharded model ``index``."""
-        return self.checkpoint.fsdp_objects(model, None, index, self.layout)
-
-    def optimizer(self, optimizer: Any, models: list[torch.nn.Module], index: int) -> Saved | None:
-        """The checkpoint object of optimizer ``index`` when it trains a sharded model, else ``None``."""
-        owner = self.checkpoint.owning_model(optimizer, models)
-        return None if owner is None else self.checkpoint.fsdp_objects(owner, optimizer, index, self.layout)
-
-
 def collect(accelerator: Any) -> list[Saved]:
     """Every object a checkpoint of ``accelerator`` holds, in a fixed order (RNG last, so it is restored last)."""
     out: list[Saved] = []
     models = list(getattr(accelerator, "_models", []))
-    fsdp = _FsdpObjects(accelerator) if any(is_sharded(m) for m in models) else None
+    engine = getattr(accelerator, "engine", None)
     for i, model in enumerate(models):
-        if fsdp is not None and is_sharded(model):
-            out.append(fsdp.model(model, i))
+        saved = engine.checkpoint_model(model, i) if engine is not None else None
+        if saved is not None:  # the engine's own format (FSDP shards, DeepSpeed's checkpoint)
+            out.append(saved)
             continue
         inner = accelerator.unwrap_model(model)
         entry = Entry("model", i, _indexed("pytorch_model", "bin", i), type(inner).__name__)
         out.append(Saved(entry, inner.state_dict, _model_check(inner, entry.label()), inner.load_state_dict))
     for i, opt in enumerate(getattr(accelerator, "_optimizers", [])):
-        saved = fsdp.optimizer(_inner(opt, "optimizer"), models, i) if fsdp is not None else None
+        saved = engine.checkpoint_optimizer(_inner(opt, "optimizer"), models, i) if engine is not None else None
         if saved is not None:
             out.append(saved)
             continue
