@@ -159,8 +159,8 @@ class DeepSpeedEngine(DDPEngine):
 
     def _config(self, loaders: Sequence[PreparedDataLoader]) -> dict[str, Any]:
         """The plugin's config with its ``"auto"`` values filled from this Accelerator."""
-        batch = next((getattr(loader, "batch_size", None) for loader in reversed(loaders)
-                      if getattr(loader, "batch_size", None)), None)
+        totals = [loader.total_batch_size for loader in loaders if loader.total_batch_size]
+        batch = totals[0] // self.state.num_processes if totals else None  # the first loader is the training one
         clip = self.plugin.gradient_clipping
         return fill_auto(self.plugin.deepspeed_config, micro_batch=batch, accumulation=self.gradient_state.num_steps,
                          world_size=self.state.num_processes, clipping=clip, mixed_precision=self.mixed_precision)
@@ -217,11 +217,11 @@ class DeepSpeedEngine(DDPEngine):
         """DeepSpeed's own checkpoint of the engine (model and optimizer states) inside ours."""
         from notebook_accel.deepspeed.checkpoint import engine_checkpoint
 
-        return engine_checkpoint(model, index, self.state.num_processes) if self._is_wrapped(model) else None
+        return engine_checkpoint(model, index) if self._is_wrapped(model) else None
 
     def checkpoint_optimizer(self, optimizer: torch.optim.Optimizer, models: list[torch.nn.Module],
                              index: int) -> Saved | None:
         """The optimizer's part of DeepSpeed's checkpoint (written and loaded with the model's)."""
         from notebook_accel.deepspeed.checkpoint import optimizer_checkpoint
 
-        return optimizer_checkpoint(optimizer, index) if self.wrapped is not None else None
+        return optimizer_checkpoint(self.wrapped, optimizer, index) if self.wrapped is not None else None
