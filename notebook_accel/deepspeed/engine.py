@@ -161,9 +161,14 @@ class DeepSpeedEngine(DDPEngine):
         """The plugin's config with its ``"auto"`` values filled from this Accelerator."""
         totals = [loader.total_batch_size for loader in loaders if loader.total_batch_size]
         batch = totals[0] // self.state.num_processes if totals else None  # the first loader is the training one
-        clip = self.plugin.gradient_clipping
-        return fill_auto(self.plugin.deepspeed_config, micro_batch=batch, accumulation=self.gradient_state.num_steps,
-                         world_size=self.state.num_processes, clipping=clip, mixed_precision=self.mixed_precision)
+        config = fill_auto(self.plugin.deepspeed_config, micro_batch=batch, accumulation=self.gradient_state.num_steps,
+                           world_size=self.state.num_processes, clipping=self.plugin.gradient_clipping,
+                           mixed_precision=self.mixed_precision)
+        zero = config.get("zero_optimization") or {}
+        offloaded = any((zero.get(k) or {}).get("device", "none") != "none" for k in ("offload_optimizer", "offload_param"))
+        if offloaded:  # the torch optimizer steps on CPU (DeepSpeedCPUAdam needs a JIT-compiled C++ op)
+            config.setdefault("zero_force_ds_cpu_optimizer", False)
+        return config
 
     def backward(self, loss: torch.Tensor, gradient_state: GradientState, scaler: Any, **kwargs: Any) -> None:
         """``engine.backward(loss)`` (DeepSpeed divides by the accumulation steps), then ``engine.step()`` on the

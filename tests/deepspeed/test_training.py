@@ -45,7 +45,7 @@ def test_each_zero_stage_trains_to_the_ddp_loss(stage: int, ddp: dict[str, Any],
     run = launch(workers.train, {"zero_stage": stage, "gradient_clipping": 0.5}, save_dir=str(tmp_path))
     assert (run["type"], run["engine"], run["stage"], ddp["engine"]) == ("DEEPSPEED", "DEEPSPEED", stage, "DDP")
     assert run["unwrapped"] == "TinyNet" and run["gathered_rows"] == 80
-    assert run["config"]["train_micro_batch_size_per_gpu"] == 2 and run["config"]["gradient_clipping"] == 0.5
+    assert run["config"]["train_micro_batch_size_per_gpu"] == 4 and run["config"]["gradient_clipping"] == 0.5
     assert run["norm"] > 0  # the norm DeepSpeed measured at its last step
     assert_trains_like(run, ddp)
     saved = load_file(run["saved"])  # full weights, gathered under ZeRO-3, loadable with plain safetensors

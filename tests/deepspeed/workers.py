@@ -46,7 +46,7 @@ def train(options: dict[str, Any] | None, accumulation: int = 1, save_dir: str |
             out = model(x)
             loss = torch.nn.functional.mse_loss(out.float(), y)
             accelerator.backward(loss)
-            if accelerator.engine.name != "DEEPSPEED":
+            if accelerator.engine.name != "DEEPSPEED" and accelerator.sync_gradients:
                 accelerator.clip_grad_norm_(model.parameters(), 0.5)
             optimizer.step()
             scheduler.step()
