@@ -301,3 +301,9 @@ def patched_environ(values: Mapping[str, str | None]) -> Iterator[None]:
 def set_var(name: str, value: str) -> None:
     """Set one variable in this process (worker set-up: thread counts, NVML check)."""
     os.environ[name] = value
+
+
+def ensure_local_rank(local_rank: int) -> None:
+    """Set ``LOCAL_RANK`` when it is unset (DeepSpeed reads it, also in a single process started without a
+    launcher); a value the launcher set is kept."""
+    os.environ.setdefault(LOCAL_RANK, str(local_rank))

@@ -20,10 +20,10 @@ import torch
 from notebook_accel.deepspeed.auto import fill_auto
 from notebook_accel.deepspeed.plugin import DeepSpeedPlugin
 from notebook_accel.engines.ddp import DDPEngine
-from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.environment import LaunchEnvironment, ensure_local_rank
 from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.plugins import ConfigurationError
-from notebook_accel.precision import MixedPrecision
+from notebook_accel.precision import MixedPrecision, wrap_forward
 from notebook_accel.state import GradientState, ProcessState
 
 if TYPE_CHECKING:
@@ -102,6 +102,9 @@ class DeepSpeedEngine(DDPEngine):
     def __init__(self, plugin: DeepSpeedPlugin, state: ProcessState, mixed_precision: MixedPrecision,
                  gradient_state: GradientState) -> None:
         super().__init__(state, mixed_precision)
+        if mixed_precision == "fp16" and state.device.type == "cpu":
+            raise ConfigurationError("DeepSpeed on CPU: mixed_precision='fp16' is refused by DeepSpeed ('Type fp16 is "
+                                     "not supported on your device'); use 'bf16' or 'no' on CPU, or run on GPUs")
         self.deepspeed = import_deepspeed()
         self.plugin = plugin
         steps = plugin.deepspeed_config.get("gradient_accumulation_steps")
@@ -115,7 +118,9 @@ class DeepSpeedEngine(DDPEngine):
         """The model, placed; DeepSpeed wraps it in :meth:`finish_prepare` together with its optimizer."""
         if self._is_wrapped(model):
             return model
-        return model.to(self.state.device) if device_placement else model
+        model = model.to(self.state.device) if device_placement else model
+        wrap_forward(model, self.mixed_precision, self.state.device)  # float inputs meet DeepSpeed's bf16 weights
+        return model
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, gradient_state: GradientState,
                           scaler: Any) -> AcceleratedOptimizer:
@@ -150,12 +155,37 @@ class DeepSpeedEngine(DDPEngine):
                                      "was passed to prepare; remove the 'optimizer' section (notebook-accel trains with "
                                      "the torch optimizer you pass)")
         optimizer = optimizers[0].optimizer if optimizers else None
+        self._mark_moe_leaves(models[0])
+        self._ensure_group()
+        ensure_local_rank(self.state.local_process_index)  # DeepSpeed reads LOCAL_RANK, even in one process
         engine, *_ = self.deepspeed.initialize(model=models[0], optimizer=optimizer, config=config,
                                                dist_init_required=False)
         self.wrapped = engine
         if optimizers:
             optimizers[0].engine = engine
         return [engine if o is models[0] else o for o in objects]
+
+    def _ensure_group(self) -> None:
+        """DeepSpeed needs a process group even for one process: form a one-process group in memory then."""
+        if not torch.distributed.is_initialized():
+            backend = "nccl" if self.state.device.type == "cuda" else "gloo"
+            torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
+
+    def _mark_moe_leaves(self, model: torch.nn.Module) -> None:
+        """Make the plugin's MoE layer classes ZeRO-3 leaf modules (their parameters are gathered as one).
+
+        Raises:
+            ConfigurationError: a class name that no submodule of ``model`` has.
+        """
+        names = self.plugin.transformer_moe_cls_names or []
+        if not names or self.plugin.zero_stage != 3:
+            return
+        classes = {type(m).__name__: type(m) for m in model.modules()}
+        missing = [n for n in names if n not in classes]
+        if missing:
+            raise ConfigurationError(f"DeepSpeedPlugin(transformer_moe_cls_names=): {missing} are not classes of "
+                                     f"this model's modules; its classes: {', '.join(sorted(classes))}")
+        self.deepspeed.utils.set_z3_leaf_modules(model, [classes[n] for n in names])
 
     def _config(self, loaders: Sequence[PreparedDataLoader]) -> dict[str, Any]:
         """The plugin's config with its ``"auto"`` values filled from this Accelerator."""

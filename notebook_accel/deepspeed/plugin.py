@@ -42,7 +42,11 @@ class DeepSpeedPlugin:
         zero3_save_16bit_model: under ZeRO-3, ``save_model``/``get_state_dict`` gather the weights in their
             training dtype (always done here; the flag is recorded in the DeepSpeed config for DeepSpeed's own
             ``save_16bit_model``).
-        transformer_moe_cls_names: MoE layer class names (a list, or ``"A,B"``), made ZeRO-3 leaf modules.
+        transformer_moe_cls_names: MoE layer class names (a list, or ``"A,B"``), made ZeRO-3 leaf modules
+            (their parameters are gathered together, as MoE routing needs).
+        is_train_batch_min: accepted for compatibility: the first prepared DataLoader (the training one) gives
+            the micro batch size.
+        enable_msamp, msamp_opt_level: accepted for compatibility; ``enable_msamp=True`` (MS-AMP FP8) is refused.
 
     Attributes:
         deepspeed_config: the DeepSpeed config dict (``"auto"`` values still in it until ``prepare``).
@@ -67,6 +71,9 @@ class DeepSpeedPlugin:
     zero3_init_flag: bool | None = None
     zero3_save_16bit_model: bool | None = None
     transformer_moe_cls_names: Any = None
+    is_train_batch_min: bool = True
+    enable_msamp: bool = False
+    msamp_opt_level: str = "O1"
     deepspeed_config: dict[str, Any] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:

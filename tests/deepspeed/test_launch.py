@@ -4,61 +4,25 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from notebook_accel import notebook_launcher
-from tests.deepspeed import workers
+from notebook_accel.cli.launch_cmd import child_environment
+from notebook_accel.config import Config, load_config
+from notebook_accel.deepspeed import DeepSpeedPlugin
+from notebook_accel.environment import DEEPSPEED
+from tests.deepspeed import needs_deepspeed, workers
+from tests.deepspeed.files import AUTO_JSON, HEADER, ZERO2, ZERO3_OFFLOAD
 
-pytest.importorskip("deepspeed", reason="deepspeed is not installed (pip install notebook-accel[deepspeed])")
+REPO = str(Path(__file__).resolve().parents[2])
 
-HEADER = """compute_environment: LOCAL_MACHINE
-debug: false
-distributed_type: DEEPSPEED
-downcast_bf16: 'no'
-enable_cpu_affinity: false
-machine_rank: 0
-main_training_function: main
-mixed_precision: 'no'
-num_machines: 1
-num_processes: 2
-rdzv_backend: static
-same_network: true
-tpu_env: []
-tpu_use_cluster: false
-tpu_use_sudo: false
-use_cpu: true
-"""
-
-ZERO2 = HEADER + """deepspeed_config:
-  gradient_accumulation_steps: 1
-  gradient_clipping: 0.5
-  offload_optimizer_device: none
-  offload_param_device: none
-  zero3_init_flag: false
-  zero_stage: 2
-"""
-
-ZERO3_OFFLOAD = HEADER + """deepspeed_config:
-  deepspeed_multinode_launcher: standard
-  gradient_accumulation_steps: 1
-  gradient_clipping: 0.5
-  offload_optimizer_device: cpu
-  offload_param_device: cpu
-  zero3_init_flag: true
-  zero3_save_16bit_model: true
-  zero_stage: 3
-"""
-
-AUTO_JSON = {
-    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-    "gradient_clipping": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
-    "zero_optimization": {"stage": 3, "overlap_comm": True, "reduce_bucket_size": "auto",
-                          "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"},
-}
-
+pytestmark = needs_deepspeed
 
 def run(config: Path) -> dict[str, Any]:
     return notebook_launcher(functools.partial(workers.train, None), (), config=str(config), dashboard=False)
@@ -93,3 +57,27 @@ def test_a_deepspeed_json_with_auto_values_runs(tmp_path: Path) -> None:
     assert "gradient_clipping" not in config or config["gradient_clipping"] == 0  # 'auto' with no plugin value
     assert config["bf16"]["enabled"] is False and "reduce_bucket_size" not in config["zero_optimization"]
     assert len(result["losses"]) == 10
+
+
+def test_the_cli_sends_the_plugin_only_for_deepspeed(tmp_path: Path) -> None:
+    path = tmp_path / "ds.yaml"
+    path.write_text(ZERO3_OFFLOAD)
+    variables = child_environment(load_config(path))
+    plugin = DeepSpeedPlugin.from_json(variables[DEEPSPEED] or "")
+    assert (plugin.zero_stage, plugin.offload_param_device) == (3, "cpu")
+    assert DEEPSPEED not in child_environment(Config(num_processes=2, use_cpu=True))
+
+
+@pytest.mark.timeout(180)
+def test_notebook_accel_launch_runs_deepspeed_from_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "ds.yaml"
+    path.write_text(ZERO2 + "main_process_port: 0\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTEBOOK_ACCEL_")}
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "xdg"), HF_HOME=str(tmp_path / "hf"),
+               PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p))
+    script = str(Path(__file__).with_name("launch_script.py"))
+    result = subprocess.run([sys.executable, "-m", "notebook_accel.cli", "launch", "--config_file", str(path), script],
+                            capture_output=True, text=True, env=env, timeout=170)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank"))
+    assert lines == ["rank 0: DEEPSPEED DEEPSPEED stage=2", "rank 1: DEEPSPEED DEEPSPEED stage=2"]

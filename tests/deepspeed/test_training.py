@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 
 from notebook_accel import notebook_launcher
 from notebook_accel.launcher import WorkerError
-from tests.deepspeed import workers
+from tests.deepspeed import needs_deepspeed, workers
 
-pytest.importorskip("deepspeed", reason="deepspeed is not installed (pip install notebook-accel[deepspeed])")
+pytestmark = needs_deepspeed
 
 
 def launch(function: Any, *args: Any, **kwargs: Any) -> Any:

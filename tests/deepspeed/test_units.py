@@ -14,6 +14,7 @@ from notebook_accel.deepspeed import DeepSpeedPlugin
 from notebook_accel.deepspeed.auto import fill_auto
 from notebook_accel.deepspeed.plugin import deepspeed_launch_value
 from notebook_accel.plugins import ConfigurationError
+from tests.deepspeed import needs_deepspeed
 
 
 def test_plugin_writes_a_config_from_its_fields() -> None:
@@ -99,3 +100,20 @@ def test_fsdp_and_deepspeed_together_are_refused() -> None:
 
     with pytest.raises(ConfigurationError, match="pick one of them"):
         Accelerator(cpu=True, fsdp_plugin=FullyShardedDataParallelPlugin(), deepspeed_plugin=DeepSpeedPlugin())
+
+
+def _one_process(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tests.deepspeed.one_process", *args], capture_output=True,
+                          text=True, timeout=240, cwd=Path(__file__).resolve().parents[2])
+
+
+@needs_deepspeed
+@pytest.mark.timeout(300)
+def test_one_process_trains_with_bf16_on_cpu_and_fp16_is_refused() -> None:
+    bf16 = _one_process("bf16", "3")
+    assert bf16.returncode == 0, bf16.stderr[-2000:]
+    last = bf16.stdout.strip().splitlines()[-1]
+    assert last.startswith("OK") and last.endswith("torch.bfloat16")
+    fp16 = _one_process("fp16", "2")
+    assert fp16.returncode != 0 and "mixed_precision='fp16' is refused by DeepSpeed" in fp16.stderr
+    assert "use 'bf16' or 'no' on CPU" in fp16.stderr
