@@ -27,7 +27,7 @@ from notebook_accel.arguments import check_accelerator_arguments
 from notebook_accel.compat_methods import CompatMethods
 from notebook_accel.data import PreparedDataLoader, prepare_data_loader, skip_first_batches
 from notebook_accel.engine_label import report_engine
-from notebook_accel.model import no_sync, prepare_model, unwrap_model
+from notebook_accel.model import unwrap_model
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.plugins import (
@@ -47,8 +47,9 @@ from notebook_accel.state import GradientState, ProcessFacade, ProcessState
 from notebook_accel.utils.nested import is_tensor_tree, recursively_apply
 from notebook_accel.utils.random import set_seed as _set_seed
 
-if TYPE_CHECKING:  # the FSDP modules import torch.distributed.fsdp (~0.6 s): loaded only when a plugin asks
-    from notebook_accel.fsdp.engine import FSDPEngine
+if TYPE_CHECKING:  # the FSDP and DeepSpeed modules are slow to import: loaded only when a plugin asks
+    from notebook_accel.deepspeed.plugin import DeepSpeedPlugin
+    from notebook_accel.engines import Engine
     from notebook_accel.fsdp.plugin import FullyShardedDataParallelPlugin
 
 __all__ = ["Accelerator"]
@@ -76,6 +77,8 @@ class Accelerator(CompatMethods, ProcessFacade):
         kwargs_handlers: DistributedDataParallelKwargs / GradScalerKwargs / InitProcessGroupKwargs.
         fsdp_plugin: shard models with torch's ``fully_shard`` (a ``FullyShardedDataParallelPlugin``); ``None``
             takes the launch config's (``distributed_type: FSDP``), else plain DDP. Ignored in one process.
+        deepspeed_plugin: train with DeepSpeed ZeRO (a ``DeepSpeedPlugin``, needs ``pip install
+            notebook-accel[deepspeed]``); ``None`` takes the launch config's (``distributed_type: DEEPSPEED``).
 
     Process properties and helpers (``device``, ``process_index``, ``is_main_process``, ``print``,
     ``wait_for_everyone``, ``main_process_first``, ``on_main_process``, ``split_between_processes``, ...) come
@@ -94,7 +97,8 @@ class Accelerator(CompatMethods, ProcessFacade):
                  gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
                  step_scheduler_with_optimizer: bool = True,
                  kwargs_handlers: Sequence[KwargsHandler] | None = None,
-                 fsdp_plugin: FullyShardedDataParallelPlugin | None = None) -> None:
+                 fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
+                 deepspeed_plugin: DeepSpeedPlugin | None = None) -> None:
         check_accelerator_arguments(
             device_placement=device_placement, split_batches=split_batches, cpu=cpu,
             dataloader_config=dataloader_config, rng_types=rng_types, project_dir=project_dir,
@@ -117,7 +121,10 @@ class Accelerator(CompatMethods, ProcessFacade):
         self.rng_types = rng_types
         self.ddp_handler = ddp
         self.scaler = make_scaler(self._mixed_precision, self.state.device, scaler)
-        self.fsdp_plugin, self._fsdp = _fsdp_setup(fsdp_plugin, env, self.state, self._mixed_precision)
+        from notebook_accel.engines.select import select_engine
+
+        self._engine, self.fsdp_plugin, self.deepspeed_plugin = select_engine(
+            fsdp_plugin, deepspeed_plugin, env, self.state, self._mixed_precision, ddp, self.gradient_state)
         self.step = 0
         self._trigger = False
         self._models: list[torch.nn.Module] = []
@@ -174,6 +181,13 @@ class Accelerator(CompatMethods, ProcessFacade):
     def trackers(self) -> list[Any]:
         """The trackers receiving :meth:`log` values now."""
         return self._trackers.trackers
+
+    @property
+    def engine(self) -> Engine:
+        """How models are distributed: the engine every engine-specific step is delegated to
+        (``engine.name`` is ``"DDP"``, ``"FSDP"`` or ``"DEEPSPEED"``)."""
+        return self._engine
+
     @property
     def optimizer_step_was_skipped(self) -> bool:
         """True when the fp16 scaler skipped the last optimizer step of any prepared optimizer."""
@@ -190,39 +204,39 @@ class Accelerator(CompatMethods, ProcessFacade):
         if len(places) != len(args):
             raise ConfigurationError(f"prepare: device_placement has {len(places)} entries for {len(args)} objects")
         first = [self._prepare_one(obj, place) for obj, place in zip(args, places, strict=True)]
+        first = self._finish(first)
         result = [self._prepare_scheduler(obj) if isinstance(obj, _SCHEDULERS) else obj for obj in first]
         return result[0] if len(result) == 1 else tuple(result)
 
     def _prepare_one(self, obj: Any, place: bool) -> Any:
-        """Prepare one non-scheduler object (schedulers come in a second pass)."""
+        """Prepare one non-scheduler object (schedulers come in a second pass); models and optimizers are
+        recorded once the engine has finished them (:meth:`_finish`)."""
         if isinstance(obj, torch.nn.Module):
-            return self.prepare_model(obj, device_placement=place)
-        if isinstance(obj, torch.optim.Optimizer):
-            return self.prepare_optimizer(obj)
+            return self._engine.prepare_model(obj, place)
+        if isinstance(obj, torch.optim.Optimizer) and not isinstance(obj, AcceleratedOptimizer):
+            return self._engine.prepare_optimizer(obj, self.gradient_state, self.scaler)
         if isinstance(obj, torch.utils.data.DataLoader):
             return self.prepare_data_loader(obj, device_placement=place)
         return obj
 
+    def _finish(self, objects: list[Any]) -> list[Any]:
+        """Let the engine finish one ``prepare`` call's objects, then record the models and optimizers."""
+        done = self._engine.finish_prepare(objects, self._dataloaders)
+        for obj in done:
+            if isinstance(obj, torch.nn.Module) and not any(obj is m for m in self._models):
+                self._models.append(obj)
+            elif isinstance(obj, AcceleratedOptimizer) and not any(obj is o for o in self._optimizers):
+                self._optimizers.append(obj)
+        return done
+
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
-        """Device, mixed-precision forward and DDP for one model (see :func:`notebook_accel.model.prepare_model`)."""
+        """Device, mixed-precision forward and the engine's wrapper (DDP, FSDP, DeepSpeed) for one model."""
         place = self.device_placement if device_placement is None else device_placement
-        if self._fsdp is not None:
-            prepared = self._fsdp.prepare_model(model, place, [o.optimizer for o in self._optimizers])
-        else:
-            prepared = prepare_model(model, self.state, self._mixed_precision, self.ddp_handler, place)
-        if not any(prepared is m for m in self._models):
-            self._models.append(prepared)
-        return prepared
+        return self._finish([self._prepare_one(model, place)])[0]  # type: ignore[no-any-return]
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
         """Wrap one optimizer for accumulation and fp16 (an already wrapped one is returned as is)."""
-        if isinstance(optimizer, AcceleratedOptimizer):
-            return optimizer
-        if self._fsdp is not None:
-            self._fsdp.prepare_optimizer(optimizer)
-        wrapped = AcceleratedOptimizer(optimizer, self.gradient_state, self.scaler)
-        self._optimizers.append(wrapped)
-        return wrapped
+        return self._finish([self._prepare_one(optimizer, True)])[0]  # type: ignore[no-any-return]
 
     def prepare_data_loader(self, loader: torch.utils.data.DataLoader, device_placement: bool | None = None,
                             ) -> PreparedDataLoader:
@@ -252,11 +266,7 @@ class Accelerator(CompatMethods, ProcessFacade):
     # ---- training step --------------------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, divided by the accumulation steps and scaled under fp16."""
-        if self.gradient_accumulation_steps > 1:
-            loss = loss / self.gradient_accumulation_steps
-        if self.scaler is not None:
-            loss = self.scaler.scale(loss)
-        loss.backward(**kwargs)
+        self._engine.backward(loss, self.gradient_state, self.scaler, **kwargs)
 
     def _do_sync(self) -> None:
         """Advance the accumulation counter and decide whether this batch syncs."""
@@ -276,12 +286,13 @@ class Accelerator(CompatMethods, ProcessFacade):
         with contextlib.ExitStack() as stack:
             for model in models:
                 if skip_sync:
-                    stack.enter_context(no_sync(model))
+                    stack.enter_context(self._engine.no_sync(model))
             yield
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
-        """DDP's ``no_sync()`` (gradients are not all-reduced in the body); a no-op for one process."""
-        return no_sync(model)
+        """DDP's ``no_sync()`` (gradients are not all-reduced in the body); a no-op for one process and under
+        DeepSpeed (which decides on its own when to reduce)."""
+        return self._engine.no_sync(model)
 
     def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager[Any]:
         """Autocast for this Accelerator's mixed precision (a no-op for ``"no"``); a handler with
@@ -299,11 +310,11 @@ class Accelerator(CompatMethods, ProcessFacade):
             self.scaler.unscale_(getattr(opt, "optimizer", opt))
 
     def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0,
-                        ) -> torch.Tensor:
-        """Unscale, then ``torch.nn.utils.clip_grad_norm_``; returns the total norm (over every shard under FSDP)."""
+                        ) -> torch.Tensor | None:
+        """Unscale, then clip; returns the total norm (over every shard under FSDP). Under DeepSpeed the engine
+        clips inside its step to ``gradient_clipping``; this returns the norm of its last step (see the README)."""
         self.unscale_gradients()
-        total = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-        return total if self._fsdp is None else self._fsdp.plain_norm(total)
+        return self._engine.clip_grad_norm_(parameters, max_norm, norm_type)
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
         """Unscale, then ``torch.nn.utils.clip_grad_value_``."""
@@ -347,6 +358,7 @@ class Accelerator(CompatMethods, ProcessFacade):
                      keep_torch_compile: bool = True) -> torch.nn.Module:
         """The user's module inside the DDP wrapper (inside ``torch.compile``'s too with
         ``keep_torch_compile=False``; with ``True``, a compiled module is returned compiled)."""
+        model = self._engine.unwrap(model)
         inner = unwrap_model(model, keep_fp32_wrapper)
         if keep_torch_compile:
             compiled = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
@@ -357,12 +369,10 @@ class Accelerator(CompatMethods, ProcessFacade):
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
         """The unwrapped model's ``state_dict()`` (without DDP's ``module.`` prefixes).
 
-        Under FSDP the full weights are gathered on CPU (a collective: call it on every rank); rank 0 gets them,
-        the other ranks an empty dict.
+        Under FSDP and DeepSpeed ZeRO-3 the full weights are gathered on CPU (a collective: call it on every rank);
+        rank 0 gets them, the other ranks an empty dict.
         """
-        if self._fsdp is not None and self._fsdp.owns(model):
-            return self._fsdp.full_state_dict(model)
-        return self.unwrap_model(model).state_dict()
+        return self._engine.full_state_dict(model)
 
     def set_trigger(self) -> None:
         """Raise a flag on this process that :meth:`check_trigger` sees on every process (e.g. early stopping)."""
@@ -482,17 +492,3 @@ class Accelerator(CompatMethods, ProcessFacade):
         self._trackers.finish()
         self.wait_for_everyone()
 
-
-def _fsdp_setup(plugin: FullyShardedDataParallelPlugin | None, env: LaunchEnvironment, state: ProcessState,
-                precision: MixedPrecision) -> tuple[FullyShardedDataParallelPlugin | None, FSDPEngine | None]:
-    """The FSDP plugin in use (or None) and, with more than one process, the engine that applies it."""
-    if plugin is None and not env.fsdp:
-        return None, None
-    from notebook_accel.fsdp.engine import FSDPEngine, resolve_fsdp_plugin
-    from notebook_accel.state import DistributedType
-
-    resolved = resolve_fsdp_plugin(plugin, env)
-    if resolved is None or state.num_processes == 1:
-        return resolved, None
-    state.distributed_type = DistributedType.FSDP
-    return resolved, FSDPEngine(resolved, state, precision)

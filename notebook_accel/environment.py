@@ -36,6 +36,7 @@ DEVICE = "NOTEBOOK_ACCEL_DEVICE"
 MIXED_PRECISION = "NOTEBOOK_ACCEL_MIXED_PRECISION"
 GRADIENT_ACCUMULATION_STEPS = "NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS"
 FSDP = "NOTEBOOK_ACCEL_FSDP"
+DEEPSPEED = "NOTEBOOK_ACCEL_DEEPSPEED"
 LAUNCHED = "NOTEBOOK_ACCEL_LAUNCHED"
 CONFIG_FILE_VAR = "NOTEBOOK_ACCEL_CONFIG_FILE"
 RESTART_COUNT = "NOTEBOOK_ACCEL_RESTART_COUNT"
@@ -80,6 +81,8 @@ class LaunchEnvironment:
         gradient_accumulation_steps: from the launch config, else ``None``.
         fsdp: the FSDP plugin's fields as JSON (``FullyShardedDataParallelPlugin.to_json()``) when the launch
             config says ``distributed_type: FSDP`` (``NOTEBOOK_ACCEL_FSDP``), else ``None``.
+        deepspeed: the DeepSpeed plugin's fields as JSON (``DeepSpeedPlugin.to_json()``) when the launch config
+            says ``distributed_type: DEEPSPEED`` (``NOTEBOOK_ACCEL_DEEPSPEED``), else ``None``.
         launched: True inside a process started by :func:`notebook_accel.notebook_launcher`.
         extra_vars: more variables for a launched worker (the kernel's rendezvous
             store, the loopback interface, a restart's checkpoint), as (name, value) pairs.
@@ -100,6 +103,7 @@ class LaunchEnvironment:
     mixed_precision: str | None = None
     gradient_accumulation_steps: int | None = None
     fsdp: str | None = None
+    deepspeed: str | None = None
     launched: bool = False
     extra_vars: tuple[tuple[str, str], ...] = ()
 
@@ -125,6 +129,7 @@ class LaunchEnvironment:
             mixed_precision=env.get(MIXED_PRECISION) or None,
             gradient_accumulation_steps=_int_or(env, GRADIENT_ACCUMULATION_STEPS, None),
             fsdp=env.get(FSDP) or None,
+            deepspeed=env.get(DEEPSPEED) or None,
             launched=env.get(LAUNCHED, "") == "1",
         )
 
@@ -148,6 +153,8 @@ class LaunchEnvironment:
             out[GRADIENT_ACCUMULATION_STEPS] = str(self.gradient_accumulation_steps)
         if self.fsdp is not None:
             out[FSDP] = self.fsdp
+        if self.deepspeed is not None:
+            out[DEEPSPEED] = self.deepspeed
         if self.launched:
             out[LAUNCHED] = "1"
         out.update(self.extra_vars)
@@ -156,7 +163,8 @@ class LaunchEnvironment:
     def apply(self, environ: MutableMapping[str, str] | None = None) -> None:
         """Write :meth:`to_environ` into ``environ`` (default ``os.environ``), removing our stale variables."""
         env = os.environ if environ is None else environ
-        for name in (MASTER_ADDR, MASTER_PORT, DEVICE, MIXED_PRECISION, GRADIENT_ACCUMULATION_STEPS, FSDP, LAUNCHED):
+        for name in (MASTER_ADDR, MASTER_PORT, DEVICE, MIXED_PRECISION, GRADIENT_ACCUMULATION_STEPS, FSDP, DEEPSPEED,
+                     LAUNCHED):
             env.pop(name, None)
         env.update(self.to_environ())
 
@@ -228,7 +236,7 @@ def config_home(environ: Mapping[str, str] | None = None) -> str:
 
 def launch_choices(
     *, device: str | None = None, mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None,
-    fsdp: str | None = None,
+    fsdp: str | None = None, deepspeed: str | None = None,
 ) -> dict[str, str]:
     """Our variables that carry launch choices to a launched script's Accelerator (``notebook-accel launch``).
 
@@ -247,6 +255,8 @@ def launch_choices(
         out[GRADIENT_ACCUMULATION_STEPS] = str(gradient_accumulation_steps)
     if fsdp is not None:
         out[FSDP] = fsdp
+    if deepspeed is not None:
+        out[DEEPSPEED] = deepspeed
     return out
 
 
@@ -291,3 +301,9 @@ def patched_environ(values: Mapping[str, str | None]) -> Iterator[None]:
 def set_var(name: str, value: str) -> None:
     """Set one variable in this process (worker set-up: thread counts, NVML check)."""
     os.environ[name] = value
+
+
+def ensure_local_rank(local_rank: int) -> None:
+    """Set ``LOCAL_RANK`` when it is unset (DeepSpeed reads it, also in a single process started without a
+    launcher); a value the launcher set is kept."""
+    os.environ.setdefault(LOCAL_RANK, str(local_rank))

@@ -44,6 +44,7 @@ class DistributedType(str, Enum):
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
     FSDP = "FSDP"
+    DEEPSPEED = "DEEPSPEED"
 
 
 def _pick_device(env: LaunchEnvironment, cpu: bool) -> torch.device:

@@ -26,7 +26,6 @@ from notebook_accel.checkpointing.agreement import agree
 from notebook_accel.checkpointing.atomic import fsync_dir, make_dir, remove_dir, temp_sibling, write_bytes, write_torch
 from notebook_accel.checkpointing.save import error_text
 from notebook_accel.checkpointing.shards import ShardPlan, for_safetensors, parse_size, plan_shards, weights_name
-from notebook_accel.model import is_sharded
 
 __all__ = ["save_model"]
 
@@ -65,21 +64,11 @@ def _commit(directory: str, temp: str, plan: ShardPlan, safe: bool) -> None:
     fsync_dir(directory)
 
 
-def _full_weights(model: Any) -> dict[str, torch.Tensor] | None:
-    """A sharded (FSDP) model's full weights on rank 0 (a collective: every rank takes part); ``None`` otherwise."""
-    if not is_sharded(model):
-        return None
-    from notebook_accel.fsdp.engine import full_state_dict
-
-    return full_state_dict(model)
-
-
 def _save(accelerator: Any, model: Any, directory: str, max_bytes: int, safe: bool,
-          gathered: dict[str, torch.Tensor] | None) -> str:
+          gathered: dict[str, torch.Tensor]) -> str:
     """Main process: write the weights into ``directory``; returns the path of the index or the single file."""
     make_dir(directory, exist_ok=True)
-    weights = gathered if gathered is not None else accelerator.unwrap_model(model).state_dict()
-    state_dict = {k: v.detach().cpu() for k, v in weights.items()}
+    state_dict = {k: v.detach().cpu() for k, v in gathered.items()}
     if safe:
         state_dict = for_safetensors(state_dict)
     plan = plan_shards(state_dict, max_bytes, safe)
@@ -129,7 +118,7 @@ def save_model(
     directory = os.path.abspath(os.fspath(save_directory))
     error: str | None = None
     path = ""
-    gathered = _full_weights(model)
+    gathered = accelerator.get_state_dict(model)  # collective under FSDP/ZeRO-3: every rank takes part
     if state.is_main_process:
         try:
             path = _save(accelerator, model, directory, max_bytes, bool(safe_serialization), gathered)

@@ -259,19 +259,25 @@ def collect(accelerator: Any, saved: Manifest | None = None) -> list[Saved]:
     :class:`_FsdpObjects`); ``None`` when saving.
     """
     out: list[Saved] = []
-    models = [accelerator.unwrap_model(m) for m in getattr(accelerator, "_models", [])]
+    prepared = list(getattr(accelerator, "_models", []))
+    models = [accelerator.unwrap_model(m) for m in prepared]
     fsdp = _FsdpObjects(accelerator, models, saved)
-    for i, inner in enumerate(models):
-        sharded = fsdp.model(inner, i)
-        if sharded is not None:
-            out.append(sharded)
+    engine = getattr(accelerator, "engine", None)
+    for i, (model, inner) in enumerate(zip(prepared, models)):
+        own = fsdp.model(inner, i)
+        if own is None and engine is not None:
+            own = engine.checkpoint_model(model, i)  # the engine's own format (DeepSpeed's checkpoint)
+        if own is not None:
+            out.append(own)
             continue
         entry = Entry("model", i, _indexed("pytorch_model", "bin", i), type(inner).__name__)
         out.append(Saved(entry, inner.state_dict, _model_check(inner, entry.label()), inner.load_state_dict))
     for i, opt in enumerate(getattr(accelerator, "_optimizers", [])):
-        sharded = fsdp.optimizer(_inner(opt, "optimizer"), i)
-        if sharded is not None:
-            out.append(sharded)
+        own = fsdp.optimizer(_inner(opt, "optimizer"), i)
+        if own is None and engine is not None:
+            own = engine.checkpoint_optimizer(_inner(opt, "optimizer"), prepared, i)
+        if own is not None:
+            out.append(own)
             continue
         obj, name = _stateful(opt, "optimizer"), type(_inner(opt, "optimizer")).__name__
         check = _optimizer_check(obj, f"optimizer {i} ({name})")

@@ -20,6 +20,7 @@ from notebook_accel import environment
 from notebook_accel.cli.common import EXIT_FAILED, EXIT_OK, UsageError, active_config, error
 from notebook_accel.cli.process import run_child
 from notebook_accel.config import Config
+from notebook_accel.deepspeed.plugin import deepspeed_launch_value
 from notebook_accel.fsdp.plugin import fsdp_launch_value
 
 __all__ = ["register", "torchrun_command", "child_environment", "launch"]
@@ -115,6 +116,7 @@ def child_environment(config: Config) -> dict[str, str | None]:
         gradient_accumulation_steps=None if config.gradient_accumulation_steps == 1 else
         config.gradient_accumulation_steps,
         fsdp=fsdp_launch_value(config),
+        deepspeed=deepspeed_launch_value(config),
     ))
     ids = config.gpu_id_list
     if ids is not None and not config.use_cpu:

@@ -94,6 +94,18 @@ def _nvme_path(value: Any) -> tuple[Any, str | None]:
     return value, f"got {show(value)}; allowed: a folder path (used only with 'nvme' offload, which is not run here)"
 
 
+def _msamp(value: Any) -> tuple[Any, str | None]:
+    if value is False:
+        return False, None
+    return value, f"got {show(value)}; allowed: false (MS-AMP FP8 training is not supported by notebook-accel)"
+
+
+def _msamp_level(value: Any) -> tuple[Any, str | None]:
+    if isinstance(value, str) and value.strip().upper() in ("O1", "O2"):
+        return value.strip().upper(), None
+    return value, f"got {show(value)}; allowed: 'O1', 'O2' (only read with enable_msamp, which is not supported)"
+
+
 #: plugin field -> its check (returns the canonical value and a problem, or None when fine).
 CHECKS: dict[str, Check] = {
     "hf_ds_config": optional(_ds_config),
@@ -107,6 +119,9 @@ CHECKS: dict[str, Check] = {
     "zero3_init_flag": optional(check_bool),
     "zero3_save_16bit_model": optional(check_bool),
     "transformer_moe_cls_names": check_class_names,
+    "is_train_batch_min": check_bool,
+    "enable_msamp": _msamp,
+    "msamp_opt_level": _msamp_level,
 }
 
 #: accelerate's ``deepspeed_config`` keys -> plugin fields.

@@ -13,6 +13,7 @@ from notebook_accel.config import Config, resolve_config
 from notebook_accel.environment import LaunchEnvironment, restart_variables
 from notebook_accel.errors import LaunchError
 from notebook_accel.events import RunInfo, Sink
+from notebook_accel.deepspeed.plugin import deepspeed_launch_value
 from notebook_accel.engine_label import config_engine
 from notebook_accel.fsdp.plugin import fsdp_launch_value
 from notebook_accel.launcher import compat, preflight
@@ -102,7 +103,7 @@ def _choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
 def _environments(
     devices: Sequence[str], node_rank: int, num_nodes: int, master_addr: str, port: int,
     mixed_precision: str | None, gradient_accumulation_steps: int | None, extra_vars: dict[str, str],
-    fsdp: str | None = None,
+    fsdp: str | None = None, deepspeed: str | None = None,
 ) -> list[LaunchEnvironment]:
     """One launch environment per local worker; global rank = node_rank * local workers + local rank."""
     local = len(devices)
@@ -111,7 +112,7 @@ def _environments(
             rank=node_rank * local + i, local_rank=i, world_size=num_nodes * local, local_world_size=local,
             master_addr=master_addr, master_port=port, device=device, mixed_precision=mixed_precision,
             gradient_accumulation_steps=gradient_accumulation_steps, launched=True,
-            extra_vars=tuple(extra_vars.items()), fsdp=fsdp,
+            extra_vars=tuple(extra_vars.items()), fsdp=fsdp, deepspeed=deepspeed,
         )
         for i, device in enumerate(devices)
     ]
@@ -244,6 +245,7 @@ def notebook_launcher(
         use_port = rdzv.endpoint_port
     resolved = resolve_config(config)
     fsdp = None if resolved is None else fsdp_launch_value(resolved)  # distributed_type: FSDP reaches the workers
+    deepspeed = None if resolved is None else deepspeed_launch_value(resolved)  # likewise DEEPSPEED
     s = _settings(resolved, num_processes, gpu_ids, use_cpu, mixed_precision,
                   gradient_accumulation_steps, use_port, master_addr, num_nodes, node_rank)
     precision = preflight.check_mixed_precision(s.mixed_precision)
@@ -271,7 +273,7 @@ def notebook_launcher(
         preflight.refuse_if_cuda_initialized()
     plan = _Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
                  limit, in_process, dashboard, show_all_ranks, prefix, rdzv.join_timeout, block, fsdp,
-                 config_engine(resolved, len(devices) * nodes))
+                 deepspeed, config_engine(resolved, len(devices) * nodes))
     resume: str | None = None
     for attempt in range(restarts + 1):
         try:
@@ -314,6 +316,7 @@ class _Plan:
     join_timeout: float
     block: bool
     fsdp: str | None
+    deepspeed: str | None
     engine: str = ""  # the engine the launch config names, for the header ("" without a config)
 
 
@@ -328,7 +331,7 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
     if attempt:
         variables.update(restart_variables(attempt, resume))
     envs = _environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
-                         plan.steps, variables, plan.fsdp)
+                         plan.steps, variables, plan.fsdp, plan.deepspeed)
     store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.join_timeout)
     handed_over = False
     try:

@@ -10,31 +10,7 @@ import pytest
 
 from notebook_accel.config import Config, ConfigError, load_config
 from notebook_accel.config.deepspeed import check_fields, cross_field_problems, plugin_kwargs_from_file
-
-ZERO2 = """compute_environment: LOCAL_MACHINE
-debug: false
-deepspeed_config:
-  gradient_accumulation_steps: 2
-  gradient_clipping: 1.0
-  offload_optimizer_device: none
-  offload_param_device: none
-  zero3_init_flag: false
-  zero_stage: 2
-distributed_type: DEEPSPEED
-downcast_bf16: 'no'
-machine_rank: 0
-main_training_function: main
-mixed_precision: 'no'
-num_machines: 1
-num_processes: 2
-rdzv_backend: static
-same_network: true
-tpu_env: []
-tpu_use_cluster: false
-tpu_use_sudo: false
-use_cpu: true
-"""
-
+from tests.deepspeed.files import ZERO2
 
 def test_an_accelerate_zero2_file_loads_without_warnings(tmp_path: Path) -> None:
     path = tmp_path / "ds.yaml"
@@ -44,7 +20,7 @@ def test_an_accelerate_zero2_file_loads_without_warnings(tmp_path: Path) -> None
         config = load_config(path)
     assert config.distributed_type == "DEEPSPEED"
     assert config.deepspeed_plugin_kwargs == {
-        "gradient_accumulation_steps": 2, "gradient_clipping": 1.0, "offload_optimizer_device": "none",
+        "gradient_accumulation_steps": 1, "gradient_clipping": 0.5, "offload_optimizer_device": "none",
         "offload_param_device": "none", "zero3_init_flag": False, "zero_stage": 2}
 
 

@@ -13,6 +13,7 @@ from notebook_accel.events import EngineReady, RunInfo
 from notebook_accel.fsdp import FullyShardedDataParallelPlugin
 from notebook_accel.launcher import notebook_launcher
 from notebook_accel.launcher.console import ConsoleSink
+from tests.deepspeed import needs_deepspeed
 from tests.launcher.recording import RecordingSink
 from tests.launcher.test_fsdp_config import YAML
 
@@ -69,3 +70,16 @@ def test_console_names_the_engine_once() -> None:
     assert _console("FSDP FULL_SHARD", "FSDP FULL_SHARD") == "Launching 2 processes on CPU (gloo), FSDP FULL_SHARD\n"
     assert _console("", "DDP") == "Launching 2 processes on CPU (gloo)\n"  # plain DDP goes without saying
     assert _console("", "FSDP NO_SHARD").endswith("Launching 2 processes on CPU (gloo)\nEngine: FSDP NO_SHARD\n")
+
+
+def deepspeed_in_code() -> None:
+    from notebook_accel.deepspeed import DeepSpeedPlugin
+
+    Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3, offload_optimizer_device="cpu"))
+
+
+@needs_deepspeed
+def test_deepspeed_is_named_with_its_stage_and_offload() -> None:
+    sink = RecordingSink()
+    notebook_launcher(deepspeed_in_code, num_processes=2, use_cpu=True, dashboard=sink)
+    assert sink.of_type(EngineReady) == [EngineReady(0, "DeepSpeed ZeRO-3 (offload: optimizer)")]

@@ -1,0 +1,34 @@
+"""One process, no launcher: ``python -m tests.deepspeed.one_process <mixed_precision> <zero_stage>`` trains a
+linear model 4 steps under DeepSpeed and prints ``OK <loss> <parameter dtype>`` (run in a subprocess by the tests,
+since DeepSpeed's one-process group stays for the life of the process)."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from notebook_accel import Accelerator
+from notebook_accel.deepspeed import DeepSpeedPlugin
+
+
+def main(mixed_precision: str, stage: int) -> None:
+    """Train and print the last loss and the parameters' dtype."""
+    accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision,
+                              deepspeed_plugin=DeepSpeedPlugin(zero_stage=stage))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)  # float inputs: the forward autocasts to bf16
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    print("OK", loss.item(), next(model.parameters()).dtype, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
