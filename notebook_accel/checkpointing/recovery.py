@@ -1,29 +1,28 @@
 """Cleaning up after saves that were killed, and getting back the checkpoint a killed commit left aside.
 
 A save builds ``.tmp-<name>-<owner>-<nonce>`` next to the target and commits it with two renames: the old
-checkpoint to ``.tmp-old-<name>-...``, then the new one into place (:func:`~.atomic.commit_dir`). A kill can
+checkpoint to ``.tmp-<name>-<owner>-<nonce>.old``, then the new one into place (:func:`~.atomic.commit_dir`). A kill can
 leave:
 
 - a partial ``.tmp-<name>-...`` (killed while writing): debris, deleted by the next save to that target;
-- no checkpoint at the target (killed between the two renames), with the old one under ``.tmp-old-`` and the
+- no checkpoint at the target (killed between the two renames), with the old one under its ``.old`` name and the
   new, complete one (its manifest is written before the renames) under ``.tmp-``: the next save restores the
   newer complete one and deletes the rest; ``load_state`` reads it where it lies, changing nothing.
 
 Only directories whose owner process is dead (same machine) are touched; another machine's, or a live save's,
-are left alone (:func:`~.atomic.owner_alive`).
+are left alone (:func:`~.atomic.owner_alive`). The target's name is read from each temporary name exactly
+(:func:`~.atomic.temp_target`): another checkpoint's leftovers (``run-pretrain`` next to ``run``) are not
+taken for this one's.
 """
 
 from __future__ import annotations
 
 import os
 
-from notebook_accel.checkpointing.atomic import TEMP_PREFIX, fsync_dir, owner_alive, remove_dir
+from notebook_accel.checkpointing.atomic import fsync_dir, owner_alive, remove_dir, temp_target
 from notebook_accel.checkpointing.manifest import MANIFEST_NAME
 
 __all__ = ["leftovers", "recovery_candidate", "recover"]
-
-_TAGS = ("", "old-", "del-")
-
 
 def leftovers(path: str) -> list[tuple[str, str]]:
     """(tag, directory) of every dead save's temporary directory for the target ``path``, newest first."""
@@ -34,13 +33,11 @@ def leftovers(path: str) -> list[tuple[str, str]]:
         return []
     found = []
     for entry in entries:
-        for tag in _TAGS:
-            prefix = f"{TEMP_PREFIX}{tag}{name}-p"
-            if entry.startswith(prefix) and entry.count("-") >= 2 and not owner_alive(entry):
-                full = os.path.join(parent, entry)
-                if os.path.isdir(full) and not os.path.islink(full):
-                    found.append((tag, full))
-                break
+        parsed = temp_target(entry)
+        if parsed is not None and parsed[0] == name and not owner_alive(entry):
+            full = os.path.join(parent, entry)
+            if os.path.isdir(full) and not os.path.islink(full):
+                found.append((parsed[1], full))
     return sorted(found, key=lambda item: os.path.getmtime(item[1]), reverse=True)
 
 
@@ -55,7 +52,7 @@ def recovery_candidate(path: str) -> str | None:
     if os.path.lexists(path):
         return None
     items = leftovers(path)
-    for wanted in ("", "old-"):
+    for wanted in ("", "old"):
         for tag, directory in items:
             if tag == wanted and _complete(directory):
                 return directory
