@@ -33,7 +33,7 @@ from notebook_accel.channel import read_events
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started
 from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
 from notebook_accel.launcher.output import RankOutput
-from notebook_accel.launcher.processes import end_groups, signal_group
+from notebook_accel.launcher.processes import end_groups, signal_worker
 from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
 
@@ -309,13 +309,8 @@ def _readable(fd: int) -> bool:
 
 
 def _kill(handle: WorkerHandle, sig: signal.Signals) -> None:
-    """Send ``sig`` to a worker (unless already reaped: its pid may be reused) and to its process group."""
-    if handle.exit_code is None:
-        try:
-            os.kill(handle.pid, sig)  # the worker may not have called setsid() yet
-        except ProcessLookupError:
-            pass
-    signal_group(handle.pid, sig)
+    """Send ``sig`` to a worker (unless already reaped) and to its process group."""
+    signal_worker(handle.pid, handle.exit_code is not None, sig)
 
 
 def unloadable_message(rank: int, error: BaseException) -> str:
