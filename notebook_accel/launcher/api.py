@@ -337,7 +337,7 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
         sink.start(RunInfo(local, tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder)))
         if plan.in_process:
-            return run_in_process(plan.function, plan.args, envs[0], sink, plan.limit, start)
+            return run_in_process(plan.function, plan.args, envs[0], sink, start)
         warm_kernel(plan.backend)
         try:
             handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
