@@ -1,4 +1,5 @@
-"""A seeded fuzzer over mutated YAML text and values: every input gives a Config or a ConfigError, nothing else.
+"""A seeded fuzzer over mutated YAML text and values: every input gives a Config or a ConfigError, nothing else;
+loads from files leave no descriptor, environment change or signal handler behind.
 
 hypothesis is not a dependency, so this is a small hand-written mutator; the seed is fixed so a failure
 reproduces, and the case is printed in the assertion message.
@@ -19,6 +20,7 @@ import yaml
 
 from notebook_accel.config import Config, ConfigError, load_config, save_config
 from notebook_accel.config.io import MAX_CONFIG_BYTES, config_from_mapping, config_to_dict, parse_config_text
+from tests.helpers import process_state
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEEDS = [p.read_text() for p in sorted(FIXTURES.glob("*.yaml"))]
@@ -198,6 +200,7 @@ def test_aliases_and_anchors_never_hang_or_give_a_traceback(tmp_path: Path) -> N
         for i in range(300):
             text = _alias_document(rng)
             path.write_text(text)
+            before = process_state()
             start = time.perf_counter()
             try:
                 outcome: Config | ConfigError = load_config(path)
@@ -206,6 +209,7 @@ def test_aliases_and_anchors_never_hang_or_give_a_traceback(tmp_path: Path) -> N
             except Exception as e:  # noqa: BLE001 - the point of the test
                 raise AssertionError(f"{type(e).__name__}: {e}\ncase {i}: {text!r}") from e
             assert time.perf_counter() - start < 1.0, f"case {i} took too long: {text!r}"
+            assert before.leaks(process_state()) == [], f"case {i}: {text!r}"
             seen["config" if isinstance(outcome, Config) else "error"] += 1
     assert seen["config"] > 10 and seen["error"] > 10, seen
 
@@ -222,7 +226,9 @@ def test_file_kinds_never_hang_or_give_a_traceback(tmp_path: Path) -> None:
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(bytes(range(256)) * 64)
     for path in (fifo, link, tmp_path, big, binary, Path("/dev/zero"), Path("/dev/urandom"), Path("/proc/self/mem")):
+        before = process_state()
         start = time.perf_counter()
         with pytest.raises(ConfigError):
             load_config(path)
         assert time.perf_counter() - start < 2.0, path
+        assert before.leaks(process_state()) == [], path

@@ -8,16 +8,14 @@ The seed is fixed and the number of calls bounded, so a failure here is reproduc
 from __future__ import annotations
 
 import math
-import os
 import random
-import signal
 from typing import Any
 
 import pytest
 
 from notebook_accel.errors import NotebookAccelError
 from notebook_accel.launcher import notebook_launcher
-from tests.helpers import child_pids, fuzz_case, open_fds
+from tests.helpers import child_pids, fuzz_case, process_state
 from tests.launcher.recording import RecordingSink
 
 pytestmark = pytest.mark.timeout(300)
@@ -51,10 +49,6 @@ POOLS: dict[str, tuple[list[Any], list[Any]]] = {
 }
 
 
-def _handlers() -> tuple[Any, ...]:
-    return tuple(signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM))
-
-
 def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NOTEBOOK_ACCEL_LOG_DIR", str(tmp_path / "runs"))
     # torch.distributed opens a pipe once per process, the first time the store is served: not a per-call leak
@@ -65,7 +59,7 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
         case, bad = fuzz_case(rng, POOLS, always=("function",))
         case.setdefault("dashboard", RecordingSink())
         function = case.pop("function")
-        env, fds, handlers = dict(os.environ), open_fds(), _handlers()
+        before = process_state()
         label = f"case {index}: notebook_launcher({function!r}, **{ {k: v for k, v in case.items() if k != 'dashboard'} !r:.300})"
         try:
             value = notebook_launcher(function, **case)
@@ -81,8 +75,6 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
             if function is answer:
                 assert value == 42, f"{label}: returned {value!r}"
         assert child_pids() == [], f"{label}: left child processes"
-        assert open_fds() == fds, f"{label}: leaked file descriptors"
-        assert dict(os.environ) == env, f"{label}: changed the environment"
-        assert _handlers() == handlers, f"{label}: changed a signal handler"
+        assert before.leaks(process_state()) == [], label
     print(outcomes)
     assert outcomes.get("success", 0) >= 20 and outcomes.get("LaunchError", 0) >= 50, outcomes
