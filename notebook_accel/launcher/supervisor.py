@@ -43,6 +43,8 @@ GRACE_SECONDS = 3.0
 SETTLE_SECONDS = 0.3
 LEFTOVER_GRACE_SECONDS = 1.0  # for processes a finished worker left behind, between SIGTERM and SIGKILL
 _READ_SIZE = 1 << 16
+_DRAIN_BYTES = 4 << 20  # read from a dead worker's output pipe: a pipe holds at most 1 MiB unless raised by root
+_DRAIN_MESSAGES = 1 << 16  # event messages read from a dead worker (a grandchild may keep sending)
 _MAX_WAIT = 3600.0  # poll()'s millisecond timeout is a C int: one wait never asks for more than an hour
 
 
@@ -163,19 +165,23 @@ class _Supervisor:
         return min(times) if times else None
 
     def drain(self, handle: WorkerHandle) -> None:
-        """Everything a dead worker left in its pipes (a grandchild holding them open cannot stall us)."""
+        """What a dead worker left in its pipes, then close them. A grandchild holding them open cannot stall
+        us: at most ``_DRAIN_BYTES`` are read per pipe (more than a pipe holds), however fast it keeps writing."""
         conn = handle.events
-        while not conn.closed and conn.poll():
+        for _ in range(_DRAIN_MESSAGES):
+            if conn.closed or not conn.poll():
+                break
             self.on_conn(conn)
         self.conns.pop(conn, None)
         if not conn.closed:
             conn.close()
         for fd in (handle.stdout_fd, handle.stderr_fd):
-            while fd in self.fds:
-                if _readable(fd):
-                    self.on_fd(fd)
-                else:
-                    self.on_fd_eof(fd)
+            for _ in range(_DRAIN_BYTES // _READ_SIZE):
+                if fd not in self.fds or not _readable(fd):
+                    break
+                self.on_fd(fd)
+            if fd in self.fds:
+                self.on_fd_eof(fd)
 
     def on_fd_eof(self, fd: int) -> None:
         """``fd`` is finished (end of file, or a dead worker's pipe a grandchild holds open); after the rank's

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from notebook_accel import Accelerator
+from notebook_accel.events import Log
 from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher, processes, worker
 from tests.helpers import child_pids
 from tests.launcher.recording import RecordingSink
@@ -320,3 +321,27 @@ def test_a_failed_fork_ends_the_started_workers_with_their_children(tmp_path: Pa
     os.kill(away, signal.SIGKILL)
     assert _wait_ended([kept], seconds=0) == [], "rank 0's subprocess outlived the failed launch"
     assert child_pids() == []
+
+
+@pytest.mark.timeout(60)
+def test_draining_a_dead_worker_is_bounded_however_fast_a_grandchild_writes() -> None:
+    """A dead worker's output pipe that never runs dry (a grandchild writing without pause; here /dev/zero, which
+    is always readable): the drain reads a bounded amount and closes it. Before, it read until the pipe was
+    empty, which a fast enough writer never lets happen (the cell hung, past timeout=)."""
+    from multiprocessing import Pipe
+
+    from notebook_accel.launcher.spawn import WorkerHandle
+    from notebook_accel.launcher.supervisor import _DRAIN_BYTES, _Supervisor
+
+    events, sender = Pipe(duplex=False)
+    sender.close()
+    endless = os.open("/dev/zero", os.O_RDONLY)
+    quiet_r, quiet_w = os.pipe()
+    os.close(quiet_w)
+    handle = WorkerHandle(0, None, events, endless, quiet_r, "cpu", exit_fd=-1)  # type: ignore[arg-type]
+    sink = RecordingSink()
+    state = _Supervisor([handle], sink, grace=1.0, log_dir=None)
+    state.drain(handle)
+    assert handle.stdout_fd == -1 and handle.stderr_fd == -1 and events.closed
+    assert state.fds == {}
+    assert sum(len(e.text) for e in sink.of_type(Log)) <= 2 * _DRAIN_BYTES  # type: ignore[attr-defined]
