@@ -17,6 +17,7 @@ from notebook_accel.fsdp.plugin import fsdp_launch_value
 from notebook_accel.launcher import compat, preflight
 from notebook_accel.launcher.background import BackgroundRun, RecordingTee, check_can_start
 from notebook_accel.launcher.errors import WorkerError
+from notebook_accel.launcher.guard import KernelDeathGuard
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.ports import check_port_free, free_port
 from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, worker_variables
@@ -327,6 +328,15 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
     envs = _environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
                          plan.steps, variables, plan.fsdp)
     store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.join_timeout)
+    guard = None if plan.in_process else KernelDeathGuard()  # ends the workers' groups if the kernel is killed
+
+    def release() -> None:
+        """Stop serving the store and the guard (the run is over)."""
+        if store is not None:
+            store.close()
+        if guard is not None:
+            guard.close()
+
     handed_over = False
     try:
         main_rank = plan.node * local
@@ -340,11 +350,14 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
             return run_in_process(plan.function, plan.args, envs[0], sink, start)
         warm_kernel(plan.backend)
         try:
+            inherited = tuple(fd for fd in (store.fd if store else -1, guard.fd if guard else -1) if fd >= 0)
             handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
-                                    inherited_fds=() if store is None else (store.fd,))
+                                    inherited_fds=inherited)
         except BaseException as e:
             finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
             raise
+        if guard is not None:
+            guard.watch(h.pid for h in handles)
         before = None if store is None else store.start
         elsewhere = tuple(r for r in range(plan.nodes * local) if r // local != plan.node)
         if plan.block:
@@ -356,11 +369,10 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
                 return supervise(handles, tee, plan.limit, start, log_dir=folder, before=before, stop_fd=stop_fd,
                                  elsewhere=elsewhere)
             finally:
-                if store is not None:
-                    store.close()
+                release()
 
         handed_over = True
         return BackgroundRun(name, tee, body)
     finally:
-        if store is not None and not handed_over:
-            store.close()
+        if not handed_over:
+            release()
