@@ -345,4 +345,3 @@ def test_draining_a_dead_worker_is_bounded_however_fast_a_grandchild_writes() ->
     assert handle.stdout_fd == -1 and handle.stderr_fd == -1 and events.closed
     assert state.fds == {}
     assert sum(len(e.text) for e in sink.of_type(Log)) <= 2 * _DRAIN_BYTES  # type: ignore[attr-defined]
-
