@@ -24,9 +24,9 @@ from notebook_accel.checkpointing.manifest import MANIFEST_NAME
 
 __all__ = ["leftovers", "recovery_candidate", "recover"]
 
-def leftovers(path: str) -> list[tuple[str, str]]:
-    """(tag, directory) of every dead save's temporary directory for the target ``path``, newest first."""
-    parent, name = os.path.split(os.path.abspath(path))
+
+def _dead_temporaries(parent: str) -> list[tuple[str, str, str]]:
+    """(target name, tag, directory) of every temporary directory in ``parent`` whose save is dead."""
     try:
         entries = os.listdir(parent)
     except OSError:
@@ -34,11 +34,23 @@ def leftovers(path: str) -> list[tuple[str, str]]:
     found = []
     for entry in entries:
         parsed = temp_target(entry)
-        if parsed is not None and parsed[0] == name and not owner_alive(entry):
+        if parsed is not None and not owner_alive(entry):
             full = os.path.join(parent, entry)
             if os.path.isdir(full) and not os.path.islink(full):
-                found.append((parsed[1], full))
+                found.append((*parsed, full))
+    return found
+
+
+def leftovers(path: str) -> list[tuple[str, str]]:
+    """(tag, directory) of every dead save's temporary directory for the target ``path``, newest first."""
+    parent, name = os.path.split(os.path.abspath(path))
+    found = [(tag, full) for target, tag, full in _dead_temporaries(parent) if target == name]
     return sorted(found, key=lambda item: os.path.getmtime(item[1]), reverse=True)
+
+
+def _nothing_to_recover(tag: str, directory: str) -> bool:
+    """A dead save's directory no load or save could want: a partial one (no manifest) or one being deleted."""
+    return tag == "del" or (tag == "" and not _complete(directory))
 
 
 def _complete(directory: str) -> bool:
@@ -60,8 +72,10 @@ def recovery_candidate(path: str) -> str | None:
 
 
 def recover(path: str) -> str | None:
-    """Before a save to ``path`` (main process): put back the checkpoint a killed commit left aside, then delete
-    every other dead save's leftovers for ``path``.
+    """Before a save to ``path`` (main process): put back the checkpoint a killed commit left aside, delete
+    every other dead save's leftovers for ``path``, and the partial folders dead saves to other targets in the
+    same folder left (a complete one, or an old checkpoint moved aside, stays: a load or save of its target
+    recovers it).
 
     Returns:
         The directory that was restored to ``path``, or ``None``.
@@ -72,4 +86,7 @@ def recover(path: str) -> str | None:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
     for _, directory in leftovers(path):
         remove_dir(directory)
+    for _, tag, directory in _dead_temporaries(os.path.dirname(os.path.abspath(path))):
+        if _nothing_to_recover(tag, directory):  # other targets' debris: what a killed write left, not a commit
+            remove_dir(directory)
     return restored

@@ -164,3 +164,25 @@ def test_the_stop_button_between_the_commit_renames_keeps_the_previous_checkpoin
     reader = make_accelerator(seed=5)
     load_state(reader, path)
     assert fingerprint(reader) == _state_of(0)
+
+
+def test_a_save_elsewhere_in_the_folder_removes_partial_debris_and_keeps_what_is_recoverable(tmp_path: Path) -> None:
+    """Saves to epoch-named folders: a save to epoch1 killed while writing left a partial folder that no later
+    save (all to other names) removed. Now any save in the folder removes it, but never another target's
+    recoverable commit (a complete new checkpoint and the old one moved aside)."""
+    _killed_save("while-writing", tmp_path / "epoch1", seed=1)
+    partial = _temporaries(tmp_path / "epoch1")
+    assert len(partial) == 1
+    first = make_accelerator(seed=0)
+    train_step(first)
+    save_state(first, tmp_path / "epoch2")
+    _killed_save("between-renames", tmp_path / "epoch2", seed=2)
+    recoverable = _temporaries(tmp_path / "epoch2")
+    assert len(recoverable) == 2
+    acc = make_accelerator(seed=3)
+    train_step(acc)
+    save_state(acc, tmp_path / "epoch3")
+    assert _temporaries(tmp_path / "epoch3") == recoverable, "partial debris stayed, or a recoverable commit went"
+    reader = make_accelerator(seed=5)
+    load_state(reader, tmp_path / "epoch2")
+    assert fingerprint(reader) == _state_of(2)
