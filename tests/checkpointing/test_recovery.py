@@ -54,6 +54,14 @@ def _temporaries(path: Path) -> list[str]:
     return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(TEMP_PREFIX))
 
 
+def _save_trained(seed: int, path: Path) -> object:
+    """Train an Accelerator made with ``seed`` one step, save it to ``path``; its fingerprint."""
+    acc = make_accelerator(seed=seed)
+    train_step(acc)
+    save_state(acc, path)
+    return fingerprint(acc)
+
+
 def _state_of(seed: int) -> object:
     acc = make_accelerator(seed=seed)
     train_step(acc)
@@ -100,21 +108,17 @@ def test_a_save_killed_while_writing_leaves_debris_the_next_save_removes(tmp_pat
 def test_another_checkpoints_leftovers_are_not_taken_for_this_ones(tmp_path: Path, other: str) -> None:
     """A commit of ``other`` killed between its renames: its leftovers belong to ``other`` only. Before the exact
     name match, ``ckpt-pretrain``'s new checkpoint was loaded for ``ckpt`` and moved to ``ckpt`` by its next save."""
-    first = make_accelerator(seed=0)
-    train_step(first)
-    save_state(first, tmp_path / other)
+    _save_trained(0, tmp_path / other)
     _killed_save("between-renames", tmp_path / other, seed=1)
     theirs = _temporaries(tmp_path / other)
     assert len(theirs) == 2
     with pytest.raises(CheckpointError, match="does not exist|not found|no checkpoint"):
         load_state(make_accelerator(seed=5), tmp_path / "ckpt")
-    acc = make_accelerator(seed=3)
-    train_step(acc)
-    save_state(acc, tmp_path / "ckpt")
+    saved = _save_trained(3, tmp_path / "ckpt")
     assert _temporaries(tmp_path / other) == theirs, "a save to ckpt touched another checkpoint's leftovers"
     reader = make_accelerator(seed=5)
     load_state(reader, tmp_path / "ckpt")
-    assert fingerprint(reader) == fingerprint(acc)
+    assert fingerprint(reader) == saved
     recovered = make_accelerator(seed=5)
     load_state(recovered, tmp_path / other)
     assert fingerprint(recovered) == _state_of(1)
@@ -173,15 +177,11 @@ def test_a_save_elsewhere_in_the_folder_removes_partial_debris_and_keeps_what_is
     _killed_save("while-writing", tmp_path / "epoch1", seed=1)
     partial = _temporaries(tmp_path / "epoch1")
     assert len(partial) == 1
-    first = make_accelerator(seed=0)
-    train_step(first)
-    save_state(first, tmp_path / "epoch2")
+    _save_trained(0, tmp_path / "epoch2")
     _killed_save("between-renames", tmp_path / "epoch2", seed=2)
     recoverable = _temporaries(tmp_path / "epoch2")
     assert len(recoverable) == 2
-    acc = make_accelerator(seed=3)
-    train_step(acc)
-    save_state(acc, tmp_path / "epoch3")
+    _save_trained(3, tmp_path / "epoch3")
     assert _temporaries(tmp_path / "epoch3") == recoverable, "partial debris stayed, or a recoverable commit went"
     reader = make_accelerator(seed=5)
     load_state(reader, tmp_path / "epoch2")
