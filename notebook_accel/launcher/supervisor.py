@@ -29,9 +29,10 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal
 
-from notebook_accel.channel import read_events
+from notebook_accel.channel import decode
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started
 from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
+from notebook_accel.launcher.messages import MessageReader
 from notebook_accel.launcher.output import RankOutput
 from notebook_accel.launcher.processes import end_groups, signal_worker
 from notebook_accel.launcher.runlogs import rank_log
@@ -44,7 +45,6 @@ SETTLE_SECONDS = 0.3
 LEFTOVER_GRACE_SECONDS = 1.0  # for processes a finished worker left behind, between SIGTERM and SIGKILL
 _READ_SIZE = 1 << 16
 _DRAIN_BYTES = 4 << 20  # read from a dead worker's output pipe: a pipe holds at most 1 MiB unless raised by root
-_DRAIN_MESSAGES = 1 << 16  # event messages read from a dead worker (a grandchild may keep sending)
 _MAX_WAIT = 3600.0  # poll()'s millisecond timeout is a C int: one wait never asks for more than an hour
 
 
@@ -85,6 +85,7 @@ class _Supervisor:
         self.sink = sink
         self.grace = grace
         self.conns: dict[Connection, WorkerHandle] = {h.events: h for h in handles}
+        self.readers = {h.rank: MessageReader(h.events.fileno()) for h in handles}
         self.outputs = {h.rank: RankOutput(h.rank, log_dir and rank_log(log_dir, h.rank)) for h in handles}
         self.fds: dict[int, tuple[WorkerHandle, Literal["ordered", "fd2"]]] = {}
         for h in handles:
@@ -101,22 +102,24 @@ class _Supervisor:
         self.saved: str | None = None  # the last checkpoint the run committed (a restart resumes from it)
 
     # -- reading ------------------------------------------------------------------------------------------
-    def on_conn(self, conn: Connection) -> None:
-        """Receive one message of events; end of file closes the pipe; a message the kernel cannot load (a
-        returned object that needs the workers' process group) is that rank's failure, not the launcher's."""
-        rank = next(h.rank for h in self.handles if h.events is conn)
-        try:
-            events = read_events(conn)
-        except (EOFError, OSError):
+    def on_conn(self, conn: Connection, budget: int | None = None) -> None:
+        """Read what the pipe holds and handle each complete message (a partial one waits for its rest; see
+        :mod:`.messages`); end of file closes the pipe. A message the kernel cannot load (a returned object that
+        needs the workers' process group) is that rank's failure, not the launcher's."""
+        handle = next(h for h in self.handles if h.events is conn)
+        reader = self.readers[handle.rank]
+        for message in reader.read() if budget is None else reader.read(budget):
+            try:
+                events = decode(message)
+            except Exception as e:  # noqa: BLE001 - whatever unpickling the user's objects raises
+                events = [Failed(handle.rank, "ResultError", unloadable_message(handle.rank, e), "")]
+            for event in events:
+                self.on_event(event)
+                if isinstance(event, (Finished, Failed)):
+                    self.conns.pop(conn, None)  # its last word: the rest (end of file) is read when it exits
+        if reader.eof:
             self.conns.pop(conn, None)
             conn.close()
-            return
-        except Exception as e:  # noqa: BLE001 - whatever unpickling the user's objects raises
-            events = [Failed(rank, "ResultError", unloadable_message(rank, e), "")]
-        for event in events:
-            self.on_event(event)
-            if isinstance(event, (Finished, Failed)):
-                self.conns.pop(conn, None)  # its last word: the rest (end of file) is read when it exits
 
     def on_event(self, event: Event) -> None:
         """Record what the launcher needs, then pass the event on."""
@@ -166,12 +169,11 @@ class _Supervisor:
 
     def drain(self, handle: WorkerHandle) -> None:
         """What a dead worker left in its pipes, then close them. A grandchild holding them open cannot stall
-        us: at most ``_DRAIN_BYTES`` are read per pipe (more than a pipe holds), however fast it keeps writing."""
+        us: at most ``_DRAIN_BYTES`` are read per pipe (more than a pipe holds), however fast it keeps writing,
+        and a message it never completes is dropped."""
         conn = handle.events
-        for _ in range(_DRAIN_MESSAGES):
-            if conn.closed or not conn.poll():
-                break
-            self.on_conn(conn)
+        if not conn.closed:
+            self.on_conn(conn, _DRAIN_BYTES)  # a partial message left by a killed worker is dropped
         self.conns.pop(conn, None)
         if not conn.closed:
             conn.close()
