@@ -11,7 +11,7 @@ from typing import Any, Callable
 from notebook_accel import hardware
 from notebook_accel.config import Config, resolve_config
 from notebook_accel.environment import LaunchEnvironment, restart_variables
-from notebook_accel.errors import LaunchError
+from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import RunInfo, Sink
 from notebook_accel.fsdp.plugin import fsdp_launch_value
 from notebook_accel.launcher import compat, preflight
@@ -94,7 +94,7 @@ def _choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
         return free_port(master_addr)
     except OSError as e:
         raise LaunchError(
-            f"master_addr={master_addr!r} is not an address of this machine ({e}); use '127.0.0.1' for a "
+            f"master_addr={shown(master_addr)} is not an address of this machine ({e}); use '127.0.0.1' for a "
             "single machine, or this machine's address on the network for node 0"
         ) from e
 
@@ -234,7 +234,7 @@ def notebook_launcher(
     preflight.check_flag("concurrent", concurrent)
     check_can_start(concurrent)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-        raise LaunchError(f"args={args!r:.80} is not allowed; pass a tuple of positional arguments, e.g. args=(lr,)")
+        raise LaunchError(f"args={shown(args, 80)} is not allowed; pass a tuple of positional arguments, e.g. args=(lr,)")
     rdzv = compat.check_rendezvous(rdzv_backend, rdzv_endpoint, rdzv_conf, rdzv_id, monitor_interval)
     restarts = compat.check_max_restarts(max_restarts)
     prefix = compat.check_prefix_template(log_line_prefix_template)
