@@ -279,7 +279,8 @@ class InitProcessGroupKwargs(KwargsHandler):
         owner = "InitProcessGroupKwargs"
         if self.backend is not None and self.backend not in _BACKENDS:
             raise ConfigurationError(
-                f"{owner}(backend={shown(self.backend)}): unknown backend; allowed: {', '.join(_BACKENDS)} or None (auto)"
+                f"{owner}(backend={shown(self.backend)}): unknown backend; allowed: {', '.join(_BACKENDS)} "
+                "or None (auto)"
             )
         if self.init_method is not None:
             _check_type(owner, "init_method", self.init_method, (str,), "a URL string such as 'env://'")

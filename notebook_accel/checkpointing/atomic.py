@@ -219,8 +219,8 @@ def commit_dir(temp: str, final: str) -> None:
 
     An existing ``final`` (a previous checkpoint or an empty directory) is first renamed aside to a temporary
     name and deleted only after the new one is in place. Between the two renames ``final`` briefly does not exist;
-    the old copy survives under its ``.tmp-<name>-...old`` name until the end. When anything interrupts the renames (an OS
-    error, or the notebook's stop button: a KeyboardInterrupt landing between them), the old copy is put back
+    the old copy survives under its ``.tmp-<name>-...old`` name until the end. When anything interrupts the renames
+    (an OS error, or the notebook's stop button: a KeyboardInterrupt landing between them), the old copy is put back
     before the exception goes on, so ``final`` is never left empty by a process that lives on.
     """
     parent = os.path.dirname(os.path.abspath(final))

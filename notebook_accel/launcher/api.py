@@ -234,7 +234,8 @@ def notebook_launcher(
     preflight.check_flag("concurrent", concurrent)
     check_can_start(concurrent)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-        raise LaunchError(f"args={shown(args, 80)} is not allowed; pass a tuple of positional arguments, e.g. args=(lr,)")
+        raise LaunchError(
+            f"args={shown(args, 80)} is not allowed; pass a tuple of positional arguments, e.g. args=(lr,)")
     rdzv = compat.check_rendezvous(rdzv_backend, rdzv_endpoint, rdzv_conf, rdzv_id, monitor_interval)
     restarts = compat.check_max_restarts(max_restarts)
     prefix = compat.check_prefix_template(log_line_prefix_template)

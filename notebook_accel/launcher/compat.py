@@ -95,7 +95,8 @@ def check_prefix_template(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise LaunchError(f"log_line_prefix_template={shown(value)} is not allowed; pass a string such as '[{{rank}}] '")
+        raise LaunchError(
+            f"log_line_prefix_template={shown(value)} is not allowed; pass a string such as '[{{rank}}] '")
     template = value.replace("${rank}", "{rank}").replace("${local_rank}", "{local_rank}").replace(
         "${role_name}", "worker")
     try:

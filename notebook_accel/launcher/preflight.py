@@ -187,14 +187,16 @@ def resolve_devices(
     if visible == 0:
         if ids is not None and not use_cpu:
             raise LaunchError(
-                f"gpu_ids={shown(gpu_ids)} but no GPU is visible (no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides them); "
+                f"gpu_ids={shown(gpu_ids)} but no GPU is visible (no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides "
+                "them); "
                 "drop gpu_ids to run on CPU, or check CUDA_VISIBLE_DEVICES"
             )
         count = num_processes or 1
         limit = max_cpu_processes()
         if count > limit:
             raise LaunchError(
-                f"num_processes={shown(count)} CPU workers on a machine with {hardware.cpu_count()} cores is more than the "
+                f"num_processes={shown(count)} CPU workers on a machine with {hardware.cpu_count()} cores is more "
+                "than the "
                 f"{limit} allowed (each worker is a full process with its own copy of the model); pass "
                 f"num_processes<={limit}, usually one per core or fewer"
             )

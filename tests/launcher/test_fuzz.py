@@ -69,7 +69,8 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
         case.setdefault("dashboard", RecordingSink())
         function = case.pop("function")
         before = process_state()
-        label = f"case {index}: notebook_launcher({function!r}, **{shown({k: v for k, v in case.items() if k != 'dashboard'}, 300)})"
+        given = {k: v for k, v in case.items() if k != "dashboard"}
+        label = f"case {index}: notebook_launcher({function!r}, **{shown(given, 300)})"
         try:
             value = notebook_launcher(function, **case)
         except NotebookAccelError as e:
