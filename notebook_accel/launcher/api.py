@@ -155,7 +155,9 @@ def notebook_launcher(
     Each worker gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
     ``MASTER_PORT``, its device and launch choices (read by the workers' ``Accelerator``), and
     ``cores / workers`` threads. Worker ``i`` uses visible CUDA device ``i`` (or ``gpu_ids[i]``) with nccl, or
-    the CPU with gloo when no GPU is visible. ``num_processes=1`` runs in this process (no fork). Every
+    the CPU with gloo when no GPU is visible. ``num_processes=1`` runs in this process (no fork), unless
+    ``timeout=``, ``block=False`` or ``max_restarts`` is given: then in one forked worker, so that stopping it
+    never interrupts the kernel's own thread (no SIGALRM inside arbitrary code). Every
     argument left ``None`` comes from ``config`` (or the default config file), else the default.
 
     Each worker's whole output (stdout and stderr in the order written, as a terminal shows it) is kept in
