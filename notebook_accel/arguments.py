@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from notebook_accel.plugins import ConfigurationError, DataLoaderConfiguration, KwargsHandler, ProjectConfiguration
+from notebook_accel.errors import shown
 
 __all__ = ["check_accelerator_arguments", "RNG_TYPES"]
 
@@ -24,14 +25,14 @@ def _flag(name: str, value: Any, optional: bool = False) -> str | None:
     """A problem with a boolean argument, or ``None``."""
     if isinstance(value, bool) or (optional and value is None):
         return None
-    return f"{name}={value!r}: pass True or False{' (or None)' if optional else ''}"
+    return f"{name}={shown(value)}: pass True or False{' (or None)' if optional else ''}"
 
 
 def _instance(name: str, value: Any, cls: type) -> str | None:
     """A problem with an argument that must be ``None`` or an instance of ``cls``, or ``None``."""
     if value is None or isinstance(value, cls):
         return None
-    return f"{name}={value!r:.80}: pass a {cls.__name__}(...) or None"
+    return f"{name}={shown(value, 80)}: pass a {cls.__name__}(...) or None"
 
 
 def _rng_types(value: Any) -> str | None:
@@ -39,10 +40,10 @@ def _rng_types(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        return f"rng_types={value!r:.80}: pass a list of names from {list(RNG_TYPES)}, e.g. ['torch'], or None"
+        return f"rng_types={shown(value, 80)}: pass a list of names from {list(RNG_TYPES)}, e.g. ['torch'], or None"
     unknown = [v for v in value if getattr(v, "value", v) not in RNG_TYPES]
     if unknown:
-        return f"rng_types has unknown entries {unknown!r:.80}; allowed names are {list(RNG_TYPES)}"
+        return f"rng_types has unknown entries {shown(unknown, 80)}; allowed names are {list(RNG_TYPES)}"
     return None
 
 
@@ -50,7 +51,7 @@ def _folder(name: str, value: Any) -> str | None:
     """A problem with a folder argument, or ``None``."""
     if value is None or isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
         return None
-    return f"{name}={value!r:.80}: pass a folder path (str or pathlib.Path) or None"
+    return f"{name}={shown(value, 80)}: pass a folder path (str or pathlib.Path) or None"
 
 
 def _handlers(value: Any) -> str | None:
@@ -58,11 +59,11 @@ def _handlers(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
-        return f"kwargs_handlers={value!r:.80}: pass a list of handlers, e.g. [DistributedDataParallelKwargs(...)]"
+        return f"kwargs_handlers={shown(value, 80)}: pass a list of handlers, e.g. [DistributedDataParallelKwargs(...)]"
     wrong = [v for v in value if not isinstance(v, KwargsHandler)]
     if wrong:
         return (
-            f"kwargs_handlers has entries that are not handlers: {wrong!r:.80}; pass instances such as "
+            f"kwargs_handlers has entries that are not handlers: {shown(wrong, 80)}; pass instances such as "
             "DistributedDataParallelKwargs(...), GradScalerKwargs(...), InitProcessGroupKwargs(...)"
         )
     return None

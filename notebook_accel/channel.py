@@ -33,7 +33,7 @@ from typing import Any
 
 from notebook_accel.events import Event
 
-__all__ = ["EventWriter", "current", "install", "uninstall", "read_events", "dumps"]
+__all__ = ["EventWriter", "current", "install", "uninstall", "read_events", "decode", "dumps"]
 
 _current: EventWriter | None = None
 
@@ -196,7 +196,12 @@ def uninstall() -> EventWriter | None:
     return writer
 
 
+def decode(message: bytes | bytearray) -> list[Event]:
+    """The events of one received message (unpickling errors propagate: the message is the user's data)."""
+    loaded = pickle.loads(message)
+    return list(loaded) if isinstance(loaded, list) else [loaded]
+
+
 def read_events(conn: Connection) -> list[Event]:
     """Receive one message on the kernel side and return its events (raises ``EOFError`` when closed)."""
-    message = pickle.loads(conn.recv_bytes())
-    return list(message) if isinstance(message, list) else [message]
+    return decode(conn.recv_bytes())

@@ -11,11 +11,38 @@ notebook, whether the kernel must be restarted).
 
 from __future__ import annotations
 
+import reprlib
+
 __all__ = [
     "NotebookAccelError",
     "LaunchError",
     "CudaInitializedError",
+    "shown",
 ]
+
+
+class _BoundedRepr(reprlib.Repr):
+    """``reprlib``'s short repr, without the decimal conversion of huge integers (Python refuses it past 4,300
+    digits, and it costs quadratic time below that)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        """A huge integer by its size; others as ``reprlib`` shows them (long ones cut in the middle)."""
+        if x.bit_length() > _MAX_SHOWN_BITS:
+            return f"<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_MAX_SHOWN_BITS = 256
+_REPR = _BoundedRepr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 2, 6, 6, 4, 6
+_REPR.maxstring, _REPR.maxlong, _REPR.maxother = 80, 40, 80
+
+
+def shown(value: object, width: int = 80) -> str:
+    """``repr(value)`` for an error message, at most ``width`` characters and with bounded work whatever the
+    value (a 5,000-digit integer, a million-item list, a deeply nested dict)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 class NotebookAccelError(Exception):

@@ -15,7 +15,7 @@ from datetime import timedelta
 from collections.abc import Sequence
 from typing import Any
 
-from notebook_accel.errors import NotebookAccelError
+from notebook_accel.errors import NotebookAccelError, shown
 
 __all__ = [
     "ConfigurationError",
@@ -43,14 +43,14 @@ def _check_type(owner: str, name: str, value: Any, types: tuple[type, ...], allo
     else:
         ok = isinstance(value, types)
     if not ok:
-        raise ConfigurationError(f"{owner}({name}={value!r}): expected {allowed}, got {type(value).__name__}")
+        raise ConfigurationError(f"{owner}({name}={shown(value)}): expected {allowed}, got {type(value).__name__}")
 
 
 def _check_positive_int(owner: str, name: str, value: Any, minimum: int = 1) -> None:
     """Raise unless ``value`` is an int >= ``minimum``."""
     _check_type(owner, name, value, (int,), f"an integer >= {minimum}")
     if value < minimum:
-        raise ConfigurationError(f"{owner}({name}={value!r}): must be an integer >= {minimum}")
+        raise ConfigurationError(f"{owner}({name}={shown(value)}): must be an integer >= {minimum}")
 
 
 @dataclass
@@ -90,7 +90,7 @@ class DataLoaderConfiguration:
             _check_type(owner, name, getattr(self, name), (bool,), "True or False")
         if self.dispatch_batches:
             raise ConfigurationError(
-                f"{owner}(dispatch_batches={self.dispatch_batches!r}): dispatching batches from rank 0 is not "
+                f"{owner}(dispatch_batches={shown(self.dispatch_batches)}): dispatching batches from rank 0 is not "
                 "supported; every process loads its own shard. Use dispatch_batches=None (or False)."
             )
         if self.data_seed is not None:
@@ -239,10 +239,10 @@ class GradScalerKwargs(KwargsHandler):
         for name in ("init_scale", "growth_factor", "backoff_factor"):
             _check_type(owner, name, getattr(self, name), (int, float), "a positive number")
             if getattr(self, name) <= 0:
-                raise ConfigurationError(f"{owner}({name}={getattr(self, name)!r}): must be > 0")
+                raise ConfigurationError(f"{owner}({name}={shown(getattr(self, name))}): must be > 0")
         if not self.backoff_factor < 1.0 < self.growth_factor:
             raise ConfigurationError(
-                f"{owner}(growth_factor={self.growth_factor!r}, backoff_factor={self.backoff_factor!r}): "
+                f"{owner}(growth_factor={shown(self.growth_factor)}, backoff_factor={shown(self.backoff_factor)}): "
                 "need backoff_factor < 1 < growth_factor"
             )
         _check_positive_int(owner, "growth_interval", self.growth_interval)
@@ -279,14 +279,15 @@ class InitProcessGroupKwargs(KwargsHandler):
         owner = "InitProcessGroupKwargs"
         if self.backend is not None and self.backend not in _BACKENDS:
             raise ConfigurationError(
-                f"{owner}(backend={self.backend!r}): unknown backend; allowed: {', '.join(_BACKENDS)} or None (auto)"
+                f"{owner}(backend={shown(self.backend)}): unknown backend; allowed: {', '.join(_BACKENDS)} "
+                "or None (auto)"
             )
         if self.init_method is not None:
             _check_type(owner, "init_method", self.init_method, (str,), "a URL string such as 'env://'")
         if self.timeout is not None:
             _check_type(owner, "timeout", self.timeout, (timedelta,), "a datetime.timedelta")
             if self.timeout.total_seconds() <= 0:
-                raise ConfigurationError(f"{owner}(timeout={self.timeout!r}): must be a positive duration")
+                raise ConfigurationError(f"{owner}(timeout={shown(self.timeout)}): must be a positive duration")
 
 
 @dataclass
@@ -324,7 +325,7 @@ def resolve_handlers(kwargs_handlers: Sequence[KwargsHandler] | None) -> tuple[
     for handler in kwargs_handlers or ():
         kind = next((k for k in HANDLER_TYPES if isinstance(handler, k)), None)
         if kind is None:
-            raise ConfigurationError(f"kwargs_handlers: unsupported {handler!r}; allowed: "
+            raise ConfigurationError(f"kwargs_handlers: unsupported {shown(handler)}; allowed: "
                                      f"{', '.join(k.__name__ for k in HANDLER_TYPES)}")
         if kind in found:
             raise ConfigurationError(f"kwargs_handlers: two {kind.__name__} given; pass each kind at most once")
@@ -337,11 +338,11 @@ def resolve_accumulation(steps: int | None, plugin: GradientAccumulationPlugin |
     """The accumulation plugin: explicit plugin, else explicit steps, else the launch config, else 1."""
     if plugin is not None:
         if steps not in (None, 1, plugin.num_steps):
-            raise ConfigurationError(f"gradient_accumulation_steps={steps!r} and gradient_accumulation_plugin "
+            raise ConfigurationError(f"gradient_accumulation_steps={shown(steps)} and gradient_accumulation_plugin "
                                      f"(num_steps={plugin.num_steps}) disagree; pass only one of them")
         return plugin
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ConfigurationError(f"gradient_accumulation_steps={steps!r} is not allowed; pass a whole number >= 1 "
+        raise ConfigurationError(f"gradient_accumulation_steps={shown(steps)} is not allowed; pass a whole number >= 1 "
                                  "(1 means no accumulation)")
     return GradientAccumulationPlugin(num_steps=steps if steps is not None else (from_launch or 1))
 
@@ -353,6 +354,6 @@ def resolve_loader_config(config: DataLoaderConfiguration | None,
     if split_batches is None or split_batches == config.split_batches:
         return config
     if config.split_batches:
-        raise ConfigurationError(f"split_batches={split_batches!r} conflicts with "
+        raise ConfigurationError(f"split_batches={shown(split_batches)} conflicts with "
                                  "dataloader_config.split_batches=True; set it in one place")
     return DataLoaderConfiguration(**{**config.__dict__, "split_batches": split_batches})

@@ -16,6 +16,7 @@ import torch
 
 from notebook_accel.plugins import ConfigurationError, GradScalerKwargs
 from notebook_accel.utils.nested import recursively_apply
+from notebook_accel.errors import shown
 
 __all__ = ["MixedPrecision", "MIXED_PRECISION_CHOICES", "resolve_mixed_precision", "autocast_context",
            "make_scaler", "wrap_forward", "unwrap_forward"]
@@ -39,7 +40,7 @@ def resolve_mixed_precision(value: str | None, from_launch: str | None) -> Mixed
     if not isinstance(chosen, str) or chosen.lower() not in MIXED_PRECISION_CHOICES:
         source = "mixed_precision" if value is not None else "the launch config's mixed_precision"
         raise ConfigurationError(
-            f"{source}={chosen!r} is not supported; allowed: {', '.join(MIXED_PRECISION_CHOICES)} "
+            f"{source}={shown(chosen)} is not supported; allowed: {', '.join(MIXED_PRECISION_CHOICES)} "
             "(fp8 and others are not available here)"
         )
     return cast(MixedPrecision, chosen.lower())

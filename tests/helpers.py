@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -37,6 +39,55 @@ def child_pids(pid: int | None = None) -> list[int]:
 def open_fds() -> int:
     """Number of file descriptors this process has open."""
     return len(os.listdir("/proc/self/fd"))
+
+
+_SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """What a call must leave as it found it: child processes, open descriptors (by number and target), the
+    environment and every signal handler."""
+
+    children: frozenset[int]
+    fds: frozenset[tuple[int, str]]
+    environ: tuple[tuple[str, str], ...]
+    handlers: tuple[tuple[int, Any], ...]
+
+    def leaks(self, after: ProcessState) -> list[str]:
+        """What differs in ``after`` (empty when nothing leaked)."""
+        problems = []
+        if after.children != self.children:
+            problems.append(f"child processes {sorted(after.children - self.children)} left running")
+        if after.fds != self.fds:
+            problems.append(f"descriptors opened {sorted(after.fds - self.fds)}, closed {sorted(self.fds - after.fds)}")
+        if after.environ != self.environ:
+            changed = sorted(set(after.environ) ^ set(self.environ))
+            problems.append(f"environment changed: {changed}")
+        if after.handlers != self.handlers:
+            problems.append(f"signal handlers changed: {sorted(set(after.handlers) - set(self.handlers), key=str)}")
+        return problems
+
+
+def _fd_targets() -> frozenset[tuple[int, str]]:
+    """This process's open descriptors with what each points at."""
+    found = set()
+    for entry in os.listdir("/proc/self/fd"):
+        try:
+            found.add((int(entry), os.readlink(f"/proc/self/fd/{entry}")))
+        except OSError:  # the descriptor listdir itself used, closed by now
+            continue
+    return frozenset(found)
+
+
+def process_state() -> ProcessState:
+    """A snapshot of what a fuzzed call must not leak (see :class:`ProcessState`)."""
+    return ProcessState(
+        children=frozenset(child_pids()),
+        fds=_fd_targets(),
+        environ=tuple(sorted((k, v) for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST")),
+        handlers=tuple((int(s), signal.getsignal(s)) for s in _SIGNALS),
+    )
 
 
 def fuzz_case(

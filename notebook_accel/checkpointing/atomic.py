@@ -1,6 +1,6 @@
 """Crash-safe files and directories: write + fsync, a temporary sibling directory, and the rename that commits it.
 
-A checkpoint is built in ``<parent>/.tmp-<name>-<nonce>`` and renamed to ``<parent>/<name>`` only once every
+A checkpoint is built in ``<parent>/.tmp-<name>-<owner>-<nonce>`` and renamed to ``<parent>/<name>`` only once every
 file in it is written and flushed to disk, so a reader sees either the old checkpoint or the complete new one,
 never a mix. Anything whose name starts with :data:`TEMP_PREFIX` is unfinished (or being deleted) and is
 ignored by automatic loading.
@@ -19,7 +19,7 @@ import secrets
 import shutil
 import socket
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import torch
 
@@ -28,6 +28,7 @@ from notebook_accel.checkpointing.errors import CheckpointError
 __all__ = [
     "TEMP_PREFIX",
     "is_temporary",
+    "temp_target",
     "temp_sibling",
     "make_dir",
     "write_torch",
@@ -41,7 +42,8 @@ __all__ = [
 
 TEMP_PREFIX = ".tmp-"
 OWNER = f"p{os.getpid()}h{hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]}"
-_OWNER_RE = re.compile(r"-p(\d+)h([0-9a-f]{8})-[0-9a-f]{8}$")
+# what follows the target's name in a temporary directory's name: owner, nonce, and the tag of a renamed one
+_OWNER_RE = re.compile(r"-p(\d+)h([0-9a-f]{8})-[0-9a-f]{8}(?:\.(old|del))?$")
 
 
 def owner_alive(name: str) -> bool:
@@ -65,20 +67,36 @@ def owner_alive(name: str) -> bool:
     return True
 
 
+def temp_target(name: str) -> tuple[str, str] | None:
+    """``(target name, tag)`` of the temporary directory ``name`` made by :func:`temp_sibling` (tag ``""``,
+    ``"old"`` or ``"del"``); ``None`` for any other name.
+
+    The target's name is read exactly (everything between the prefix and the owner), so the leftovers of
+    ``run-pretrain`` are never taken for those of ``run``.
+    """
+    match = _OWNER_RE.search(name)
+    if not name.startswith(TEMP_PREFIX) or match is None or match.start() <= len(TEMP_PREFIX):
+        return None
+    return name[len(TEMP_PREFIX):match.start()], match.group(3) or ""
+
+
 def is_temporary(name: str) -> bool:
     """True for the name of an unfinished or half-deleted checkpoint directory."""
     return name.startswith(TEMP_PREFIX)
 
 
-def temp_sibling(path: str, tag: str = "") -> str:
-    """A fresh, unused path next to ``path``: ``<parent>/.tmp-<tag><name>-<owner>-<nonce>``, where ``<owner>``
-    (:data:`OWNER`) names this process and machine, so a later save can tell a dead save's debris from a live one.
+def temp_sibling(path: str, tag: Literal["", "old", "del"] = "") -> str:
+    """A fresh, unused path next to ``path``: ``<parent>/.tmp-<name>-<owner>-<nonce>[.<tag>]``, where ``<owner>``
+    (:data:`OWNER`) names this process and machine, so a later save can tell a dead save's debris from a live one,
+    and the tag (``old``: a previous checkpoint moved aside; ``del``: one being deleted) comes last, so the
+    target's name can be read back exactly (:func:`temp_target`).
 
     The nonce comes from ``os.urandom`` (via :mod:`secrets`), never from the global ``random``/``torch`` RNGs,
     so saving a checkpoint does not change the random streams being saved.
     """
     parent, name = os.path.split(os.path.abspath(path))
-    return os.path.join(parent, f"{TEMP_PREFIX}{tag}{name}-{OWNER}-{secrets.token_hex(4)}")
+    suffix = f".{tag}" if tag else ""
+    return os.path.join(parent, f"{TEMP_PREFIX}{name}-{OWNER}-{secrets.token_hex(4)}{suffix}")
 
 
 def _os_error(action: str, path: str, e: OSError) -> CheckpointError:
@@ -201,8 +219,8 @@ def commit_dir(temp: str, final: str) -> None:
 
     An existing ``final`` (a previous checkpoint or an empty directory) is first renamed aside to a temporary
     name and deleted only after the new one is in place. Between the two renames ``final`` briefly does not exist;
-    the old copy survives under its ``.tmp-old-`` name until the end. When anything interrupts the renames (an OS
-    error, or the notebook's stop button: a KeyboardInterrupt landing between them), the old copy is put back
+    the old copy survives under its ``.tmp-<name>-...old`` name until the end. When anything interrupts the renames
+    (an OS error, or the notebook's stop button: a KeyboardInterrupt landing between them), the old copy is put back
     before the exception goes on, so ``final`` is never left empty by a process that lives on.
     """
     parent = os.path.dirname(os.path.abspath(final))
@@ -211,7 +229,7 @@ def commit_dir(temp: str, final: str) -> None:
     action = "move aside the existing"
     try:
         if os.path.lexists(final):
-            old = temp_sibling(final, tag="old-")
+            old = temp_sibling(final, tag="old")
             os.rename(final, old)
         action = "rename the finished checkpoint into"
         os.rename(temp, final)
@@ -238,7 +256,7 @@ def remove_dir(path: str) -> None:
         return
     target = path
     if not is_temporary(os.path.basename(path)):
-        target = temp_sibling(path, tag="del-")
+        target = temp_sibling(path, tag="del")
         try:
             os.rename(path, target)
         except OSError:

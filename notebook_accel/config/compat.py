@@ -22,6 +22,8 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from notebook_accel.errors import shown
+
 __all__ = ["UNSUPPORTED_KEYS", "is_inactive", "suggest", "coerce_yaml_values", "unknown_key_problem"]
 
 #: Top-level keys of accelerate's config file that notebook-accel keeps on round trip but does not use.
@@ -91,11 +93,11 @@ def unknown_key_problem(key: object, known_fields: Iterable[str]) -> str:
     """The problem line for a key that is neither ours nor a known accelerate setting."""
     fields = sorted(known_fields)
     if not isinstance(key, str):
-        return (f"{key!r}: keys must be strings, got {type(key).__name__}; use one of the setting names "
+        return (f"{shown(key)}: keys must be strings, got {type(key).__name__}; use one of the setting names "
                 f"({', '.join(fields)})")
     guess = suggest(key, [*fields, *UNSUPPORTED_KEYS])
     hint = f"did you mean {guess!r}? " if guess else ""
-    return f"{key!r}: unknown setting; {hint}known settings: {', '.join(fields)}"
+    return f"{shown(key)}: unknown setting; {hint}known settings: {', '.join(fields)}"
 
 
 def coerce_yaml_values(values: Mapping[str, Any], bool_fields: Iterable[str]) -> dict[str, Any]:

@@ -109,6 +109,23 @@ def parse_config_text(text: str, source: str | None = None, as_json: bool = Fals
         raise ConfigError([f"cannot read the file as YAML: {type(e).__name__}: {e}"], source) from e
 
 
+_MAX_INT_BITS = 4096  # about 1,200 digits: far past any setting; Python writes no int past 4,300 digits
+
+
+def _huge_integer(value: Any, depth: int = 0) -> int | None:
+    """The bit length of the first integer in ``value`` (nested lists and dicts included) too large for any
+    setting, else ``None``. Parsed documents are bounded (:data:`MAX_YAML_NODES`), so the walk is too."""
+    if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+        return value.bit_length()
+    if depth < 64 and isinstance(value, (list, tuple, dict)):
+        items = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+        for item in items:
+            bits = _huge_integer(item, depth + 1)
+            if bits is not None:
+                return bits
+    return None
+
+
 def config_from_mapping(data: Any, source: str | None = None) -> Config:
     """Build a :class:`Config` from parsed file data (a mapping of setting names to values).
 
@@ -132,6 +149,10 @@ def config_from_mapping(data: Any, source: str | None = None) -> Config:
             ours[key] = value
         elif key in UNSUPPORTED_KEYS:
             extra[key] = value
+            bits = _huge_integer(value)
+            if bits is not None:
+                problems.append(f"{key}: holds an integer of {bits} bits, which no setting takes (nor can it be "
+                                "written back to a file); remove the key or fix the number")
         else:
             problems.append(unknown_key_problem(key, FIELD_NAMES))
     try:

@@ -182,9 +182,9 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config) 
 
 def _normalise_gpu_ids(value: Any) -> Any:
     """``0`` -> ``"0"``; ``[0, 1]`` -> ``"0,1"``; ``" 0, 1 "`` -> ``"0,1"``; anything else unchanged."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    if type(value) is int and value.bit_length() <= 64:  # a larger number is no device index: validation says so
         return str(value)
-    if isinstance(value, (list, tuple)) and value and all(type(v) is int for v in value):
+    if isinstance(value, (list, tuple)) and value and all(type(v) is int and v.bit_length() <= 64 for v in value):
         return ",".join(str(v) for v in value)
     if isinstance(value, str):
         return ",".join(p.strip() for p in value.split(",")) if value.strip().lower() != "all" else "all"

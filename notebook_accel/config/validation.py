@@ -7,13 +7,13 @@ line rather than a cascade. Each line names the field, the bad value and what is
 
 from __future__ import annotations
 
-import reprlib
 
 import keyword
 from collections.abc import Callable, Mapping
 from typing import Any, get_args
 
 from notebook_accel.config.compat import suggest
+from notebook_accel.errors import shown
 from notebook_accel.config.choices import (
     ComputeEnvironment,
     DistributedType,
@@ -29,17 +29,12 @@ _ACCELERATE_ONLY_TYPES = {"XLA", "TPU", "MEGATRON_LM", "MULTI_XPU", "MULTI_NPU",
                           "MULTI_SDAA", "MULTI_MUSA", "MULTI_HPU"}
 
 
-_SHORT_REPR = reprlib.Repr()
-_SHORT_REPR.maxlevel, _SHORT_REPR.maxlist, _SHORT_REPR.maxdict, _SHORT_REPR.maxstring, _SHORT_REPR.maxlong = 2, 4, 4, 60, 40
 _MAX_COUNT = 1_000_000  # process, machine and step counts: anything larger is a typo (or a hostile file)
 
 
 def _show(value: Any) -> str:
     """``repr`` of a value plus its type, short enough for one line (bounded work, whatever the value)."""
-    text = _SHORT_REPR.repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
+    return f"{shown(value, 60)} ({type(value).__name__})"
 
 
 def _is_int(value: Any) -> bool:

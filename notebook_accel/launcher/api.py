@@ -11,7 +11,7 @@ from typing import Any, Callable
 from notebook_accel import hardware
 from notebook_accel.config import Config, resolve_config
 from notebook_accel.environment import LaunchEnvironment, restart_variables
-from notebook_accel.errors import LaunchError
+from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import RunInfo, Sink
 from notebook_accel.deepspeed.plugin import deepspeed_launch_value
 from notebook_accel.engine_label import config_engine
@@ -19,6 +19,7 @@ from notebook_accel.fsdp.plugin import fsdp_launch_value
 from notebook_accel.launcher import compat, preflight
 from notebook_accel.launcher.background import BackgroundRun, RecordingTee, check_can_start
 from notebook_accel.launcher.errors import WorkerError
+from notebook_accel.launcher.guard import KernelDeathGuard
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.ports import check_port_free, free_port
 from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, worker_variables
@@ -95,7 +96,7 @@ def _choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
         return free_port(master_addr)
     except OSError as e:
         raise LaunchError(
-            f"master_addr={master_addr!r} is not an address of this machine ({e}); use '127.0.0.1' for a "
+            f"master_addr={shown(master_addr)} is not an address of this machine ({e}); use '127.0.0.1' for a "
             "single machine, or this machine's address on the network for node 0"
         ) from e
 
@@ -156,7 +157,9 @@ def notebook_launcher(
     Each worker gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
     ``MASTER_PORT``, its device and launch choices (read by the workers' ``Accelerator``), and
     ``cores / workers`` threads. Worker ``i`` uses visible CUDA device ``i`` (or ``gpu_ids[i]``) with nccl, or
-    the CPU with gloo when no GPU is visible. ``num_processes=1`` runs in this process (no fork). Every
+    the CPU with gloo when no GPU is visible. ``num_processes=1`` runs in this process (no fork), unless
+    ``timeout=``, ``block=False`` or ``max_restarts`` is given: then in one forked worker, so that stopping it
+    never interrupts the kernel's own thread (no SIGALRM inside arbitrary code). Every
     argument left ``None`` comes from ``config`` (or the default config file), else the default.
 
     Each worker's whole output (stdout and stderr in the order written, as a terminal shows it) is kept in
@@ -235,7 +238,8 @@ def notebook_launcher(
     preflight.check_flag("concurrent", concurrent)
     check_can_start(concurrent)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-        raise LaunchError(f"args={args!r:.80} is not allowed; pass a tuple of positional arguments, e.g. args=(lr,)")
+        raise LaunchError(
+            f"args={shown(args, 80)} is not allowed; pass a tuple of positional arguments, e.g. args=(lr,)")
     rdzv = compat.check_rendezvous(rdzv_backend, rdzv_endpoint, rdzv_conf, rdzv_id, monitor_interval)
     restarts = compat.check_max_restarts(max_restarts)
     prefix = compat.check_prefix_template(log_line_prefix_template)
@@ -333,6 +337,15 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
     envs = _environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
                          plan.steps, variables, plan.fsdp, plan.deepspeed)
     store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.join_timeout)
+    guard = None if plan.in_process else KernelDeathGuard()  # ends the workers' groups if the kernel is killed
+
+    def release() -> None:
+        """Stop serving the store and the guard (the run is over)."""
+        if store is not None:
+            store.close()
+        if guard is not None:
+            guard.close()
+
     handed_over = False
     try:
         main_rank = plan.node * local
@@ -344,14 +357,17 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder),
                            plan.engine))
         if plan.in_process:
-            return run_in_process(plan.function, plan.args, envs[0], sink, plan.limit, start)
+            return run_in_process(plan.function, plan.args, envs[0], sink, start)
         warm_kernel(plan.backend)
         try:
+            inherited = tuple(fd for fd in (store.fd if store else -1, guard.fd if guard else -1) if fd >= 0)
             handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
-                                    inherited_fds=() if store is None else (store.fd,))
+                                    inherited_fds=inherited)
         except BaseException as e:
             finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
             raise
+        if guard is not None:
+            guard.watch(h.pid for h in handles)
         before = None if store is None else store.start
         elsewhere = tuple(r for r in range(plan.nodes * local) if r // local != plan.node)
         if plan.block:
@@ -363,11 +379,10 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
                 return supervise(handles, tee, plan.limit, start, log_dir=folder, before=before, stop_fd=stop_fd,
                                  elsewhere=elsewhere)
             finally:
-                if store is not None:
-                    store.close()
+                release()
 
         handed_over = True
         return BackgroundRun(name, tee, body)
     finally:
-        if store is not None and not handed_over:
-            store.close()
+        if not handed_over:
+            release()

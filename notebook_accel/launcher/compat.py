@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from notebook_accel.errors import LaunchError
+from notebook_accel.errors import LaunchError, shown
 
 __all__ = ["Rendezvous", "check_rendezvous", "check_max_restarts", "check_prefix_template", "RDZV_BACKENDS"]
 
@@ -45,7 +45,7 @@ def _endpoint(value: str) -> tuple[str | None, int | None]:
         host, port = text.split(":")
     if not host or (port is not None and not (port.isdigit() and 0 < int(port) < 65536)):
         raise LaunchError(
-            f"rdzv_endpoint={value!r} is not host[:port]; pass node 0's address, e.g. '10.0.0.1:29500', or ''"
+            f"rdzv_endpoint={shown(value)} is not host[:port]; pass node 0's address, e.g. '10.0.0.1:29500', or ''"
         )
     return host, None if port is None else int(port)
 
@@ -56,33 +56,37 @@ def check_rendezvous(
     """Check accelerate's rendezvous arguments; raises :class:`LaunchError` naming the bad one."""
     if backend not in RDZV_BACKENDS:
         raise LaunchError(
-            f"rdzv_backend={backend!r} is not supported; use one of {list(RDZV_BACKENDS)} (node 0's kernel serves "
+            f"rdzv_backend={shown(backend)} is not supported; use one of {list(RDZV_BACKENDS)} (node 0's kernel serves "
             "the rendezvous itself; an etcd server is not used)"
         )
     if not isinstance(endpoint, str):
-        raise LaunchError(f"rdzv_endpoint={endpoint!r} is not allowed; pass 'host[:port]' of node 0, or ''")
+        raise LaunchError(f"rdzv_endpoint={shown(endpoint)} is not allowed; pass 'host[:port]' of node 0, or ''")
     if not isinstance(rdzv_id, str):
-        raise LaunchError(f"rdzv_id={rdzv_id!r} is not allowed; pass a string (it is only recorded)")
+        raise LaunchError(f"rdzv_id={shown(rdzv_id)} is not allowed; pass a string (it is only recorded)")
     if isinstance(monitor_interval, bool) or not isinstance(monitor_interval, (int, float)) or not (
             0 < monitor_interval < math.inf):
-        raise LaunchError(f"monitor_interval={monitor_interval!r} is not allowed; pass a number of seconds > 0")
+        raise LaunchError(f"monitor_interval={shown(monitor_interval)} is not allowed; pass a number of seconds > 0")
     if conf is not None and not isinstance(conf, Mapping):
-        raise LaunchError(f"rdzv_conf={conf!r:.80} is not allowed; pass a dict such as {{'join_timeout': 600}}")
+        raise LaunchError(f"rdzv_conf={shown(conf, 80)} is not allowed; pass a dict such as {{'join_timeout': 600}}")
     options = dict(conf or {})
     unknown = sorted(str(k) for k in options if k not in _RDZV_CONF_KEYS)
     if unknown:
         raise LaunchError(f"rdzv_conf has unknown keys {unknown}; allowed keys are {list(_RDZV_CONF_KEYS)}")
     join = options.get("join_timeout", DEFAULT_JOIN_TIMEOUT)
-    if isinstance(join, bool) or not isinstance(join, (int, float)) or not 0 < join < math.inf:
-        raise LaunchError(f"rdzv_conf join_timeout={join!r} is not allowed; pass a number of seconds > 0")
+    try:
+        seconds = math.nan if isinstance(join, bool) or not isinstance(join, (int, float)) else float(join)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not 0 < seconds < math.inf:
+        raise LaunchError(f"rdzv_conf join_timeout={shown(join)} is not allowed; pass a number of seconds > 0")
     host, port = _endpoint(endpoint)
-    return Rendezvous(host, port, float(join))
+    return Rendezvous(host, port, seconds)
 
 
 def check_max_restarts(value: object) -> int:
     """``max_restarts`` as an int from 0 to 100."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
-        raise LaunchError(f"max_restarts={value!r} is not allowed; pass a whole number from 0 (no restart) to 100")
+        raise LaunchError(f"max_restarts={shown(value)} is not allowed; pass a whole number from 0 (no restart) to 100")
     return value
 
 
@@ -91,14 +95,15 @@ def check_prefix_template(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise LaunchError(f"log_line_prefix_template={value!r} is not allowed; pass a string such as '[{{rank}}] '")
+        raise LaunchError(
+            f"log_line_prefix_template={shown(value)} is not allowed; pass a string such as '[{{rank}}] '")
     template = value.replace("${rank}", "{rank}").replace("${local_rank}", "{local_rank}").replace(
         "${role_name}", "worker")
     try:
         template.format(rank=0, local_rank=0)
     except (KeyError, IndexError, ValueError) as e:
         raise LaunchError(
-            f"log_line_prefix_template={value!r} cannot be filled ({type(e).__name__}: {e}); use the fields "
+            f"log_line_prefix_template={shown(value)} cannot be filled ({type(e).__name__}: {e}); use the fields "
             "{rank} and {local_rank}, e.g. '[{rank}] '"
         ) from e
     return template

@@ -13,19 +13,13 @@ A ``timeout`` is never handled here: ``notebook_launcher`` runs a single process
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import FrameType
 from typing import Any, Callable
 
 from notebook_accel import channel, environment
 from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.errors import LaunchError
 from notebook_accel.events import Event, Finished, RunOutcome, Sink, Started
-from notebook_accel.launcher.errors import LaunchTimeoutError
 
 __all__ = ["InProcessWriter", "run_in_process"]
 
@@ -68,42 +62,20 @@ class InProcessWriter:
             self._closed = True
 
 
-@contextmanager
-def _time_limit(timeout: float | None) -> Iterator[None]:
-    """Raise :class:`LaunchTimeoutError` in the function after ``timeout`` seconds; restore the old alarm."""
-    if timeout is None:
-        yield
-        return
-    if threading.current_thread() is not threading.main_thread():
-        raise LaunchError(
-            f"timeout={timeout:g} with num_processes=1 needs the main thread (it uses SIGALRM); call from the "
-            "main thread, drop timeout=, or use num_processes=2 or more"
-        )
-
-    def expired(signum: int, frame: FrameType | None) -> None:
-        raise LaunchTimeoutError(f"the run did not finish within timeout={timeout:g} s and was interrupted")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def run_in_process(
     function: Callable[..., Any],
     args: tuple[Any, ...],
     env: LaunchEnvironment,
     sink: Sink,
-    timeout: float | None,
     start_time: float,
 ) -> Any:
     """Run ``function(*args)`` here under ``env``; report to ``sink``; return its value.
 
+    No timeout is handled here (no SIGALRM raised inside arbitrary code): ``notebook_launcher`` runs a single
+    process with ``timeout=`` in one forked worker.
+
     Raises:
-        Whatever the function raises, unchanged; :class:`LaunchTimeoutError` after ``timeout`` seconds.
+        Whatever the function raises, unchanged.
     """
     values: dict[str, str | None] = {name: None for name in _OURS}
     values.update(env.to_environ())
@@ -114,16 +86,13 @@ def run_in_process(
     error = ""
     try:
         writer.send(Started(env.rank, os.getpid(), env.device or "cpu"))
-        with environment.patched_environ(values), _time_limit(timeout):
+        with environment.patched_environ(values):
             value = function(*args)
         writer.send(Finished(env.rank, None))
         status = "finished"
         return value
     except KeyboardInterrupt:
         status = "interrupted"
-        raise
-    except LaunchTimeoutError as e:
-        status, error = "timeout", str(e)
         raise
     except BaseException as e:
         error = f"{type(e).__name__}: {e}"

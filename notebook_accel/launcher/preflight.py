@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from notebook_accel import hardware
-from notebook_accel.errors import CudaInitializedError, LaunchError
+from notebook_accel.errors import CudaInitializedError, LaunchError, shown
 
 __all__ = [
     "Backend",
@@ -44,15 +44,20 @@ def check_callable(function: object) -> None:
     if not callable(function):
         raise LaunchError(
             f"notebook_launcher needs a function to run in each worker, got {type(function).__name__} "
-            f"{function!r:.80}; pass the function itself (notebook_launcher(train, args=(...))), not its result "
+            f"{shown(function, 80)}; pass the function itself (notebook_launcher(train, args=(...))), not its result "
             "(notebook_launcher(train(...)))"
         )
 
 
-def check_positive_int(name: str, value: object) -> int:
-    """``value`` as an int >= 1, else :class:`LaunchError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LaunchError(f"{name}={value!r} is not allowed; pass a whole number >= 1")
+MAX_COUNT = 1_000_000  # machines, accumulation steps: anything larger is a typo (the config has the same bound)
+
+
+def check_positive_int(name: str, value: object, maximum: int | None = MAX_COUNT) -> int:
+    """``value`` as an int from 1 to ``maximum`` (``None``: no bound here, the caller checks one that says
+    more), else :class:`LaunchError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (maximum is not None and value > maximum):
+        allowed = "a whole number >= 1" if maximum is None else f"a whole number from 1 to {maximum}"
+        raise LaunchError(f"{name}={shown(value)} is not allowed; pass {allowed}")
     return value
 
 
@@ -64,14 +69,14 @@ def check_flag(name: str, value: object, optional: bool = False) -> bool | None:
     if isinstance(value, bool) or (optional and value is None):
         return value
     allowed = "True, False or None" if optional else "True or False"
-    raise LaunchError(f"{name}={value!r} is not allowed; pass {allowed}")
+    raise LaunchError(f"{name}={shown(value)} is not allowed; pass {allowed}")
 
 
 def check_mixed_precision(value: object) -> MixedPrecision | None:
     """``None`` or one of ``"no"``, ``"fp16"``, ``"bf16"``."""
     if value is None or value in _MIXED_PRECISION:
         return value  # type: ignore[return-value]
-    raise LaunchError(f"mixed_precision={value!r} is not allowed; use one of {list(_MIXED_PRECISION)} or None")
+    raise LaunchError(f"mixed_precision={shown(value)} is not allowed; use one of {list(_MIXED_PRECISION)} or None")
 
 
 def max_cpu_processes() -> int:
@@ -85,13 +90,13 @@ def check_timeout(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LaunchError(f"timeout={value!r} is not allowed; pass a number of seconds > 0, or None for no limit")
+        raise LaunchError(f"timeout={shown(value)} is not allowed; pass a number of seconds > 0, or None for no limit")
     try:
         seconds = float(value)
     except OverflowError:  # an int too large for a float
         seconds = math.inf
     if not 0 < seconds < math.inf:
-        raise LaunchError(f"timeout={value!r} is not allowed; pass a number of seconds > 0, or None for no limit")
+        raise LaunchError(f"timeout={shown(value)} is not allowed; pass a number of seconds > 0, or None for no limit")
     return seconds
 
 
@@ -107,7 +112,7 @@ def check_port(value: object) -> int | None:
         port = int(value.strip())
     if port is None or not 0 <= port <= 65535:
         raise LaunchError(
-            f"use_port={value!r} is not a TCP port; pass a port from 1024 to 65535 (an int or a string such as "
+            f"use_port={shown(value)} is not a TCP port; pass a port from 1024 to 65535 (an int or a string such as "
             "'29500'), or None to pick a free one"
         )
     return port or None
@@ -117,7 +122,7 @@ def check_master_addr(value: object) -> str:
     """A non-empty host name or address, as a string."""
     if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
         raise LaunchError(
-            f"master_addr={value!r} is not allowed; pass a host name or IP address as a string, e.g. '127.0.0.1' "
+            f"master_addr={shown(value)} is not allowed; pass a host name or IP address as a string, e.g. '127.0.0.1' "
             "for a single machine or node 0's address for several"
         )
     return value
@@ -127,7 +132,7 @@ def check_nodes(num_nodes: object, node_rank: object, port: int | None, master_a
     """Validate a multi-node launch: node_rank in range, an agreed port, a reachable address."""
     nodes = check_positive_int("num_nodes", num_nodes)
     if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < nodes:
-        raise LaunchError(f"node_rank={node_rank!r} is not allowed; with num_nodes={nodes} use 0 to {nodes - 1}")
+        raise LaunchError(f"node_rank={shown(node_rank)} is not allowed; with num_nodes={nodes} use 0 to {nodes - 1}")
     if nodes > 1 and port is None:
         raise LaunchError(
             f"num_nodes={nodes} needs use_port= (the same port on every node, free on node 0); "
@@ -135,7 +140,7 @@ def check_nodes(num_nodes: object, node_rank: object, port: int | None, master_a
         )
     if nodes > 1 and master_addr in ("127.0.0.1", "localhost", "::1"):
         raise LaunchError(
-            f"num_nodes={nodes} with master_addr={master_addr!r}: other machines cannot reach a loopback address; "
+            f"num_nodes={nodes} with master_addr={shown(master_addr)}: other machines cannot reach a loopback address; "
             "pass master_addr= with node 0's address on your network"
         )
     return nodes, node_rank
@@ -156,11 +161,11 @@ def parse_gpu_ids(gpu_ids: object) -> list[int] | None:
             raise ValueError(gpu_ids)
     except ValueError as e:
         raise LaunchError(
-            f"gpu_ids={gpu_ids!r} is not allowed; pass 'all', a comma-separated string like '0,1', "
+            f"gpu_ids={shown(gpu_ids)} is not allowed; pass 'all', a comma-separated string like '0,1', "
             "or a list of device indices like [0, 1]"
         ) from e
     if len(set(ids)) != len(ids):
-        raise LaunchError(f"gpu_ids={gpu_ids!r} lists a device twice; give each device index once")
+        raise LaunchError(f"gpu_ids={shown(gpu_ids)} lists a device twice; give each device index once")
     return ids
 
 
@@ -176,20 +181,22 @@ def resolve_devices(
         LaunchError: ``num_processes`` above the chosen GPUs, ``gpu_ids`` that do not exist or without a GPU.
     """
     if num_processes is not None:
-        check_positive_int("num_processes", num_processes)
+        check_positive_int("num_processes", num_processes, maximum=None)  # bounded below, per device kind
     ids = parse_gpu_ids(gpu_ids)
     visible = 0 if use_cpu else hardware.visible_gpu_count()
     if visible == 0:
         if ids is not None and not use_cpu:
             raise LaunchError(
-                f"gpu_ids={gpu_ids!r} but no GPU is visible (no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides them); "
+                f"gpu_ids={shown(gpu_ids)} but no GPU is visible (no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides "
+                "them); "
                 "drop gpu_ids to run on CPU, or check CUDA_VISIBLE_DEVICES"
             )
         count = num_processes or 1
         limit = max_cpu_processes()
         if count > limit:
             raise LaunchError(
-                f"num_processes={count} CPU workers on a machine with {hardware.cpu_count()} cores is more than the "
+                f"num_processes={shown(count)} CPU workers on a machine with {hardware.cpu_count()} cores is more "
+                "than the "
                 f"{limit} allowed (each worker is a full process with its own copy of the model); pass "
                 f"num_processes<={limit}, usually one per core or fewer"
             )
@@ -200,14 +207,14 @@ def resolve_devices(
     missing = [i for i in ids if i not in allowed]
     if missing:
         raise LaunchError(
-            f"gpu_ids={gpu_ids!r}: device(s) {missing} do not exist; this process sees {visible} GPU(s), "
+            f"gpu_ids={shown(gpu_ids)}: device(s) {missing} do not exist; this process sees {visible} GPU(s), "
             f"indices {allowed} (after CUDA_VISIBLE_DEVICES); pick from those"
         )
     count = len(ids) if num_processes is None else num_processes
     if count > len(ids):
         raise LaunchError(
-            f"num_processes={count} but only {len(ids)} GPU(s) are available for this launch ({ids}); "
-            f"pass num_processes<={len(ids)}, or more gpu_ids, or use_cpu=True to run {count} CPU workers"
+            f"num_processes={shown(count)} but only {len(ids)} GPU(s) are available for this launch ({ids}); "
+            f"pass num_processes<={len(ids)}, or more gpu_ids, or use_cpu=True to run {shown(count)} CPU workers"
         )
     return [f"cuda:{i}" for i in ids[:count]], "nccl"
 

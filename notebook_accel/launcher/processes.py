@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Iterable
 
-__all__ = ["exit_fd", "signal_group", "group_members", "end_groups"]
+__all__ = ["exit_fd", "signal_group", "signal_worker", "group_members", "end_groups"]
 
 _KILL_WAIT = 2.0  # seconds to wait for SIGKILLed processes to be gone (uninterruptible sleep can delay it)
 
@@ -45,6 +45,20 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def signal_worker(pid: int, reaped: bool, sig: signal.Signals) -> None:
+    """Send ``sig`` to a worker and to its process group (whose id is its pid). The worker itself is signalled
+    by pid only while it is not reaped (a reaped pid may belong to another process by now), and also because
+    it may not have called ``setsid()`` yet."""
+    if pid <= 0:
+        return
+    if not reaped:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    signal_group(pid, sig)
 
 
 def group_members(pgid: int) -> list[int]:

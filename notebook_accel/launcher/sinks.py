@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from notebook_accel.errors import LaunchError
+from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import Event, RunInfo, RunOutcome, Sink
 from notebook_accel.launcher.console import ConsoleSink
 
@@ -104,6 +104,6 @@ def choose_sink(
     if isinstance(dashboard, Sink):
         return dashboard
     raise LaunchError(
-        f"dashboard={dashboard!r} is not allowed; pass None (automatic), True, False, or an object with "
+        f"dashboard={shown(dashboard)} is not allowed; pass None (automatic), True, False, or an object with "
         "start(info), handle(event) and finish(outcome) methods (a notebook_accel.events.Sink)"
     )

@@ -24,7 +24,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Callable
 
 from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.launcher.processes import exit_fd
+from notebook_accel.launcher.processes import end_groups, exit_fd, signal_worker
 from notebook_accel.launcher.worker import KernelState, WorkerSpec, survey_kernel, worker_main
 
 __all__ = ["WorkerHandle", "start_workers", "close_handles"]
@@ -111,7 +111,8 @@ def start_workers(
     envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...],
     inherited_fds: Sequence[int] = (),
 ) -> list[WorkerHandle]:
-    """Fork one worker per environment; on any error the ones already started are killed and reaped.
+    """Fork one worker per environment; on any error the ones already started are killed with their process
+    groups, and reaped.
 
     Args:
         envs: one launch environment per worker.
@@ -129,10 +130,10 @@ def start_workers(
         with _interrupts_held():
             _fork_all(envs, threads, function, args, inherited_fds, kernel, handles)
     except BaseException:
-        for handle in handles:
-            if handle.exit_code is None:
-                handle.process.kill()
+        for handle in handles:  # the worker and whatever it started already (a subprocess, a loader worker)
+            signal_worker(handle.pid, handle.exit_code is not None, signal.SIGKILL)
         close_handles(handles)
+        end_groups([h.pid for h in handles if h.pid > 0], 0.0)
         raise
     return handles
 

@@ -29,11 +29,12 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal
 
-from notebook_accel.channel import read_events
+from notebook_accel.channel import decode
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started
 from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
+from notebook_accel.launcher.messages import MessageReader
 from notebook_accel.launcher.output import RankOutput
-from notebook_accel.launcher.processes import end_groups, signal_group
+from notebook_accel.launcher.processes import end_groups, signal_worker
 from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
 
@@ -43,6 +44,7 @@ GRACE_SECONDS = 3.0
 SETTLE_SECONDS = 0.3
 LEFTOVER_GRACE_SECONDS = 1.0  # for processes a finished worker left behind, between SIGTERM and SIGKILL
 _READ_SIZE = 1 << 16
+_DRAIN_BYTES = 4 << 20  # read from a dead worker's output pipe: a pipe holds at most 1 MiB unless raised by root
 _MAX_WAIT = 3600.0  # poll()'s millisecond timeout is a C int: one wait never asks for more than an hour
 
 
@@ -83,6 +85,7 @@ class _Supervisor:
         self.sink = sink
         self.grace = grace
         self.conns: dict[Connection, WorkerHandle] = {h.events: h for h in handles}
+        self.readers = {h.rank: MessageReader(h.events.fileno()) for h in handles}
         self.outputs = {h.rank: RankOutput(h.rank, log_dir and rank_log(log_dir, h.rank)) for h in handles}
         self.fds: dict[int, tuple[WorkerHandle, Literal["ordered", "fd2"]]] = {}
         for h in handles:
@@ -99,22 +102,24 @@ class _Supervisor:
         self.saved: str | None = None  # the last checkpoint the run committed (a restart resumes from it)
 
     # -- reading ------------------------------------------------------------------------------------------
-    def on_conn(self, conn: Connection) -> None:
-        """Receive one message of events; end of file closes the pipe; a message the kernel cannot load (a
-        returned object that needs the workers' process group) is that rank's failure, not the launcher's."""
-        rank = next(h.rank for h in self.handles if h.events is conn)
-        try:
-            events = read_events(conn)
-        except (EOFError, OSError):
+    def on_conn(self, conn: Connection, budget: int | None = None) -> None:
+        """Read what the pipe holds and handle each complete message (a partial one waits for its rest; see
+        :mod:`.messages`); end of file closes the pipe. A message the kernel cannot load (a returned object that
+        needs the workers' process group) is that rank's failure, not the launcher's."""
+        handle = next(h for h in self.handles if h.events is conn)
+        reader = self.readers[handle.rank]
+        for message in reader.read() if budget is None else reader.read(budget):
+            try:
+                events = decode(message)
+            except Exception as e:  # noqa: BLE001 - whatever unpickling the user's objects raises
+                events = [Failed(handle.rank, "ResultError", unloadable_message(handle.rank, e), "")]
+            for event in events:
+                self.on_event(event)
+                if isinstance(event, (Finished, Failed)):
+                    self.conns.pop(conn, None)  # its last word: the rest (end of file) is read when it exits
+        if reader.eof:
             self.conns.pop(conn, None)
             conn.close()
-            return
-        except Exception as e:  # noqa: BLE001 - whatever unpickling the user's objects raises
-            events = [Failed(rank, "ResultError", unloadable_message(rank, e), "")]
-        for event in events:
-            self.on_event(event)
-            if isinstance(event, (Finished, Failed)):
-                self.conns.pop(conn, None)  # its last word: the rest (end of file) is read when it exits
 
     def on_event(self, event: Event) -> None:
         """Record what the launcher needs, then pass the event on."""
@@ -163,19 +168,22 @@ class _Supervisor:
         return min(times) if times else None
 
     def drain(self, handle: WorkerHandle) -> None:
-        """Everything a dead worker left in its pipes (a grandchild holding them open cannot stall us)."""
+        """What a dead worker left in its pipes, then close them. A grandchild holding them open cannot stall
+        us: at most ``_DRAIN_BYTES`` are read per pipe (more than a pipe holds), however fast it keeps writing,
+        and a message it never completes is dropped."""
         conn = handle.events
-        while not conn.closed and conn.poll():
-            self.on_conn(conn)
+        if not conn.closed:
+            self.on_conn(conn, _DRAIN_BYTES)  # a partial message left by a killed worker is dropped
         self.conns.pop(conn, None)
         if not conn.closed:
             conn.close()
         for fd in (handle.stdout_fd, handle.stderr_fd):
-            while fd in self.fds:
-                if _readable(fd):
-                    self.on_fd(fd)
-                else:
-                    self.on_fd_eof(fd)
+            for _ in range(_DRAIN_BYTES // _READ_SIZE):
+                if fd not in self.fds or not _readable(fd):
+                    break
+                self.on_fd(fd)
+            if fd in self.fds:
+                self.on_fd_eof(fd)
 
     def on_fd_eof(self, fd: int) -> None:
         """``fd`` is finished (end of file, or a dead worker's pipe a grandchild holds open); after the rank's
@@ -309,13 +317,8 @@ def _readable(fd: int) -> bool:
 
 
 def _kill(handle: WorkerHandle, sig: signal.Signals) -> None:
-    """Send ``sig`` to a worker (unless already reaped: its pid may be reused) and to its process group."""
-    if handle.exit_code is None:
-        try:
-            os.kill(handle.pid, sig)  # the worker may not have called setsid() yet
-        except ProcessLookupError:
-            pass
-    signal_group(handle.pid, sig)
+    """Send ``sig`` to a worker (unless already reaped) and to its process group."""
+    signal_worker(handle.pid, handle.exit_code is not None, sig)
 
 
 def unloadable_message(rank: int, error: BaseException) -> str:

@@ -27,6 +27,7 @@ from typing import Any, Literal, Union
 from notebook_accel.tracking.base import GeneralTracker, TrackerError
 from notebook_accel.tracking.live import LiveTracker
 from notebook_accel.tracking.registry import TRACKER_NAMES, TRACKERS, available_names, require
+from notebook_accel.errors import shown
 
 __all__ = ["TrackerHub", "TrackerName", "LogWith", "TRACKER_NAMES"]
 
@@ -40,7 +41,7 @@ def _resolve(log_with: LogWith) -> tuple[bool, list[str], list[GeneralTracker]]:
         return False, [], []
     if not isinstance(log_with, (str, GeneralTracker, list, tuple)):
         raise TrackerError(
-            f"log_with={log_with!r:.80} is not allowed; pass a tracker name from {list(TRACKER_NAMES)}, a "
+            f"log_with={shown(log_with, 80)} is not allowed; pass a tracker name from {list(TRACKER_NAMES)}, a "
             "GeneralTracker instance, a list of them, or None"
         )
     items: Sequence[Any] = [log_with] if isinstance(log_with, (str, GeneralTracker)) else log_with
@@ -51,7 +52,7 @@ def _resolve(log_with: LogWith) -> tuple[bool, list[str], list[GeneralTracker]]:
             continue
         if not isinstance(item, str):
             raise TrackerError(
-                f"log_with got {item!r} ({type(item).__name__}); pass tracker names from {list(TRACKER_NAMES)}, "
+                f"log_with got {shown(item)} ({type(item).__name__}); pass tracker names from {list(TRACKER_NAMES)}, "
                 "GeneralTracker instances, or a list of them"
             )
         key = item.strip().lower()
@@ -64,7 +65,7 @@ def _resolve(log_with: LogWith) -> tuple[bool, list[str], list[GeneralTracker]]:
             names.append(key)
         else:
             raise TrackerError(
-                f"unknown tracker {item!r} in log_with; allowed names are {list(TRACKER_NAMES)} "
+                f"unknown tracker {shown(item)} in log_with; allowed names are {list(TRACKER_NAMES)} "
                 "(or pass a GeneralTracker instance for a custom tracker)"
             )
     return live, list(dict.fromkeys(names)), instances
@@ -103,7 +104,7 @@ class TrackerHub:
             require(name)
             if logging_dir is None and TRACKERS[name].requires_logging_directory:
                 raise TrackerError(
-                    f"tracker {name!r} writes files but no logging directory was given; pass "
+                    f"tracker {shown(name)} writes files but no logging directory was given; pass "
                     "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...), or drop it from log_with"
                 )
         self.logging_dir = None if logging_dir is None else os.fspath(logging_dir)
@@ -173,7 +174,7 @@ class TrackerHub:
             if tracker.name == name:
                 return tracker.tracker if unwrap else tracker
         raise TrackerError(
-            f"no tracker called {name!r}; the trackers of this run are {[t.name for t in trackers]} "
+            f"no tracker called {shown(name)}; the trackers of this run are {[t.name for t in trackers]} "
             "(ask for one of them, or add it to Accelerator(log_with=...) and call init_trackers)"
         )
 

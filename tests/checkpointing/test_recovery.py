@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from notebook_accel.checkpointing import load_state, save_state
+from notebook_accel.checkpointing import CheckpointError, load_state, save_state
 from notebook_accel.checkpointing.atomic import OWNER, TEMP_PREFIX
 from tests.checkpointing.fakes import fingerprint, make_accelerator, train_step
 
@@ -31,7 +31,7 @@ if mode == "between-renames":
     real_rename = os.rename
     def rename(src, dst):
         real_rename(src, dst)
-        if os.path.basename(dst).startswith(".tmp-old-"):
+        if os.path.basename(dst).endswith(".old"):
             os.kill(os.getpid(), signal.SIGKILL)  # the old checkpoint is aside, the new one not yet in place
     atomic.os.rename = rename
 else:
@@ -54,6 +54,14 @@ def _temporaries(path: Path) -> list[str]:
     return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(TEMP_PREFIX))
 
 
+def _save_trained(seed: int, path: Path) -> object:
+    """Train an Accelerator made with ``seed`` one step, save it to ``path``; its fingerprint."""
+    acc = make_accelerator(seed=seed)
+    train_step(acc)
+    save_state(acc, path)
+    return fingerprint(acc)
+
+
 def _state_of(seed: int) -> object:
     acc = make_accelerator(seed=seed)
     train_step(acc)
@@ -68,12 +76,13 @@ def test_a_kill_between_the_commit_renames_is_recovered(tmp_path: Path) -> None:
     _killed_save("between-renames", path, seed=1)
     assert not path.exists()
     leftovers = _temporaries(path)
-    assert any(n.startswith(".tmp-old-ckpt-") for n in leftovers) and any(n.startswith(".tmp-ckpt-") for n in leftovers)
+    assert any(n.endswith(".old") for n in leftovers) and any(not n.endswith(".old") for n in leftovers)
 
     reader = make_accelerator(seed=5)
     loaded = load_state(reader, path)  # the complete new checkpoint, read where the killed commit left it
     assert fingerprint(reader) == _state_of(1)
-    assert os.path.basename(loaded).startswith(".tmp-ckpt-") and not path.exists(), "a load must change nothing"
+    assert os.path.basename(loaded).startswith(".tmp-ckpt-") and not loaded.endswith(".old")
+    assert not path.exists(), "a load must change nothing"
 
     writer = make_accelerator(seed=2)
     train_step(writer)
@@ -93,6 +102,26 @@ def test_a_save_killed_while_writing_leaves_debris_the_next_save_removes(tmp_pat
     train_step(acc)
     save_state(acc, path)
     assert _temporaries(path) == []
+
+
+@pytest.mark.parametrize("other", ["ckpt-pretrain", "ckpt-p1", "old-ckpt"])
+def test_another_checkpoints_leftovers_are_not_taken_for_this_ones(tmp_path: Path, other: str) -> None:
+    """A commit of ``other`` killed between its renames: its leftovers belong to ``other`` only. Before the exact
+    name match, ``ckpt-pretrain``'s new checkpoint was loaded for ``ckpt`` and moved to ``ckpt`` by its next save."""
+    _save_trained(0, tmp_path / other)
+    _killed_save("between-renames", tmp_path / other, seed=1)
+    theirs = _temporaries(tmp_path / other)
+    assert len(theirs) == 2
+    with pytest.raises(CheckpointError, match="does not exist|not found|no checkpoint"):
+        load_state(make_accelerator(seed=5), tmp_path / "ckpt")
+    saved = _save_trained(3, tmp_path / "ckpt")
+    assert _temporaries(tmp_path / other) == theirs, "a save to ckpt touched another checkpoint's leftovers"
+    reader = make_accelerator(seed=5)
+    load_state(reader, tmp_path / "ckpt")
+    assert fingerprint(reader) == saved
+    recovered = make_accelerator(seed=5)
+    load_state(recovered, tmp_path / other)
+    assert fingerprint(recovered) == _state_of(1)
 
 
 def test_a_live_saves_temporary_folder_is_left_alone(tmp_path: Path) -> None:
@@ -122,7 +151,7 @@ def test_the_stop_button_between_the_commit_renames_keeps_the_previous_checkpoin
     real_rename = os.rename
 
     def interrupted(src, dst):
-        if os.path.basename(dst).startswith(".tmp-old-"):
+        if os.path.basename(dst).endswith(".old"):
             if moment == "after-moving-aside":
                 real_rename(src, dst)
             raise KeyboardInterrupt
@@ -139,3 +168,21 @@ def test_the_stop_button_between_the_commit_renames_keeps_the_previous_checkpoin
     reader = make_accelerator(seed=5)
     load_state(reader, path)
     assert fingerprint(reader) == _state_of(0)
+
+
+def test_a_save_elsewhere_in_the_folder_removes_partial_debris_and_keeps_what_is_recoverable(tmp_path: Path) -> None:
+    """Saves to epoch-named folders: a save to epoch1 killed while writing left a partial folder that no later
+    save (all to other names) removed. Now any save in the folder removes it, but never another target's
+    recoverable commit (a complete new checkpoint and the old one moved aside)."""
+    _killed_save("while-writing", tmp_path / "epoch1", seed=1)
+    partial = _temporaries(tmp_path / "epoch1")
+    assert len(partial) == 1
+    _save_trained(0, tmp_path / "epoch2")
+    _killed_save("between-renames", tmp_path / "epoch2", seed=2)
+    recoverable = _temporaries(tmp_path / "epoch2")
+    assert len(recoverable) == 2
+    _save_trained(3, tmp_path / "epoch3")
+    assert _temporaries(tmp_path / "epoch3") == recoverable, "partial debris stayed, or a recoverable commit went"
+    reader = make_accelerator(seed=5)
+    load_state(reader, tmp_path / "epoch2")
+    assert fingerprint(reader) == _state_of(2)

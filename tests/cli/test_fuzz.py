@@ -1,5 +1,6 @@
 """A seeded fuzzer over the command line (in process): every argv ends with exit code 0 or 2 and a message,
-never a traceback. Commands that would start processes run only with ``--dry_run``.
+never a traceback, and leaves no child process, descriptor, environment change or signal handler behind.
+Commands that would start processes run only with ``--dry_run``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from notebook_accel.cli.app import main
+from tests.helpers import process_state
 
 SEED = 4242
 CALLS = 300
@@ -49,11 +51,13 @@ def test_cli_fuzz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for index in range(CALLS):
         argv = _argv(rng, tmp_path)
         out, err = io.StringIO(), io.StringIO()
+        before = process_state()
         with redirect_stdout(out), redirect_stderr(err):
             try:
                 code = main(argv)
             except BaseException as e:  # noqa: BLE001 - the point of the test
                 pytest.fail(f"case {index}: notebook-accel {argv!r} raised {type(e).__name__}: {e}")
+        assert before.leaks(process_state()) == [], f"case {index}: {argv!r}"
         codes[code] = codes.get(code, 0) + 1
         assert code in (0, 2), f"case {index}: notebook-accel {argv!r} exited {code}: {err.getvalue()[-500:]}"
         assert "Traceback" not in out.getvalue() + err.getvalue(), f"case {index}: {argv!r}"
@@ -80,6 +84,7 @@ def test_cli_fuzz_over_config_file_contents(tmp_path: Path, monkeypatch: pytest.
         path.write_text(text)
         argv = rng.choice([["launch", "--dry_run", "--config_file", str(path), "train.py"], ["env"]])
         out, err = io.StringIO(), io.StringIO()
+        before = process_state()
         start = time.perf_counter()
         with redirect_stdout(out), redirect_stderr(err):
             try:
@@ -87,6 +92,7 @@ def test_cli_fuzz_over_config_file_contents(tmp_path: Path, monkeypatch: pytest.
             except BaseException as e:  # noqa: BLE001 - the point of the test
                 pytest.fail(f"case {index}: notebook-accel {argv!r} on {text!r} raised {type(e).__name__}: {e}")
         assert time.perf_counter() - start < 1.0, f"case {index}: {argv!r} on {text!r} took too long"
+        assert before.leaks(process_state()) == [], f"case {index}: {argv!r} on {text!r}"
         codes[code] = codes.get(code, 0) + 1
         assert code in (0, 2), f"case {index}: {argv!r} on {text!r} exited {code}: {err.getvalue()[-500:]}"
         assert "Traceback" not in out.getvalue() + err.getvalue(), f"case {index}: {argv!r} on {text!r}"

@@ -247,3 +247,19 @@ def test_a_huge_integer_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="allowed: a whole number from 1 to 1000000") as info:
         load_config(path)
     assert len(str(info.value)) < 500
+
+
+@pytest.mark.parametrize("text, words", [
+    ("num_processes: 0x" + "f" * 5000, "num_processes: got <an integer of 20000 bits>"),
+    ("gpu_ids: [0x" + "f" * 5000 + "]", "gpu_ids: got [<an integer of 20000 bits>]"),
+    ("tpu_env: 0x" + "f" * 5000, "tpu_env: holds an integer of 20000 bits"),
+    ("? 0x" + "f" * 5000 + "\n: 1", "<an integer of 20000 bits>"),  # an explicit key: no 1,024-character limit
+], ids=["field", "gpu_ids", "accelerate-only key", "key"])
+def test_an_integer_with_no_decimal_form_is_a_clear_error(tmp_path: Path, text: str, words: str) -> None:
+    """Hex digits parse to an integer past Python's 4,300-digit repr limit: the error message that showed it raised
+    ValueError instead (and an accelerate-only key kept it until save_config failed the same way)."""
+    path = tmp_path / "hex.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert words in str(info.value) and len(str(info.value)) < 1000

@@ -2,9 +2,12 @@
 
     python -m tests.distributed.multinode_entry train NODE_RANK MASTER_ADDR PORT OUT
     python -m tests.distributed.multinode_entry wait NODE_RANK MASTER_ADDR PORT OUT
+    python -m tests.distributed.multinode_entry local 0 127.0.0.1 0 OUT
 
 ``train`` runs the shared training body with 2 processes on this node (4 in all) and writes rank 0's result
 as JSON to OUT (node 0). ``wait`` does collectives until the other node disappears, then writes the error.
+``local`` is a one-machine run of 2 processes: once its process group is up, rank 0 writes every listening TCP
+socket of this host as JSON to OUT and waits for OUT.done before the run ends.
 """
 
 from __future__ import annotations
@@ -31,8 +34,25 @@ def collectives_forever(pid_file: str) -> None:
         time.sleep(0.05)
 
 
+def listen_then_wait(out: str) -> None:
+    """Bring the group up (store and gloo connected), list what this host listens on, wait to be released."""
+    from tests.launcher.test_rendezvous import listening_on_this_host
+
+    accelerator = Accelerator()
+    accelerator.reduce(torch.ones(1), "sum")
+    if accelerator.is_main_process:
+        Path(out).write_text(json.dumps(listening_on_this_host()))
+        deadline = time.monotonic() + 90
+        while not Path(f"{out}.done").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    accelerator.wait_for_everyone()
+
+
 def main(mode: str, node_rank: int, master_addr: str, port: int, out: str) -> int:
     """Launch this node's two workers; node 0 writes what the cell would show."""
+    if mode == "local":
+        notebook_launcher(listen_then_wait, (out,), 2, master_addr=master_addr, dashboard=False, timeout=120)
+        return 0
     function, args = (workers.train, (2, 1, 24)) if mode == "train" else (collectives_forever, (out,))
     try:
         value = notebook_launcher(function, args, 2, None, port, master_addr, node_rank, 2, dashboard=False,

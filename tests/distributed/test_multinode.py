@@ -38,10 +38,13 @@ class Hosts:
     interfaces: tuple[str, str]
     addresses: tuple[str, str] = (HOST0, HOST1)
 
-    def run(self, index: int, args: list[str], **kwargs: object) -> subprocess.Popen[str]:
-        """Start ``args`` inside host ``index``, with gloo on that host's interface."""
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": self.interfaces[index], "NOTEBOOK_ACCEL_LOG_DIR": "off",
-               "PYTHONPATH": str(ROOT)}
+    def run(self, index: int, args: list[str], network: bool = True, **kwargs: object) -> subprocess.Popen[str]:
+        """Start ``args`` inside host ``index``, with gloo on that host's interface (``network=False``: the
+        launcher chooses)."""
+        env = {**os.environ, "NOTEBOOK_ACCEL_LOG_DIR": "off", "PYTHONPATH": str(ROOT)}
+        env.pop("GLOO_SOCKET_IFNAME", None)
+        if network:
+            env["GLOO_SOCKET_IFNAME"] = self.interfaces[index]
         return subprocess.Popen(["ip", "netns", "exec", self.names[index], *args], cwd=ROOT, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)  # type: ignore[call-overload]
 
@@ -143,3 +146,43 @@ def test_torchrun_c10d_across_two_hosts(hosts: Hosts) -> None:
     line = next(line for line in outputs[0].splitlines() + outputs[1].splitlines() if line.startswith("RESULT "))
     result = json.loads(line[7:])
     assert result["collectives"]["n"] == 4 and result["train"]["n"] == 4
+
+
+_PROBE = """
+import json, socket, sys
+results = {}
+for port in json.loads(sys.argv[2]):
+    try:
+        socket.create_connection((sys.argv[1], port), timeout=5).close()
+        results[port] = "connected"
+    except ConnectionRefusedError:
+        results[port] = "refused"
+    except OSError as e:
+        results[port] = f"{type(e).__name__}: {e}"
+print(json.dumps(results))
+"""
+
+
+def test_a_one_machine_run_is_unreachable_from_another_host(hosts: Hosts, tmp_path: Path) -> None:
+    """master_addr=127.0.0.1 on host 0: every port the run listens on (the kernel's store, gloo's) refuses host 1.
+    torch's own store listens on every interface: before the kernel served it on master_addr, host 1 could
+    connect to it and read or overwrite the run's keys."""
+    out = tmp_path / "listening"
+    node = hosts.run(0, [sys.executable, "-m", "tests.distributed.multinode_entry", "local", "0", "127.0.0.1", "0",
+                         str(out)], network=False)
+    try:
+        deadline = time.monotonic() + 90
+        while not out.exists() and node.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert out.exists(), _finish([node])
+        listening = [tuple(item) for item in json.loads(out.read_text())]
+        assert len(listening) >= 3, listening  # the store, and a gloo listener per worker
+        assert {address for address, _ in listening} == {"127.0.0.1"}, listening
+        ports = sorted(port for _, port in listening)
+        probe = hosts.run(1, [sys.executable, "-c", _PROBE, HOST0, json.dumps(ports)])
+        reached = json.loads(_finish([probe], timeout=60)[0])
+        assert set(reached.values()) == {"refused"}, reached  # refused: host 0 answers, on none of the run's ports
+    finally:
+        (tmp_path / "listening.done").write_text("")
+        outputs = _finish([node])
+    assert node.returncode == 0, outputs

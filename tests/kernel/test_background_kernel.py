@@ -15,14 +15,15 @@ from tests.kernel.test_launcher_kernel import execute, running_kernel
 pytestmark = pytest.mark.timeout(240)
 
 SETUP = """
-import os, time
+import os, subprocess, sys, time
 from pathlib import Path
 from notebook_accel import Accelerator, notebook_launcher
 
 def train(steps, pid_file=None):
     accelerator = Accelerator()
-    if pid_file:
-        Path(f"{pid_file}.{accelerator.process_index}").write_text(str(os.getpid()))
+    if pid_file:  # the worker and a subprocess it started (in its process group)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        Path(f"{pid_file}.{accelerator.process_index}").write_text(f"{os.getpid()} {child.pid}")
     for step in range(steps):
         accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
         time.sleep(0.05)
@@ -92,11 +93,11 @@ def test_kernel_shutdown_mid_run_leaves_nothing(tmp_path: Path, now: bool) -> No
         deadline = time.monotonic() + 60
         while not all(Path(f"{pid_file}.{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        pids = [int(Path(f"{pid_file}.{r}").read_text()) for r in (0, 1)]
+        pids = [int(p) for r in (0, 1) for p in Path(f"{pid_file}.{r}").read_text().split()]
         assert all(_running(p) for p in pids)
         kc.stop_channels()
         km.shutdown_kernel(now=now)
     deadline = time.monotonic() + 15
     while any(_running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in pids if _running(p)], "workers outlived the kernel"
+    assert not [p for p in pids if _running(p)], "workers, or the subprocesses they started, outlived the kernel"

@@ -147,3 +147,86 @@ def test_default_sink_in_a_kernel(kernel: tuple[Any, Any]) -> None:
     cell = execute(kc, "notebook_launcher(train, args=(1.0,), num_processes=2)")
     assert cell.status == "ok", cell.evalue
     assert cell.result == "3.0"
+
+
+CHILDREN = """
+import multiprocessing, subprocess, sys
+from pathlib import Path
+
+def fork_and_return(pid_file):
+    if int(os.environ["RANK"]) == 0:
+        child = os.fork()
+        if child == 0:
+            time.sleep(120)
+            os._exit(0)
+        helper = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,))
+        helper.start()
+        Path(pid_file).write_text(f"{child} {helper.pid}")
+    return "rank 0 done" if int(os.environ["RANK"]) == 0 else None
+
+def loader_forever(pid_file):
+    data = torch.utils.data.TensorDataset(torch.arange(10_000.0))
+    loader = torch.utils.data.DataLoader(data, batch_size=4, num_workers=2, persistent_workers=True)
+    rank = os.environ["RANK"]
+    while True:
+        for _ in loader:
+            if not Path(f"{pid_file}.{rank}").exists():
+                Path(f"{pid_file}.{rank}").write_text(" ".join(str(w.pid) for w in loader._iterator._workers))
+            time.sleep(0.01)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
+
+
+@pytest.mark.timeout(240)
+def test_what_workers_start_neither_holds_nor_outlives_the_cell(kernel: tuple[Any, Any], tmp_path: Path) -> None:
+    """Issue 11 items 1 and 3 in a real kernel: a forked grandchild holding every inherited pipe does not hold
+    the cell (rank 0's value comes back), and the stop button ends the DataLoader workers with the run."""
+    km, kc = kernel
+    assert execute(kc, CHILDREN).status == "ok"
+    forked = tmp_path / "forked"
+    cell = execute(kc, f"notebook_launcher(fork_and_return, args=({str(forked)!r},), num_processes=2, "
+                       "dashboard=False, timeout=100)", timeout=90)  # a held cell would wait the 120 s sleep
+    assert cell.status == "ok", cell.evalue
+    assert cell.result == "'rank 0 done'"
+    grandchildren = [int(p) for p in forked.read_text().split()]
+    assert not [p for p in grandchildren if _running(p)], "the worker's children outlived the cell"
+
+    loader = tmp_path / "loader"
+    interrupted: list[bool] = []
+
+    def interrupt_once_loading(_: CellResult) -> None:
+        if not interrupted and all(Path(f"{loader}.{r}").exists() for r in (0, 1)):
+            interrupted.append(True)
+            km.interrupt_kernel()
+
+    launch = kc.execute(f"notebook_launcher(loader_forever, args=({str(loader)!r},), num_processes=2, "
+                        "dashboard=False)")
+    deadline = time.monotonic() + 90
+    while not interrupted and time.monotonic() < deadline:  # the cell prints nothing: watch the files
+        time.sleep(0.1)
+        interrupt_once_loading(CellResult())
+    assert interrupted, "the DataLoader workers never started"
+    stopped = _wait_for_reply(kc, launch, timeout=60)
+    assert stopped["status"] == "error" and stopped["ename"] == "KeyboardInterrupt"
+    pids = [int(p) for r in (0, 1) for p in Path(f"{loader}.{r}").read_text().split()]
+    assert len(pids) == 4
+    assert not [p for p in pids if _running(p)], "DataLoader workers outlived the stop button"
+    after = execute(kc, "print(child_pids())")
+    assert after.stdout == "[]\n"
+
+
+def _wait_for_reply(kc: Any, msg_id: str, timeout: float) -> dict[str, Any]:
+    """The shell reply to the request ``msg_id`` (other replies are skipped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return dict(reply["content"])

@@ -8,16 +8,14 @@ The seed is fixed and the number of calls bounded, so a failure here is reproduc
 from __future__ import annotations
 
 import math
-import os
 import random
-import signal
 from typing import Any
 
 import pytest
 
-from notebook_accel.errors import NotebookAccelError
+from notebook_accel.errors import NotebookAccelError, shown
 from notebook_accel.launcher import notebook_launcher
-from tests.helpers import child_pids, fuzz_case, open_fds
+from tests.helpers import child_pids, fuzz_case, process_state
 from tests.launcher.recording import RecordingSink
 
 pytestmark = pytest.mark.timeout(300)
@@ -32,27 +30,32 @@ def answer(*args: Any) -> int:
 
 
 # Per parameter: (values that must work, values that must be refused with our error).
+HUGE = 10**5000  # no decimal repr in Python 3.11+: an error message that shows it with repr() fails itself
+
 POOLS: dict[str, tuple[list[Any], list[Any]]] = {
     "function": ([answer], [42, None, "answer"]),
-    "args": ([(), []], ["abc", 5, None, {"a": 1}, b"xy"]),
-    "num_processes": ([None, 1, 2], [0, -1, 10**12, 10**4000, 1.5, "2", True, math.nan]),
-    "mixed_precision": ([None, "no", "bf16"], ["fp8", "FP17", 5, ""]),
-    "use_port": ([None, "0", 0], ["abc", -5, 70000, True, 1.5, "", "123456"]),
-    "master_addr": (["127.0.0.1", "localhost"], [None, 5, "", " ", "no-such-host.invalid", "192.0.2.1"]),
-    "gpu_ids": ([None, "all"], ["0", [0], "x", -1, [0, 0]]),
-    "timeout": ([None, 60, 3e7], [0, -1, math.nan, math.inf, 10**400, "5", True]),
-    "gradient_accumulation_steps": ([None, 1, 4], [0, -2, 2.5, "4"]),
-    "num_nodes": ([1], [0, -3, 2, 10**12, "2", 2.0]),
-    "node_rank": ([0], [1, -1, 10**9, "0", 0.0]),
-    "dashboard": ([False], ["yes", 3]),
-    "show_all_ranks": ([False, True], ["no", None, 2]),
-    "use_cpu": ([None, True, False], ["no", 2]),
-    "config": ([None], ["/nonexistent/config.yaml", 5, {}, []]),
+    "args": ([(), []], ["abc", 5, None, {"a": 1}, b"xy", HUGE]),
+    "num_processes": ([None, 1, 2], [0, -1, 10**12, 10**4000, HUGE, 1.5, "2", True, math.nan]),
+    "mixed_precision": ([None, "no", "bf16"], ["fp8", "FP17", 5, "", HUGE]),
+    "use_port": ([None, "0", 0], ["abc", -5, 70000, True, 1.5, "", "123456", HUGE]),
+    "master_addr": (["127.0.0.1", "localhost"], [None, 5, "", " ", "no-such-host.invalid", "192.0.2.1", HUGE]),
+    "gpu_ids": ([None, "all"], ["0", [0], "x", -1, [0, 0], [HUGE]]),
+    "timeout": ([None, 60, 3e7], [0, -1, math.nan, math.inf, 10**400, HUGE, "5", True]),
+    "gradient_accumulation_steps": ([None, 1, 4], [0, -2, 2.5, "4", HUGE]),
+    "num_nodes": ([1], [0, -3, 2, 10**12, "2", 2.0, HUGE]),
+    "node_rank": ([0], [1, -1, 10**9, "0", 0.0, HUGE]),
+    "dashboard": ([False], ["yes", 3, HUGE]),
+    "show_all_ranks": ([False, True], ["no", None, 2, HUGE]),
+    "use_cpu": ([None, True, False], ["no", 2, HUGE]),
+    "config": ([None], ["/nonexistent/config.yaml", 5, {}, [], HUGE]),
+    "rdzv_backend": (["static", "c10d"], ["etcd", 5, "", HUGE]),
+    "rdzv_endpoint": (["", "127.0.0.1"], ["host:99999", 5, HUGE]),
+    "rdzv_conf": ([None, {}, {"join_timeout": 60}], [{"join_timeout": HUGE}, {"join_timeout": 0}, {"nope": 1}, 5]),
+    "rdzv_id": (["none", "run1"], [5, None, HUGE]),
+    "max_restarts": ([0, 1], [-1, 101, 1.5, "1", HUGE]),
+    "monitor_interval": ([0.1, 5], [0, -1, math.nan, "x"]),
+    "log_line_prefix_template": ([None, "[{rank}] "], [5, "{nope}", HUGE]),
 }
-
-
-def _handlers() -> tuple[Any, ...]:
-    return tuple(signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM))
 
 
 def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,8 +68,9 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
         case, bad = fuzz_case(rng, POOLS, always=("function",))
         case.setdefault("dashboard", RecordingSink())
         function = case.pop("function")
-        env, fds, handlers = dict(os.environ), open_fds(), _handlers()
-        label = f"case {index}: notebook_launcher({function!r}, **{ {k: v for k, v in case.items() if k != 'dashboard'} !r:.300})"
+        before = process_state()
+        given = {k: v for k, v in case.items() if k != "dashboard"}
+        label = f"case {index}: notebook_launcher({function!r}, **{shown(given, 300)})"
         try:
             value = notebook_launcher(function, **case)
         except NotebookAccelError as e:
@@ -81,8 +85,6 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
             if function is answer:
                 assert value == 42, f"{label}: returned {value!r}"
         assert child_pids() == [], f"{label}: left child processes"
-        assert open_fds() == fds, f"{label}: leaked file descriptors"
-        assert dict(os.environ) == env, f"{label}: changed the environment"
-        assert _handlers() == handlers, f"{label}: changed a signal handler"
+        assert before.leaks(process_state()) == [], label
     print(outcomes)
     assert outcomes.get("success", 0) >= 20 and outcomes.get("LaunchError", 0) >= 50, outcomes

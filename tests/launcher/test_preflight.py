@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from notebook_accel import hardware
-from notebook_accel.errors import CudaInitializedError, LaunchError
+from notebook_accel.errors import CudaInitializedError, LaunchError, NotebookAccelError
 from notebook_accel.launcher import notebook_launcher, preflight
 from tests.helpers import child_pids
 from tests.launcher.recording import RecordingSink
@@ -26,9 +26,9 @@ def test_non_callable_is_refused_with_the_fix() -> None:
         notebook_launcher(42, num_processes=2)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("value", [0, -1, True, 1.5, "2", None])
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "2", None, 10**6 + 1, pytest.param(10**5000, id="10**5000")])
 def test_positive_int_rejects(value: Any) -> None:
-    with pytest.raises(LaunchError, match=r"num_processes=.* whole number >= 1"):
+    with pytest.raises(LaunchError, match=r"num_processes=.* whole number from 1 to 1000000"):
         preflight.check_positive_int("num_processes", value)
 
 
@@ -217,3 +217,21 @@ def test_port_accepts_ints_and_digit_strings(value: Any, expected: int | None) -
 def test_port_rejects(value: Any) -> None:
     with pytest.raises(LaunchError, match="use_port="):
         preflight.check_port(value)
+
+
+_HUGE = 10**5000  # Python 3.11+ has no decimal repr for it: an error message built with repr() raises ValueError
+
+
+@pytest.mark.parametrize("argument", ["args", "num_processes", "mixed_precision", "use_port", "master_addr", "gpu_ids",
+                                      "timeout", "gradient_accumulation_steps", "num_nodes", "node_rank", "dashboard",
+                                      "show_all_ranks", "use_cpu", "max_restarts", "rdzv_backend", "rdzv_endpoint",
+                                      "rdzv_id", "log_line_prefix_template"])
+def test_a_huge_integer_anywhere_is_a_launch_error_showing_its_size(argument: str) -> None:
+    """Each of these raised ValueError ("Exceeds the limit (4300 digits)") from its own error message."""
+    with pytest.raises(NotebookAccelError, match="an integer of 16610 bits"):
+        notebook_launcher(quick, **{"dashboard": RecordingSink(), argument: _HUGE})
+
+
+def test_a_huge_join_timeout_is_a_launch_error() -> None:
+    with pytest.raises(LaunchError, match="join_timeout="):  # was an OverflowError from float()
+        notebook_launcher(quick, num_processes=2, rdzv_conf={"join_timeout": _HUGE}, dashboard=RecordingSink())

@@ -45,18 +45,28 @@ def _decode(address: str) -> tuple[str, int]:
     return text, int(port, 16)
 
 
-def listening_sockets(pids: list[int]) -> list[tuple[int, str, int]]:
-    """(pid, address, port) of every listening TCP socket the processes ``pids`` hold."""
-    owners = {inode: pid for pid in pids for inode in _socket_inodes(pid)}
+def _listening() -> list[tuple[str, str, int]]:
+    """(socket inode, address, port) of every listening TCP socket in this process's network namespace."""
     found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         if not Path(table).exists():
             continue
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
-            if fields[3] == _LISTEN and fields[9] in owners:
-                found.append((owners[fields[9]], *_decode(fields[1])))
+            if fields[3] == _LISTEN:
+                found.append((fields[9], *_decode(fields[1])))
     return found
+
+
+def listening_sockets(pids: list[int]) -> list[tuple[int, str, int]]:
+    """(pid, address, port) of every listening TCP socket the processes ``pids`` hold."""
+    owners = {inode: pid for pid in pids for inode in _socket_inodes(pid)}
+    return [(owners[inode], address, port) for inode, address, port in _listening() if inode in owners]
+
+
+def listening_on_this_host() -> list[tuple[str, int]]:
+    """(address, port) of every listening TCP socket of this network namespace (a test's own "host")."""
+    return [(address, port) for _, address, port in _listening()]
 
 
 def report_listeners() -> dict[str, object]:

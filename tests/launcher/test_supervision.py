@@ -5,19 +5,22 @@ Each test here failed before the worker had its own process group and the kernel
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
 from notebook_accel import Accelerator
-from notebook_accel.launcher import WorkerError, notebook_launcher, processes, worker
+from notebook_accel.events import Log
+from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher, processes, worker
 from tests.helpers import child_pids
 from tests.launcher.recording import RecordingSink
 
@@ -219,3 +222,126 @@ def test_a_value_the_kernel_cannot_load_is_a_clear_worker_error() -> None:
     assert "Default process group has not been initialized" in str(info.value)
     assert "state_dict()" in str(info.value)
 
+
+
+# -- every teardown path ends the workers' process groups ------------------------------------------------------
+def start_children_then(pid_file: str, then: str) -> str:
+    """Each rank starts a subprocess in its group and, in a new session, one that leaves it (documented as not
+    followed); then returns, fails on rank 1, or waits to be stopped."""
+    rank = _rank()
+    kept = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    away = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    Path(f"{pid_file}.{rank}").write_text(f"{kept.pid} {away.pid}")
+    if then == "fail" and rank == 1:
+        raise ValueError("rank one failed")
+    if then != "return":
+        time.sleep(60)
+    return "done"
+
+
+def _children(pid_file: Path) -> tuple[list[int], list[int]]:
+    """(pids in the workers' groups, pids that left them) from the files each rank wrote."""
+    pairs = [[int(p) for p in Path(f"{pid_file}.{rank}").read_text().split()] for rank in (0, 1)]
+    return [kept for kept, _ in pairs], [away for _, away in pairs]
+
+
+def _when_children_started(pid_file: Path, action: Callable[[], None]) -> threading.Thread:
+    """A thread that runs ``action`` once both ranks have written their pid files."""
+
+    def wait_then_act() -> None:
+        deadline = time.monotonic() + 60
+        while not all(Path(f"{pid_file}.{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        action()
+
+    thread = threading.Thread(target=wait_then_act, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("path", ["success", "failure", "timeout", "interrupt", "background-stop"])
+def test_every_teardown_path_ends_what_the_workers_started(tmp_path: Path, path: str) -> None:
+    pid_file = tmp_path / "children"
+    launch = functools.partial(notebook_launcher, start_children_then, num_processes=2, dashboard=RecordingSink())
+    if path == "success":
+        assert launch(args=(str(pid_file), "return")) == "done"
+    elif path == "failure":
+        with pytest.raises(WorkerError, match="rank one failed"):
+            launch(args=(str(pid_file), "fail"))
+    elif path == "timeout":
+        thread = _when_children_started(pid_file, lambda: None)
+        with pytest.raises(LaunchTimeoutError):
+            launch(args=(str(pid_file), "wait"), timeout=8)
+        thread.join()
+    elif path == "interrupt":
+        thread = _when_children_started(pid_file, lambda: os.kill(os.getpid(), signal.SIGINT))
+        with pytest.raises(KeyboardInterrupt):
+            launch(args=(str(pid_file), "wait"))
+        thread.join()
+    else:
+        run = launch(args=(str(pid_file), "wait"), block=False)
+        _when_children_started(pid_file, run.stop).join()
+        assert run.status == "stopped"
+    kept, away = _children(pid_file)
+    try:
+        assert _wait_ended(kept, seconds=0) == [], f"{path}: processes started by the workers outlived the run"
+        assert all(_running(p) for p in away), "a process in a session of its own is not followed (documented)"
+    finally:
+        for pid in away:
+            os.kill(pid, signal.SIGKILL)
+    assert child_pids() == []
+
+
+def test_a_failed_fork_ends_the_started_workers_with_their_children(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second fork fails (EAGAIN: out of processes) once rank 0 runs and has started a subprocess: rank 0's
+    whole group goes (before, only rank 0 itself was killed and its subprocess lived on)."""
+    from multiprocessing.context import ForkProcess
+
+    pid_file = tmp_path / "children"
+    real_start = ForkProcess.start
+    started: list[int] = []
+
+    def start_or_fail(self: ForkProcess) -> None:
+        if started:
+            deadline = time.monotonic() + 60
+            while not Path(f"{pid_file}.0").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise OSError(11, "Resource temporarily unavailable")
+        real_start(self)
+        started.append(self.pid or 0)
+
+    monkeypatch.setattr(ForkProcess, "start", start_or_fail)
+    with pytest.raises(OSError, match="temporarily unavailable"):
+        notebook_launcher(start_children_then, args=(str(pid_file), "wait"), num_processes=2,
+                          dashboard=RecordingSink())
+    monkeypatch.undo()
+    kept, away = [int(p) for p in Path(f"{pid_file}.0").read_text().split()]
+    os.kill(away, signal.SIGKILL)
+    assert _wait_ended([kept], seconds=0) == [], "rank 0's subprocess outlived the failed launch"
+    assert child_pids() == []
+
+
+@pytest.mark.timeout(60)
+def test_draining_a_dead_worker_is_bounded_however_fast_a_grandchild_writes() -> None:
+    """A dead worker's output pipe that never runs dry (a grandchild writing without pause; here /dev/zero, which
+    is always readable): the drain reads a bounded amount and closes it. Before, it read until the pipe was
+    empty, which a fast enough writer never lets happen (the cell hung, past timeout=)."""
+    from multiprocessing import Pipe
+
+    from notebook_accel.launcher.spawn import WorkerHandle
+    from notebook_accel.launcher.supervisor import _DRAIN_BYTES, _Supervisor
+
+    events, sender = Pipe(duplex=False)
+    sender.close()
+    endless = os.open("/dev/zero", os.O_RDONLY)
+    quiet_r, quiet_w = os.pipe()
+    os.close(quiet_w)
+    handle = WorkerHandle(0, None, events, endless, quiet_r, "cpu", exit_fd=-1)  # type: ignore[arg-type]
+    sink = RecordingSink()
+    state = _Supervisor([handle], sink, grace=1.0, log_dir=None)
+    state.drain(handle)
+    assert handle.stdout_fd == -1 and handle.stderr_fd == -1 and events.closed
+    assert state.fds == {}
+    assert sum(len(e.text) for e in sink.of_type(Log)) <= 2 * _DRAIN_BYTES  # type: ignore[attr-defined]
