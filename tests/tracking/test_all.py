@@ -38,7 +38,8 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true", "WANDB_DIR": str(tmp_path),
         "MLFLOW_ALLOW_FILE_STORE": "true", "GIT_PYTHON_REFRESH": "quiet", "MLFLOW_DISABLE_TELEMETRY": "true",
         "COMET_START_ONLINE": "false", "COMET_OFFLINE_DIRECTORY": str(tmp_path / "comet"),
-        "COMET_ERROR_TRACKING_ENABLE": "false", "COMET_DISABLE_AUTO_LOGGING": "1", "COMET_AUTO_LOG_ENV_DETAILS": "false",
+        "COMET_ERROR_TRACKING_ENABLE": "false", "COMET_DISABLE_AUTO_LOGGING": "1",
+        "COMET_AUTO_LOG_ENV_DETAILS": "false",
         "COMET_AUTO_LOG_GIT_METADATA": "false", "COMET_AUTO_LOG_GIT_PATCH": "false", "COMET_AUTO_LOG_CODE": "false",
         "COMET_AUTO_LOG_CLI_ARGUMENTS": "false", "COMET_LOGGING_CONSOLE": "error",
     }.items():
