@@ -42,8 +42,10 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         "COMET_AUTO_LOG_ENV_DETAILS": "false",
         "COMET_AUTO_LOG_GIT_METADATA": "false", "COMET_AUTO_LOG_GIT_PATCH": "false", "COMET_AUTO_LOG_CODE": "false",
         "COMET_AUTO_LOG_CLI_ARGUMENTS": "false", "COMET_LOGGING_CONSOLE": "error",
+        "DVC_STUDIO_OFFLINE": "true", "DVC_NO_ANALYTICS": "1", "ITERATIVE_DO_NOT_TRACK": "1",
     }.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)  # DVCLive looks for a DVC repository in the working directory
     return tmp_path
 
 
@@ -59,7 +61,7 @@ sys.__stdout__.write("RESULT " + json.dumps(value) + "\\n")
 def test_all_trackers_log_rank_0_values_once_in_a_two_process_run(offline: Path) -> None:
     # Launched from a fresh interpreter, as from a fresh kernel: Aim's storage threads, once started in a process
     # (by the Aim tests before this one), do not survive a fork, and a worker closing its Aim run would hang.
-    done = subprocess.run([sys.executable, "-c", _LAUNCH, str(offline)], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", _LAUNCH, str(offline)], cwd=offline, capture_output=True, text=True,
                           timeout=200, env={**os.environ, "PYTHONPATH": str(ROOT)})
     lines = [line[7:] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-3000:]
