@@ -114,13 +114,14 @@ def test_all_in_one_process_finishes_and_puts_the_streams_back(offline: Path, mo
 
     from notebook_accel import Accelerator
 
-    for name in ("MLFLOW_TRACKING_URI", "WANDB_SERVICE"):  # mlflow and wandb set them in this process
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
+    monkeypatch.setenv("WANDB_SERVICE", "")  # wandb sets it in this process
+    monkeypatch.delenv("WANDB_SERVICE")
+    # the store through the environment: init_kwargs' tracking_uri would set MLflow's process-wide URI
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (offline / "mlruns").as_uri())
     streams = (sys.stdout, sys.stderr)
     acc = Accelerator(cpu=True, log_with="all", project_dir=str(offline))
     acc.init_trackers("demo", config={"lr": 0.1}, init_kwargs={
-        "mlflow": {"tracking_uri": str(offline / "mlruns")}, "aim": {"system_tracking_interval": None},
+        "aim": {"system_tracking_interval": None},
         "dvclive": {"dir": str(offline / "dvclive"), "save_dvc_exp": False}})
     acc.log({"loss": 1.0}, step=0)
     try:
