@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "notebook_launcher": "notebook_accel.launcher",
+    "debug_launcher": "notebook_accel.launcher.debug",
     "WorkerError": "notebook_accel.launcher",
     "LaunchTimeoutError": "notebook_accel.launcher",
     "Accelerator": "notebook_accel.accelerator",
@@ -26,6 +27,10 @@ _EXPORTS: dict[str, str] = {
     "PartialState": "notebook_accel.state",
     "AcceleratorState": "notebook_accel.state",
     "ProfileKwargs": "notebook_accel.plugins",
+    "AutocastKwargs": "notebook_accel.plugins",
+    "init_empty_weights": "notebook_accel.empty_weights",
+    "init_on_device": "notebook_accel.empty_weights",
+    "synchronize_rng_states": "notebook_accel.utils.random",
     "find_executable_batch_size": "notebook_accel.memory",
     "release_memory": "notebook_accel.memory",
     "load_checkpoint_in_model": "notebook_accel.checkpointing.weights",
@@ -73,6 +78,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.progress import progress
     from notebook_accel.checkpointing.weights import load_checkpoint_in_model
     from notebook_accel.memory import find_executable_batch_size, release_memory
-    from notebook_accel.plugins import ProfileKwargs
+    from notebook_accel.empty_weights import init_empty_weights, init_on_device
+    from notebook_accel.launcher.debug import debug_launcher
+    from notebook_accel.plugins import AutocastKwargs, ProfileKwargs
+    from notebook_accel.utils.random import synchronize_rng_states
     from notebook_accel.state import AcceleratorState, DistributedType, PartialState
     from notebook_accel.utils import set_seed

@@ -299,7 +299,7 @@ class Accelerator(CompatMethods, ProcessFacade):
         ``enabled=False`` (accelerate's ``AutocastKwargs``) turns it off for the block."""
         if autocast_handler is not None and getattr(autocast_handler, "enabled", True) is False:
             return contextlib.nullcontext()
-        return autocast_context(self._mixed_precision, self.device)
+        return autocast_context(self._mixed_precision, self.device, getattr(autocast_handler, "cache_enabled", None))
 
     def unscale_gradients(self, optimizer: Any = None) -> None:
         """Unscale fp16 gradients in place (on syncing batches; nothing without fp16)."""

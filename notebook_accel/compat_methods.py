@@ -32,9 +32,11 @@ def _loader_samplers(loaders: list[Any]) -> list[Any]:
 
 
 class CompatMethods:
-    """The methods; the Accelerator provides ``state``, ``_models``, ``_dataloaders``, ``project_configuration``."""
+    """The methods; the Accelerator provides ``state``, ``_models``, ``_dataloaders``, ``project_configuration``
+    and ``dataloader_config``."""
 
     state: ProcessState
+    dataloader_config: Any
     _models: list[torch.nn.Module]
     _dataloaders: list[Any]
     project_configuration: Any
@@ -163,3 +165,46 @@ class CompatMethods:
     def save_iteration(self) -> int:
         """The number the next automatically named checkpoint gets (``checkpoint_<n>``)."""
         return int(getattr(self.project_configuration, "iteration", 0) or 0)
+
+    # -- read-only settings accelerate exposes -------------------------------------------------------------
+    @property
+    def non_blocking(self) -> bool:
+        """``dataloader_config.non_blocking``: batches are moved to the device with ``non_blocking=True``."""
+        return bool(self.dataloader_config.non_blocking)
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        """``dataloader_config.use_seedable_sampler`` (our shuffling is seedable whatever its value)."""
+        return bool(self.dataloader_config.use_seedable_sampler)
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        """``dataloader_config.dispatch_batches`` (only ``None``/``False`` are supported)."""
+        return self.dataloader_config.dispatch_batches  # type: ignore[no-any-return]
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """``True``: every prepared loader has ``state_dict()``/``load_state_dict()`` and resumes mid-epoch, as
+        accelerate's stateful loaders do (there is no switch to turn this off)."""
+        return True
+
+    @property
+    def multi_device(self) -> bool:
+        """Whether this run spreads over several GPUs with DDP (accelerate's ``MULTI_GPU``; ``False`` on CPU and
+        with FSDP, as there)."""
+        return self.state.distributed_type.value == "MULTI_GPU"
+
+    @property
+    def is_fsdp2(self) -> bool:
+        """Whether models are sharded with FSDP; it is always torch's ``fully_shard`` (FSDP2) here."""
+        return self.state.distributed_type.value == "FSDP"
+
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        """accelerate's name for :attr:`is_fsdp2` when no other parallelism is configured (none can be here)."""
+        return self.is_fsdp2
+
+    @property
+    def should_save_model(self) -> bool:
+        """``True`` on every process: ``save_model`` is called by all of them (rank 0 writes the files)."""
+        return True

@@ -18,6 +18,7 @@ from typing import Any
 from notebook_accel.errors import NotebookAccelError, shown
 
 __all__ = [
+    "AutocastKwargs",
     "ConfigurationError",
     "DataLoaderConfiguration",
     "ProjectConfiguration",
@@ -291,6 +292,31 @@ class InitProcessGroupKwargs(KwargsHandler):
 
 
 @dataclass
+class AutocastKwargs(KwargsHandler):
+    """Options for one ``accelerator.autocast(autocast_handler=AutocastKwargs(...))`` block.
+
+    Unlike accelerate, it is not taken in ``Accelerator(kwargs_handlers=...)``: pass it to ``autocast`` for the
+    block that needs it (a handler there would have to reach every prepared model's forward).
+
+    Attributes:
+        enabled: ``False`` runs the block in full precision.
+        cache_enabled: ``torch.autocast``'s weight-cast cache switch (``None``: torch's default).
+
+    Example:
+        >>> AutocastKwargs(enabled=False).to_kwargs()
+        {'enabled': False}
+    """
+
+    enabled: bool = True
+    cache_enabled: bool | None = None
+
+    def __post_init__(self) -> None:
+        _check_type("AutocastKwargs", "enabled", self.enabled, (bool,), "True or False")
+        if self.cache_enabled is not None:
+            _check_type("AutocastKwargs", "cache_enabled", self.cache_enabled, (bool,), "True, False or None")
+
+
+@dataclass
 class ProfileKwargs(KwargsHandler):
     """Options for ``accelerator.profile()`` (accelerate's fields; see :mod:`notebook_accel.profiling`).
 
@@ -324,6 +350,9 @@ def resolve_handlers(kwargs_handlers: Sequence[KwargsHandler] | None) -> tuple[
     found: dict[type, Any] = {}
     for handler in kwargs_handlers or ():
         kind = next((k for k in HANDLER_TYPES if isinstance(handler, k)), None)
+        if isinstance(handler, AutocastKwargs):
+            raise ConfigurationError(f"kwargs_handlers: {handler!r} is not taken here; pass it to the block that "
+                                     "needs it: with accelerator.autocast(autocast_handler=AutocastKwargs(...))")
         if kind is None:
             raise ConfigurationError(f"kwargs_handlers: unsupported {shown(handler)}; allowed: "
                                      f"{', '.join(k.__name__ for k in HANDLER_TYPES)}")

@@ -46,11 +46,12 @@ def resolve_mixed_precision(value: str | None, from_launch: str | None) -> Mixed
     return cast(MixedPrecision, chosen.lower())
 
 
-def autocast_context(mode: MixedPrecision, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """``torch.autocast`` for ``mode`` on ``device``'s type, or a no-op for ``"no"``."""
+def autocast_context(mode: MixedPrecision, device: torch.device,
+                     cache_enabled: bool | None = None) -> contextlib.AbstractContextManager[Any]:
+    """``torch.autocast`` for ``mode`` on ``device``'s type (with its ``cache_enabled``), or a no-op for ``"no"``."""
     if mode == "no":
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=_DTYPE[mode])
+    return torch.autocast(device_type=device.type, dtype=_DTYPE[mode], cache_enabled=cache_enabled)
 
 
 def make_scaler(mode: MixedPrecision, device: torch.device, kwargs: GradScalerKwargs | None) -> Any:

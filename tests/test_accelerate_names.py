@@ -94,3 +94,23 @@ def test_accepts_accelerates_parameters(name: str) -> None:
         pytest.skip(f"{name}: no signature to compare")
     missing = sorted(their_names - my_names - NOT_PROVIDED.get(name, set()))
     assert my_kwargs or not missing, f"{name} does not take accelerate's parameters {missing}"
+
+
+def _not_provided_row() -> str:
+    return next(line for line in README.read_text().splitlines() if line.startswith("| **not provided, and why** |"))
+
+
+def test_every_public_accelerate_name_is_ours_or_explained() -> None:
+    """Every public name of accelerate's Accelerator and of its top level (modules aside) exists here, or the
+    README's "not provided" row names it with the reason."""
+    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed (the test extra has it)")
+    row = _not_provided_row()
+
+    def explained(name: str) -> bool:
+        return re.search(rf"\b{re.escape(name)}\b", row) is not None
+
+    methods = [n for n in dir(accelerate.Accelerator) if not n.startswith("_")]
+    exports = [n for n in dir(accelerate) if not n.startswith("_") and not inspect.ismodule(getattr(accelerate, n))]
+    missing = [f"Accelerator.{n}" for n in methods if not hasattr(Accelerator, n) and not explained(n)]
+    missing += [n for n in exports if not hasattr(notebook_accel, n) and not explained(n)]
+    assert not missing, f"accelerate names neither provided nor explained in the README: {missing}"

@@ -10,5 +10,10 @@ from __future__ import annotations
 
 from notebook_accel.launcher.api import notebook_launcher
 from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
+from notebook_accel.launcher.warmup import start_early
 
 __all__ = ["notebook_launcher", "WorkerError", "WorkerFailure", "LaunchTimeoutError"]
+
+# In a Jupyter kernel with torch imported and no GPU, torch's lazy distributed imports start now in a background
+# thread, while the notebook's next cells run; the first launch waits for them before forking (see .warmup).
+start_early()

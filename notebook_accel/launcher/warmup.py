@@ -1,33 +1,34 @@
-"""Pay torch's lazy imports once in the kernel, not once per worker per launch.
+"""Pay torch's lazy imports once in the kernel, not once per worker per launch, and early when possible.
 
-The first ``DistributedDataParallel`` a process builds imports ``torch._dynamo`` (about 800 modules, 1 s
-and more). A forked worker that imports it throws the work away when it exits, so every launch paid it
-again, in every worker at once (N imports competing for the cores). Imported in the kernel before the
+The first ``DistributedDataParallel`` a process builds (and its first forward) imports ``torch._dynamo`` (about
+800 modules, 1 s and more). A forked worker that imports it throws the work away when it exits, so every launch
+paid it again, in every worker at once (N imports competing for the cores). Imported in the kernel before the
 fork, it is paid once per kernel and shared by every worker of every later launch (copy-on-write pages).
 
-Only when torch is already imported in the kernel (a notebook that trains has imported it) and the run is
-on CPU: with GPUs, the kernel must not risk touching CUDA before the fork, so the import stays in the
-workers there.
+When: in a Jupyter kernel that has imported torch, on a machine without a visible GPU, the import starts in a
+background thread as soon as the launcher is imported (:func:`start_early`), so it happens while the user runs the
+next cells; :func:`warm_kernel` finishes it (or does it) right before the first fork, and always waits for that
+thread first, since forking while another thread holds import locks could leave a worker stuck. Elsewhere (a
+script, or torch not yet imported) it happens at the first launch. With GPUs it stays in the workers, so nothing in
+the kernel can touch CUDA before the fork.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import threading
 
-__all__ = ["WARM_MODULES", "warm_kernel"]
+from notebook_accel import hardware
+
+__all__ = ["WARM_MODULES", "warm_kernel", "start_early"]
 
 WARM_MODULES = ("torch.distributed", "torch.nn.parallel", "torch._dynamo")
+_early: list[threading.Thread] = []  # the background import, once started
 
 
-def warm_kernel(backend: str) -> list[str]:
-    """Import :data:`WARM_MODULES` here if torch is imported and ``backend`` is ``"gloo"``.
-
-    Returns:
-        The modules imported by this call (empty when there was nothing to do).
-    """
-    if backend != "gloo" or "torch" not in sys.modules:
-        return []
+def _import_all() -> list[str]:
+    """Import each of :data:`WARM_MODULES` not imported yet; the ones this call imported."""
     done = []
     for name in WARM_MODULES:
         if name not in sys.modules:
@@ -37,3 +38,28 @@ def warm_kernel(backend: str) -> list[str]:
                 continue
             done.append(name)
     return done
+
+
+def start_early() -> bool:
+    """Start importing :data:`WARM_MODULES` in a daemon thread, in a Jupyter kernel that has imported torch and
+    sees no GPU (once per process). Returns whether it started."""
+    if _early or "ipykernel" not in sys.modules or "torch" not in sys.modules or hardware.visible_gpu_count():
+        return False
+    thread = threading.Thread(target=_import_all, name="notebook-accel warm-up", daemon=True)
+    _early.append(thread)
+    thread.start()
+    return True
+
+
+def warm_kernel(backend: str) -> list[str]:
+    """Wait for the early import (if any), then import :data:`WARM_MODULES` here if torch is imported and
+    ``backend`` is ``"gloo"``. Called right before the workers are forked.
+
+    Returns:
+        The modules imported by this call (empty when there was nothing left to do).
+    """
+    for thread in _early:
+        thread.join()
+    if backend != "gloo" or "torch" not in sys.modules:
+        return []
+    return _import_all()

@@ -5,6 +5,10 @@ named after the project; the configuration goes to ``run["hparams"]``; each valu
 ``run.track(value, name=..., step=step)``; ``end_training`` closes the run. Numbers and 0-d tensors are tracked as
 floats, Aim objects (``aim.Image``, ``aim.Text``, ``aim.Distribution``) as given; anything else is skipped with one
 warning per name. See the runs with ``aim up --repo <logging_dir>``.
+
+Aim's storage runs threads in C++ (RocksDB) in any process that opened a repository; a fork does not copy them, so a
+worker forked from a kernel that had used Aim waits forever when it closes its run. Use Aim in the training
+function only (reading a repository in the notebook is fine after the launches).
 """
 
 from __future__ import annotations

@@ -179,11 +179,14 @@ class TrackerHub:
         )
 
     def finish(self) -> None:
-        """Finish every tracker (flush the live channel, close files). Safe to call twice."""
+        """Finish every tracker, the last started first (flush the live channel, close files). Safe to call twice."""
         if self._finished:
             return
         self._finished = True
         if self._live is not None:
             self._live.finish()
-        for tracker in self._started:
+        # Last started, first finished: wandb, Comet and Aim each wrap sys.stdout/stderr when they start and put
+        # back what they found when they finish, so finishing in start order restores a wrapper already
+        # unwound (comet_ml then aim ended in a RecursionError at every write).
+        for tracker in reversed(self._started):
             tracker.finish()

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import safetensors
 import safetensors.torch
 import torch
 
@@ -156,3 +157,28 @@ def test_two_processes_a_main_process_failure_raises_on_every_rank(tmp_path: Pat
     messages = _launch(export_workers.main_process_fails, str(tmp_path))
     assert len(messages) == 2 and messages[0] == messages[1]
     assert "(1 of 2 ranks failed): rank 0:" in messages[0]
+
+
+@pytest.mark.parametrize("safe", [True, False], ids=["safetensors", "torch"])
+@pytest.mark.parametrize("size", ["10GB", "20KB"], ids=["one-file", "sharded"])
+def test_same_files_and_index_as_accelerates_save_model(tmp_path: Path, safe: bool, size: str) -> None:
+    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed (the test extra has it)")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                                torch.nn.Linear(64, 8))
+    theirs, ours = tmp_path / "accelerate", tmp_path / "ours"
+    accelerate.Accelerator(cpu=True).save_model(model, theirs, max_shard_size=size, safe_serialization=safe)
+    Accelerator(cpu=True).save_model(model, ours, max_shard_size=size, safe_serialization=safe)
+    names = sorted(os.listdir(theirs))
+    assert sorted(os.listdir(ours)) == names and (len(names) > 1) == (size == "20KB")
+    for name in names:
+        if name.endswith(".json"):
+            assert json.loads((ours / name).read_text()) == json.loads((theirs / name).read_text())
+        elif safe:
+            a, b = safetensors.safe_open(str(ours / name), "pt"), safetensors.safe_open(str(theirs / name), "pt")
+            with a, b:
+                assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
+                assert all(torch.equal(a.get_tensor(k), b.get_tensor(k)) for k in a.keys())
+        else:
+            mine, other = torch.load(ours / name), torch.load(theirs / name)
+            assert mine.keys() == other.keys() and all(torch.equal(mine[k], other[k]) for k in mine)

@@ -55,23 +55,31 @@ def _drain_comm_messages(kc: Any, seconds: float) -> int:
     return count
 
 
+def _latencies(kc: Any, cells: int = 5) -> list[float]:
+    """Seconds from sending each of ``cells`` quick cells to its reply."""
+    out = []
+    for i in range(cells):
+        started = time.monotonic()
+        cell = execute(kc, f"{i} * 2", timeout=30)
+        out.append(time.monotonic() - started)
+        assert cell.status == "ok" and cell.result == str(i * 2)
+    return out
+
+
 def test_cells_run_while_the_background_run_trains() -> None:
     with running_kernel() as (_, kc):
         assert execute(kc, SETUP, timeout=120).status == "ok"
+        idle = _latencies(kc)
         launch = execute(kc, "run = notebook_launcher(train, args=(200,), num_processes=2, block=False, "
                              "dashboard=True)\nrun.status", timeout=120)
         assert launch.status == "ok", launch.evalue
         assert launch.result == "'running'"
         assert any(o["type"] == "display_data" for o in launch.outputs), "no dashboard under the launching cell"
-        latencies = []
-        for i in range(5):
-            started = time.monotonic()
-            cell = execute(kc, f"{i} * 2", timeout=30)
-            latencies.append(time.monotonic() - started)
-            assert cell.status == "ok" and cell.result == str(i * 2)
+        latencies = _latencies(kc)
         updates = _drain_comm_messages(kc, 2.0)
         print(f"cell latency while training: median {statistics.median(latencies) * 1000:.0f} ms, "
-              f"max {max(latencies) * 1000:.0f} ms; {updates} widget updates in 2 s")
+              f"max {max(latencies) * 1000:.0f} ms (idle kernel: median {statistics.median(idle) * 1000:.0f} ms, "
+              f"max {max(idle) * 1000:.0f} ms); {updates} widget updates in 2 s")
         assert updates >= 2, "the dashboard stopped updating while other cells ran"
         done = execute(kc, "run.result(timeout=120), len(run.metrics), run.status", timeout=150)
         assert done.status == "ok", done.evalue
@@ -101,3 +109,49 @@ def test_kernel_shutdown_mid_run_leaves_nothing(tmp_path: Path, now: bool) -> No
     while any(_running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in pids if _running(p)], "workers, or the subprocesses they started, outlived the kernel"
+
+
+def test_the_stop_button_interrupts_the_cell_and_the_handle_stops_and_times_out() -> None:
+    with running_kernel() as (km, kc):
+        assert execute(kc, SETUP, timeout=120).status == "ok"
+        launch = execute(kc, "run = notebook_launcher(train, args=(100_000,), num_processes=2, block=False, "
+                             "dashboard=False)", timeout=120)
+        assert launch.status == "ok", launch.evalue
+        interrupted: list[bool] = []
+
+        def interrupt_when_sleeping(cell: Any) -> None:
+            if not interrupted and "sleeping" in cell.stdout:
+                interrupted.append(True)
+                km.interrupt_kernel()  # the notebook's stop button
+
+        cell = execute(kc, "print('sleeping', flush=True); time.sleep(60)", timeout=90,
+                       on_output=interrupt_when_sleeping)
+        assert interrupted and cell.status == "error" and cell.ename == "KeyboardInterrupt"
+        still = execute(kc, "run.status, len(run.metrics) > 0", timeout=30)
+        assert still.result == "('running', True)", "the stop button reached the background run"
+        stopped = execute(kc, "run.stop(); print(run.status); run.result()", timeout=60)
+        assert stopped.stdout == "stopped\n" and stopped.ename == "RunStoppedError"
+        late = execute(kc, "late = notebook_launcher(train, args=(100_000,), num_processes=2, block=False, "
+                           "dashboard=False, timeout=3)\nlate.result(timeout=90)", timeout=120)
+        assert late.ename == "LaunchTimeoutError", late.evalue
+        assert execute(kc, "late.status", timeout=30).result == "'timeout'"
+
+
+def test_kernel_restart_mid_run_leaves_nothing(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    with running_kernel() as (km, kc):
+        assert execute(kc, SETUP, timeout=120).status == "ok"
+        cell = execute(kc, f"run = notebook_launcher(train, args=(100_000, {str(pid_file)!r}), num_processes=2, "
+                           "block=False, dashboard=False)", timeout=120)
+        assert cell.status == "ok", cell.evalue
+        deadline = time.monotonic() + 60
+        while not all(Path(f"{pid_file}.{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = [int(p) for r in (0, 1) for p in Path(f"{pid_file}.{r}").read_text().split()]
+        km.restart_kernel(now=False)  # the menu's "Restart Kernel"
+        deadline = time.monotonic() + 15
+        while any(_running(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in pids if _running(p)], "workers, or the subprocesses they started, outlived the kernel restart"
+        kc.wait_for_ready(timeout=120)
+        assert execute(kc, "1 + 1", timeout=30).result == "2"

@@ -59,6 +59,14 @@ def test_positional_order_is_accelerates() -> None:
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
 
 
+def test_the_order_is_the_installed_accelerates() -> None:
+    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed (the test extra has it)")
+    theirs = inspect.signature(accelerate.notebook_launcher).parameters
+    ours = inspect.signature(notebook_launcher).parameters
+    assert list(ours)[: len(theirs)] == list(theirs) == ACCELERATE_ORDER
+    assert [p.kind for p in list(ours.values())[: len(theirs)]] == [p.kind for p in theirs.values()]
+
+
 def test_accelerates_positional_call_works() -> None:
     value = notebook_launcher(report, (), 2, "bf16", str(free_port()), dashboard=RecordingSink())
     assert value["precision"] == "bf16"

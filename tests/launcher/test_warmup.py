@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+import torch  # noqa: F401 - a kernel that trains has imported torch
 
 from notebook_accel.launcher import warmup
 
@@ -33,3 +34,32 @@ def test_no_warm_up_for_gpus_or_without_torch(monkeypatch: pytest.MonkeyPatch) -
     assert warmup.warm_kernel("nccl") == []
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     assert warmup.warm_kernel("gloo") == []
+
+
+def test_start_early_only_in_a_kernel_with_torch_and_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(warmup, "_early", [])
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    assert warmup.start_early() is False  # a script
+    monkeypatch.setitem(sys.modules, "ipykernel", sys.modules["sys"])  # looks like a kernel
+    monkeypatch.setattr(warmup.hardware, "visible_gpu_count", lambda: 1)
+    assert warmup.start_early() is False  # GPUs: nothing may touch CUDA before the fork
+    monkeypatch.setattr(warmup.hardware, "visible_gpu_count", lambda: 0)
+    assert warmup.start_early() is True and len(warmup._early) == 1
+    assert warmup.start_early() is False  # once per process
+    warmup.warm_kernel("gloo")  # waits for the thread
+    assert not warmup._early[0].is_alive() and "torch._dynamo" in sys.modules
+
+
+def test_a_kernel_imports_dynamo_in_the_background_before_any_launch() -> None:
+    from tests.kernel.test_launcher_kernel import execute, running_kernel
+
+    with running_kernel() as (_, kc):
+        cell = execute(kc, "import sys, time, torch\nfrom notebook_accel import notebook_launcher\n"
+                           "deadline = time.monotonic() + 120\n"
+                           "while 'torch._dynamo' not in sys.modules and time.monotonic() < deadline:\n"
+                           "    time.sleep(0.05)\n"
+                           "print('torch._dynamo' in sys.modules)", timeout=150)
+        assert cell.status == "ok" and cell.stdout == "True\n", cell.evalue
+        launch = execute(kc, "def train():\n    return 'torch._dynamo' in sys.modules\n"
+                             "notebook_launcher(train, num_processes=2, dashboard=False)", timeout=120)
+        assert launch.status == "ok" and launch.result == "True", launch.evalue

@@ -106,12 +106,13 @@ def accuracy(weights_file):
 checkpoints = os.path.join(workdir, "checkpoints")
 scored = set()
 while len(scored) < 4:
+    ended = run.done  # read before listing, so a checkpoint written just before the end is still scored
     ready = sorted(os.listdir(checkpoints)) if os.path.isdir(checkpoints) else []
     for name in ready:
         if name.startswith("checkpoint_") and name not in scored:
             scored.add(name)
             print(f"{name}: accuracy {accuracy(os.path.join(checkpoints, name, 'pytorch_model.bin')):.3f}")
-    if run.done and len(scored) < 4:
+    if ended:
         break
     time.sleep(0.2)
 
