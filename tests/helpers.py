@@ -10,6 +10,29 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def import_accelerate() -> Any:
+    """Hugging Face accelerate (the test extra has it), or skip the test with the reason.
+
+    accelerate imports deepspeed (when it is installed) as its Accelerator is made, and deepspeed's import sets
+    ``PYTORCH_NVML_BASED_CUDA_CHECK``: deepspeed is imported here first and the environment put back, so the leak
+    check sees only what the test itself changed.
+    """
+    import importlib
+    import importlib.util
+
+    import pytest
+
+    saved = dict(os.environ)
+    try:
+        if importlib.util.find_spec("deepspeed") is not None:
+            importlib.import_module("deepspeed")
+        return pytest.importorskip("accelerate", reason="accelerate is not installed (the test extra has it)")
+    finally:
+        for name in set(os.environ) - set(saved):
+            del os.environ[name]
+        os.environ.update(saved)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0 and read it back)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+
 import notebook_accel
 from notebook_accel import Accelerator
+from tests.helpers import import_accelerate
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -39,7 +41,7 @@ def ours(name: str) -> Any:
 
 
 def theirs(name: str) -> Any:
-    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed (the test extra has it)")
+    accelerate = import_accelerate()
     if hasattr(accelerate.Accelerator, name):
         return getattr(accelerate.Accelerator, name)
     for module in (accelerate, accelerate.utils):
@@ -103,7 +105,7 @@ def _not_provided_row() -> str:
 def test_every_public_accelerate_name_is_ours_or_explained() -> None:
     """Every public name of accelerate's Accelerator and of its top level (modules aside) exists here, or the
     README's "not provided" row names it with the reason."""
-    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed (the test extra has it)")
+    accelerate = import_accelerate()
     row = _not_provided_row()
 
     def explained(name: str) -> bool:

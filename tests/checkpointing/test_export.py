@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 import safetensors
 import safetensors.torch
 import torch
@@ -16,6 +17,7 @@ from notebook_accel import Accelerator
 from notebook_accel.checkpointing import CheckpointError, ShardSizeError
 from notebook_accel.launcher import notebook_launcher
 from tests.checkpointing import export_workers
+from tests.helpers import import_accelerate
 
 
 class Tied(torch.nn.Module):
@@ -162,7 +164,7 @@ def test_two_processes_a_main_process_failure_raises_on_every_rank(tmp_path: Pat
 @pytest.mark.parametrize("safe", [True, False], ids=["safetensors", "torch"])
 @pytest.mark.parametrize("size", ["10GB", "20KB"], ids=["one-file", "sharded"])
 def test_same_files_and_index_as_accelerates_save_model(tmp_path: Path, safe: bool, size: str) -> None:
-    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed (the test extra has it)")
+    accelerate = import_accelerate()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
                                 torch.nn.Linear(64, 8))

@@ -13,7 +13,7 @@ import torch
 from notebook_accel import Accelerator
 from notebook_accel.errors import LaunchError
 from notebook_accel.launcher import WorkerError, compat, notebook_launcher
-from tests.helpers import free_port
+from tests.helpers import free_port, import_accelerate
 from tests.launcher.recording import RecordingSink
 
 pytestmark = pytest.mark.timeout(120)
@@ -60,7 +60,7 @@ def test_positional_order_is_accelerates() -> None:
 
 
 def test_the_order_is_the_installed_accelerates() -> None:
-    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed (the test extra has it)")
+    accelerate = import_accelerate()
     theirs = inspect.signature(accelerate.notebook_launcher).parameters
     ours = inspect.signature(notebook_launcher).parameters
     assert list(ours)[: len(theirs)] == list(theirs) == ACCELERATE_ORDER
