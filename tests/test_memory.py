@@ -96,7 +96,8 @@ def train_and_measure(engine: str) -> tuple[int, int, int]:
     from notebook_accel.fsdp import FullyShardedDataParallelPlugin
 
     options: dict[str, Any] = {
-        "DDP": {}, "ZeRO-3": {"deepspeed_plugin": DeepSpeedPlugin(zero_stage=3)},
+        "DDP": {}, "ZeRO-2": {"deepspeed_plugin": DeepSpeedPlugin(zero_stage=2)},
+        "ZeRO-3": {"deepspeed_plugin": DeepSpeedPlugin(zero_stage=3)},
         "FULL_SHARD": {"fsdp_plugin": FullyShardedDataParallelPlugin(sharding_strategy="FULL_SHARD",
                                                                      transformer_cls_names_to_wrap="Linear")},
     }[engine]
@@ -130,9 +131,12 @@ def test_full_shard_holds_half_of_ddp_on_each_of_two_processes(ddp: HeldMemory) 
     assert fsdp.gradients == pytest.approx(ddp.gradients / 2, rel=0.05)
 
 
+NO_DEEPSPEED = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                                  reason="deepspeed is not installed (pip install 'notebook-accel[deepspeed]')")
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed "
-                    "(pip install 'notebook-accel[deepspeed]')")
+@NO_DEEPSPEED
 def test_zero3_holds_half_of_ddp_plus_its_master_copy(ddp: HeldMemory) -> None:
     whole = _param_bytes(_model())
     zero = _launch("ZeRO-3")
@@ -141,3 +145,13 @@ def test_zero3_holds_half_of_ddp_plus_its_master_copy(ddp: HeldMemory) -> None:
     # half of DDP's Adam moments, plus the fp32 master partition ZeRO keeps beside the module's (fp32) weights
     assert zero.optimizer == pytest.approx((ddp.optimizer + whole) / 2, rel=0.05)
     assert zero.parameters + zero.optimizer == pytest.approx((ddp.parameters + ddp.optimizer + whole) / 2, rel=0.05)
+
+
+@pytest.mark.timeout(300)
+@NO_DEEPSPEED
+def test_zero2_after_its_step_holds_whole_parameters_no_gradients_and_half_the_optimizer(ddp: HeldMemory) -> None:
+    whole = _param_bytes(_model())
+    zero = _launch("ZeRO-2")
+    assert zero.parameters == whole  # ZeRO-2 shards gradients and optimizer state, not the parameters
+    assert zero.gradients == 0  # freed in DeepSpeed's step, which ran inside accelerator.backward
+    assert zero.optimizer == pytest.approx((ddp.optimizer + whole) / 2, rel=0.05)
