@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "synchronize_rng_states": "notebook_accel.utils.random",
     "find_executable_batch_size": "notebook_accel.memory",
     "release_memory": "notebook_accel.memory",
+    "held_memory": "notebook_accel.memory",
+    "HeldMemory": "notebook_accel.memory",
     "load_checkpoint_in_model": "notebook_accel.checkpointing.weights",
     "DataLoaderConfiguration": "notebook_accel.plugins",
     "ProjectConfiguration": "notebook_accel.plugins",
@@ -77,7 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from notebook_accel.progress import progress
     from notebook_accel.checkpointing.weights import load_checkpoint_in_model
-    from notebook_accel.memory import find_executable_batch_size, release_memory
+    from notebook_accel.memory import HeldMemory, find_executable_batch_size, held_memory, release_memory
     from notebook_accel.empty_weights import init_empty_weights, init_on_device
     from notebook_accel.launcher.debug import debug_launcher
     from notebook_accel.plugins import AutocastKwargs, ProfileKwargs

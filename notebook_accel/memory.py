@@ -1,17 +1,18 @@
 """Freeing memory and finding a batch size that fits: accelerate's ``release_memory`` and
-``find_executable_batch_size``."""
+``find_executable_batch_size``; and our own :func:`held_memory`, what one process holds for training."""
 
 from __future__ import annotations
 
 import functools
 import gc
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["release_memory", "find_executable_batch_size", "is_out_of_memory"]
+__all__ = ["release_memory", "find_executable_batch_size", "is_out_of_memory", "held_memory", "HeldMemory"]
 
 T = TypeVar("T")
 
@@ -98,3 +99,88 @@ def find_executable_batch_size(
                 batch_size = reduce_batch_size_fn(batch_size) if reduce_batch_size_fn else batch_size // 2
 
     return decorator
+
+
+@dataclass(frozen=True)
+class HeldMemory:
+    """Bytes one process holds for training, by kind (see :func:`held_memory`)."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+
+    @property
+    def total(self) -> int:
+        """Parameters + gradients + optimizer bytes."""
+        return self.parameters + self.gradients + self.optimizer
+
+
+def held_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> HeldMemory:
+    """The bytes this process holds for training ``model`` with ``optimizer``, at the moment of the call.
+
+    Not an accelerate function: notebook-accel's own, to compare engines. Pass the *prepared* model and optimizer
+    (plain ones work too). Each distinct storage is counted once, in the first kind that reaches it (views of one
+    flat buffer count once), wherever it lives (device or host memory, so offloaded state counts too):
+
+    - ``parameters``: the module's parameters; under FSDP a DTensor's local shard, under DeepSpeed ZeRO-3 this
+      rank's partition (``ds_tensor``), not the short-lived gathered copy a layer has while it runs.
+    - ``gradients``: the parameters' ``.grad``; under DeepSpeed also the fp32 master partitions' gradients and
+      ZeRO-3's persistent gradient-partition buffer.
+    - ``optimizer``: the torch optimizer's state tensors (Adam's two moments); under DeepSpeed also the fp32
+      master partitions ZeRO keeps beside the module's weights (a second copy even in fp32 training).
+
+    Activations, buffers and allocator caches are left out. Call it after ``optimizer.step()`` and before
+    ``optimizer.zero_grad()``, where DDP and FSDP hold gradients, parameters and optimizer state at once. DeepSpeed
+    steps inside ``accelerator.backward`` and frees gradients in its step, so there, after ``optimizer.step()``
+    (a no-op under DeepSpeed), ZeRO-3 reports its gradient-partition buffer (kept between steps, this rank's
+    partition) and ZeRO-1/2 report 0 gradient bytes (the reduced partitions are freed until the next backward).
+
+    Raises:
+        TypeError: ``model`` is not a ``torch.nn.Module`` or ``optimizer`` does not wrap a ``torch.optim.Optimizer``.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"held_memory(model=...): got {type(model).__name__}; pass the torch.nn.Module that "
+                        "accelerator.prepare returned")
+    torch_optimizer = _torch_optimizer(optimizer)
+    zero = getattr(getattr(optimizer, "engine", None), "optimizer", None)  # DeepSpeed's ZeRO optimizer, if any
+    seen: set[int] = set()
+    params = list(model.parameters())
+    masters = [p for group in torch_optimizer.param_groups for p in group["params"]]
+    zero_masters = [*getattr(zero, "single_partition_of_fp32_groups", []),  # ZeRO-1/2
+                    *getattr(zero, "fp32_partitioned_groups_flat", [])]  # ZeRO-3
+    held_params = _storage_bytes([getattr(p, "ds_tensor", p) for p in params], seen)
+    grads = [p.grad for p in [*params, *masters, *zero_masters] if p.grad is not None]
+    held_grads = _storage_bytes([*grads, getattr(zero, "grad_partitions_flat_buffer", None)], seen)
+    state = [t for s in torch_optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+    return HeldMemory(held_params, held_grads, _storage_bytes([*masters, *zero_masters, *state], seen))
+
+
+def _torch_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    """The torch optimizer inside our wrapper(s) (each keeps it as ``.optimizer``).
+
+    Raises:
+        TypeError: no ``torch.optim.Optimizer`` inside.
+    """
+    inner = optimizer
+    while isinstance(getattr(inner, "optimizer", None), torch.optim.Optimizer):
+        inner = inner.optimizer
+    if not isinstance(inner, torch.optim.Optimizer):
+        raise TypeError(f"held_memory(optimizer=...): got {type(optimizer).__name__}; pass the optimizer that "
+                        "accelerator.prepare returned (or a torch.optim.Optimizer)")
+    return inner
+
+
+def _storage_bytes(tensors: Iterable[torch.Tensor | None], seen: set[int]) -> int:
+    """Bytes of the distinct storages behind ``tensors`` not yet in ``seen`` (a DTensor's local shard)."""
+    from torch.distributed.tensor import DTensor
+
+    total = 0
+    for tensor in tensors:
+        if tensor is None:
+            continue
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+        storage = local.untyped_storage()
+        if storage.nbytes() and storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total

@@ -25,6 +25,7 @@ EXPECTED = [
     "05_config_picker.ipynb",
     "06_when_things_go_wrong.ipynb",
     "07_train_in_the_background.ipynb",
+    "08_sharded_training.ipynb",
 ]
 
 
