@@ -1,14 +1,19 @@
-"""Per-rank memory of parameters + gradients + optimizer state, and step time, under DDP and each FSDP strategy.
+"""Per-rank memory of parameters + gradients + optimizer state, and step time: DDP, each FSDP strategy, ZeRO 1-3.
 
 Two processes (forked by ``notebook_launcher``, gloo on CPU) train the same model in the same run, each contender
 through its own ``Accelerator``: plain DDP, and ``FullyShardedDataParallelPlugin`` with FULL_SHARD, SHARD_GRAD_OP,
-NO_SHARD and HYBRID_SHARD (one machine, so HYBRID_SHARD's shard group is both processes). All five live at once and
-take one step each per round, who goes first rotating, so they share the machine's state. The model is a stack of pre-norm residual MLP blocks, each block wrapped by class name, with AdamW.
+NO_SHARD and HYBRID_SHARD (one machine, so HYBRID_SHARD's shard group is both processes), and ``DeepSpeedPlugin`` with
+ZeRO stages 1, 2 and 3 (when deepspeed is installed). All live at once and take one step each per round, who goes
+first rotating, so they share the machine's state. The model is a stack of pre-norm residual MLP blocks, each block wrapped by class name, with AdamW.
 
 Memory is what this rank holds for the three at the fullest point of a step (after ``optimizer.step()``, before
 ``zero_grad()``: parameters, gradients and the two Adam moments all live), counted tensor by tensor (the local
 shard of a DTensor). It leaves out activations and FSDP's short-lived gathered copy of the one block that is
 running (plus the next one, prefetched), which is printed separately as "transient": one block's parameters.
+DeepSpeed steps inside ``accelerator.backward``; its bytes are counted right after the torch optimizer's step inside
+DeepSpeed's, by distinct storage: parameters are the module's (ZeRO-3: this rank's partition), gradients the module's
+and the fp32 partitions', and "optim" holds the Adam moments plus the fp32 master partitions ZeRO keeps beside the
+module's weights (a second copy even in fp32 training).
 Step time is the median of the slowest rank's time; "time vs DDP" the median of the per-round ratios to DDP.
 
 The default model is about 100 MB of fp32 parameters (a few hundred MB would make each CPU step take seconds on
@@ -20,6 +25,7 @@ Usage: ``python benchmarks/sharding_memory.py [--width 1024] [--blocks 3] [--rou
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import time
 from typing import Any
@@ -29,9 +35,12 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from notebook_accel import Accelerator, notebook_launcher
+from notebook_accel.deepspeed import DeepSpeedPlugin
 from notebook_accel.fsdp import FullyShardedDataParallelPlugin
 
-CONTENDERS = ("DDP", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+FSDP = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+ZERO = ("ZeRO-1", "ZeRO-2", "ZeRO-3") if importlib.util.find_spec("deepspeed") else ()
+CONTENDERS = ("DDP", *FSDP, *ZERO)
 BATCH = 8
 
 
@@ -70,17 +79,61 @@ def _held(model: torch.nn.Module, optimizer: Any) -> tuple[int, int, int]:
     return _bytes(params), _bytes(grads), _bytes(state)
 
 
+def _storage_bytes(tensors: Any, seen: set[int]) -> int:
+    """Bytes of the distinct storages behind ``tensors`` not in ``seen`` (views of one flat buffer count once)."""
+    total = 0
+    for t in tensors:
+        storage = t.untyped_storage()
+        if storage.nbytes() and storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
+def _held_zero(module: torch.nn.Module, inner: torch.optim.Optimizer) -> tuple[int, int, int]:
+    """(parameter, gradient, optimizer) bytes this rank holds under DeepSpeed (see the module docstring)."""
+    seen: set[int] = set()
+    module_params = [getattr(p, "ds_tensor", p) for p in module.parameters()]
+    params = _storage_bytes(module_params, seen)
+    masters = [p for group in inner.param_groups for p in group["params"]]
+    grads = _storage_bytes([p.grad for p in [*module.parameters(), *masters] if p.grad is not None], seen)
+    state = [t for s in inner.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+    return params, grads, _storage_bytes([*masters, *state], seen)
+
+
+def _plugins(name: str) -> dict[str, Any]:
+    """The Accelerator's engine arguments for contender ``name``."""
+    if name in FSDP:
+        return {"fsdp_plugin": FullyShardedDataParallelPlugin(sharding_strategy=name,
+                                                              transformer_cls_names_to_wrap="Block")}
+    if name in ZERO:
+        return {"deepspeed_plugin": DeepSpeedPlugin(zero_stage=int(name[-1]))}
+    return {}
+
+
 class _Contender:
     """One contender's Accelerator, model and optimizer, stepped one step at a time."""
 
     def __init__(self, name: str, width: int, blocks: int) -> None:
-        plugin = None if name == "DDP" else FullyShardedDataParallelPlugin(sharding_strategy=name,
-                                                                           transformer_cls_names_to_wrap="Block")
-        self.accelerator = Accelerator(fsdp_plugin=plugin)
+        self.accelerator = Accelerator(**_plugins(name))
         model = _model(width, blocks)
-        self.model, self.optimizer = self.accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-4))
+        inner = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        settings = {"train_micro_batch_size_per_gpu": BATCH} if name in ZERO else {}
+        if settings:  # no DataLoader here: the micro batch size goes into the DeepSpeed config
+            self.accelerator.deepspeed_plugin.deepspeed_config.update(settings)
+        self.model, self.optimizer = self.accelerator.prepare(model, inner)
         self.x = torch.randn(BATCH, width)
         self.held = (0, 0, 0)
+        self.zero = name in ZERO
+        if self.zero:  # count inside DeepSpeed's step, right after the torch optimizer's step
+            real_step = inner.step
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                result = real_step(*args, **kwargs)
+                self.held = _held_zero(self.accelerator.unwrap_model(self.model), inner)
+                return result
+
+            inner.step = counted  # type: ignore[method-assign]
 
     def step(self) -> float:
         """One training step; the slowest rank's seconds. Records the bytes held at the step's fullest point."""
@@ -88,7 +141,8 @@ class _Contender:
         start = time.perf_counter()
         self.accelerator.backward(self.model(self.x).pow(2).mean())
         self.optimizer.step()
-        self.held = _held(self.model, self.optimizer)
+        if not self.zero:
+            self.held = _held(self.model, self.optimizer)
         self.optimizer.zero_grad()
         elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)

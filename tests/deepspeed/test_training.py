@@ -73,7 +73,7 @@ def test_accumulation_is_done_by_deepspeed_and_matches_ddp() -> None:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_resume_is_exact(stage: int, tmp_path: Path) -> None:
     options = {"zero_stage": stage}
     straight = launch(workers.resume, options, str(tmp_path / "a"), False, 4, 4)
@@ -81,8 +81,9 @@ def test_resume_is_exact(stage: int, tmp_path: Path) -> None:
     resumed = launch(workers.resume, options, str(tmp_path / "b"), True, 0, 4)
     assert resumed["losses"] == straight["losses"]  # bitwise: same floats
     assert resumed["weights"] == straight["weights"] and resumed["random"] == straight["random"]
-    assert "manifest.json" in saved["files"] and "zero_pp_rank_1_mp_rank_00_optim_states.pt" in saved["files"]
-    assert "zero_to_fp32.py" in saved["files"]
+    assert "manifest.json" in saved["files"]
+    if stage > 0:  # ZeRO: each rank's optimizer partition, and DeepSpeed's recovery script
+        assert {"zero_pp_rank_1_mp_rank_00_optim_states.pt", "zero_to_fp32.py"} <= set(saved["files"])
 
 
 @pytest.mark.timeout(240)
