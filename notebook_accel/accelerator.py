@@ -41,7 +41,7 @@ from notebook_accel.plugins import (
     resolve_handlers,
     resolve_loader_config,
 )
-from notebook_accel.precision import MixedPrecision, autocast_context, make_scaler, resolve_mixed_precision
+from notebook_accel.precision import MixedPrecision, autocast_context, resolve_mixed_precision
 from notebook_accel.scheduler import AcceleratedScheduler
 from notebook_accel.state import GradientState, ProcessFacade, ProcessState
 from notebook_accel.utils.nested import is_tensor_tree, recursively_apply
@@ -120,11 +120,11 @@ class Accelerator(CompatMethods, ProcessFacade):
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = rng_types
         self.ddp_handler = ddp
-        self.scaler = make_scaler(self._mixed_precision, self.state.device, scaler)
         from notebook_accel.engines.select import select_engine
 
         self._engine, self.fsdp_plugin, self.deepspeed_plugin = select_engine(
             fsdp_plugin, deepspeed_plugin, env, self.state, self._mixed_precision, ddp, self.gradient_state)
+        self.scaler = self._engine.grad_scaler(scaler)
         self.step = 0
         self._trigger = False
         self._models: list[torch.nn.Module] = []
@@ -265,7 +265,8 @@ class Accelerator(CompatMethods, ProcessFacade):
 
     # ---- training step --------------------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward()``, divided by the accumulation steps and scaled under fp16."""
+        """``loss.backward()``, divided by the accumulation steps and scaled under fp16 (under DeepSpeed, its
+        ``engine.backward`` and, on the batch that syncs gradients, ``engine.step``)."""
         self._engine.backward(loss, self.gradient_state, self.scaler, **kwargs)
 
     def _do_sync(self) -> None:

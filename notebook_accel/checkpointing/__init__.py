@@ -22,12 +22,20 @@ Under FSDP a sharded model and its optimizer take the place of ``pytorch_model_<
     optimizer_<i>_rank<r>_0.distcp, optimizer_<i>.metadata    the same for its optimizer
     pytorch_model_fsdp_<i>.bin, optimizer_<i>.bin    instead, with state_dict_type="FULL_STATE_DICT" (rank 0)
 
+Under DeepSpeed, the engine's own ``save_checkpoint`` files take their place (see
+:mod:`notebook_accel.deepspeed.checkpoint`); each engine supplies these objects (``engine.checkpoint_model``)::
+
+    mp_rank_00_model_states.pt                      the weights (ZeRO 0-2, rank 0)
+    zero_pp_rank_<r>_mp_rank_00_model_states.pt     rank r's parameter partition (ZeRO-3)
+    zero_pp_rank_<r>_mp_rank_00_optim_states.pt     rank r's optimizer partition (ZeRO 1-3)
+    zero_to_fp32.py, zero_to_torch.py               DeepSpeed's recovery scripts (ZeRO 1-3)
+
 Safety: built in ``.tmp-<name>-<nonce>`` and renamed into place when every rank has finished (crash or kill
 mid-save leaves the previous checkpoint intact); a failure on any rank raises :class:`CheckpointError` on all.
 Loading validates everything on every rank before modifying anything.
 
 Every file is read with ``torch.load(weights_only=True)`` (RNG states are stored as tensors and plain numbers), so a
-checkpoint from elsewhere cannot run code when loaded. The one limit: a scheduler or ``register_for_checkpointing``
+checkpoint from elsewhere cannot run code when loaded (DeepSpeed's files are read that way first, then by DeepSpeed). The one limit: a scheduler or ``register_for_checkpointing``
 object whose ``state_dict()`` holds arbitrary Python objects (a lambda, a custom class) cannot be loaded that way;
 load_state then raises a CheckpointError saying so. Keep such state to tensors, numbers, strings, lists and dicts.
 

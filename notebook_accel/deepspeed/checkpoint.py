@@ -7,8 +7,11 @@
 * ZeRO 1-3: ``zero_pp_rank_<r>_mp_rank_00_optim_states.pt`` (each rank's optimizer partition) and DeepSpeed's
   recovery scripts ``zero_to_fp32.py``/``zero_to_torch.py`` (rank 0).
 
-Before anything changes, ``load_state`` checks the manifest (files, sizes, checksums) and that the saved ZeRO
-stage and world size match this run; then ``load_checkpoint`` restores model and optimizer states together.
+Before anything changes, ``load_state`` checks the manifest (files, sizes, checksums), reads each of this rank's
+DeepSpeed files with ``torch.load(weights_only=True)`` (allowing only the three small DeepSpeed classes its files
+hold), and checks that the saved ZeRO stage and weights fit this run; only then does DeepSpeed's own
+``load_checkpoint`` (which unpickles without that restriction) restore model and optimizer states together. So, as
+for the rest of a checkpoint, a file that would run code when loaded is refused before DeepSpeed sees it.
 """
 
 from __future__ import annotations
@@ -40,11 +43,37 @@ def model_files(stage: int) -> tuple[str, bool, tuple[str, ...]]:
     return "mp_rank_00_model_states.pt", False, _SCRIPTS if stage > 0 else ()
 
 
+def _safe_load(path: str, label: str) -> Any:
+    """``torch.load(weights_only=True)`` of a DeepSpeed file, with only DeepSpeed's plain record classes allowed.
+
+    Raises:
+        CheckpointError: the file holds anything else (it could run code when DeepSpeed unpickles it).
+    """
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    try:
+        with torch.serialization.safe_globals([LossScaler, ZeroStageEnum, fragment_address]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"{label}: {os.path.basename(path)} cannot be read as plain data ({type(e).__name__}: "
+                              f"{str(e)[:200]}); it is not loaded, since DeepSpeed would unpickle it in full. Load "
+                              "only checkpoints saved by this run's DeepSpeed version") from e
+
+
+def _rank_files(stage: int, rank: int) -> list[str]:
+    """The DeepSpeed files this rank's ``load_checkpoint`` reads."""
+    model, _, _ = model_files(stage)
+    return [model.format(rank=rank)] + ([_OPTIM.format(rank=rank)] if stage > 0 else [])
+
+
 def _check_saved(directory: str, engine: Any, label: str) -> None:
-    """The checkpoint's ZeRO stage matches this engine's (read from the rank-local file DeepSpeed loads first)."""
+    """This rank's DeepSpeed files read as plain data, and the saved ZeRO stage and weights fit this engine."""
     stage = _stage(engine)
-    file = model_files(stage)[0].format(rank=torch.distributed.get_rank())
-    state = torch.load(os.path.join(directory, file), map_location="cpu", weights_only=False)
+    files = _rank_files(stage, torch.distributed.get_rank())
+    states = [_safe_load(os.path.join(directory, name), label) for name in files]
+    state = states[0]
     saved = (state.get("ds_config") or {}).get("zero_optimization", {}).get("stage", 0)
     if int(saved) != stage:
         raise CheckpointError(f"{label}: the checkpoint was saved with ZeRO stage {saved}, this run uses stage {stage}; "

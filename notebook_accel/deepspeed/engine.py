@@ -114,6 +114,10 @@ class DeepSpeedEngine(DDPEngine):
         self.wrapped: Any = None  # the deepspeed engine
         self._clip_noted = False
 
+    def grad_scaler(self, handler: Any) -> Any:
+        """``None``: DeepSpeed scales fp16 losses itself (its ``fp16`` config section)."""
+        return None
+
     def prepare_model(self, model: torch.nn.Module, device_placement: bool) -> torch.nn.Module:
         """The model, placed; DeepSpeed wraps it in :meth:`finish_prepare` together with its optimizer."""
         if self._is_wrapped(model):

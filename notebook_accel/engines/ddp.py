@@ -14,7 +14,7 @@ import torch
 from notebook_accel.model import no_sync, prepare_model, unwrap_model
 from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.plugins import DistributedDataParallelKwargs
-from notebook_accel.precision import MixedPrecision
+from notebook_accel.precision import MixedPrecision, make_scaler
 from notebook_accel.state import GradientState, ProcessState
 
 if TYPE_CHECKING:
@@ -41,6 +41,10 @@ class DDPEngine:
         self.state = state
         self.mixed_precision = mixed_precision
         self.ddp_handler = ddp_handler
+
+    def grad_scaler(self, handler: Any) -> Any:
+        """torch's ``GradScaler`` under fp16, else ``None``."""
+        return make_scaler(self.mixed_precision, self.state.device, handler)
 
     def prepare_model(self, model: torch.nn.Module, device_placement: bool) -> torch.nn.Module:
         """Device, mixed-precision forward and DDP (see :func:`notebook_accel.model.prepare_model`)."""

@@ -35,6 +35,10 @@ class Engine(Protocol):
     name: str
     plugin: Any
 
+    def grad_scaler(self, handler: Any) -> Any:
+        """The ``GradScaler`` for fp16 (``handler``: the user's ``GradScalerKwargs``), or ``None`` when the engine
+        needs none (no fp16, or an engine that scales losses itself)."""
+
     def prepare_model(self, model: torch.nn.Module, device_placement: bool) -> torch.nn.Module:
         """The module to train with (placed, wrapped); an engine may finish it in :meth:`finish_prepare`."""
 

@@ -30,5 +30,30 @@ def main(mixed_precision: str, stage: int) -> None:
     print("OK", loss.item(), next(model.parameters()).dtype, flush=True)
 
 
+def _error(plugin: DeepSpeedPlugin, *objects: str) -> str:
+    """The error ``prepare`` raises for ``objects`` (``"model"``, ``"optimizer"``, ``"loader"``) in one call."""
+    accelerator = Accelerator(cpu=True, deepspeed_plugin=plugin)
+    model = torch.nn.Linear(4, 1)
+    made = {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+            "loader": DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)}
+    try:
+        accelerator.prepare(*(made[name] for name in objects))
+    except Exception as e:  # noqa: BLE001 - printed for the test
+        return f"{type(e).__name__}: {e}"
+    return "prepared"
+
+
+def errors() -> None:
+    """One line per refused ``prepare``."""
+    print(_error(DeepSpeedPlugin(), "optimizer", "loader"))
+    print(_error(DeepSpeedPlugin(), "model", "optimizer"))
+    with_optimizer = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0.1}}}
+    print(_error(DeepSpeedPlugin(hf_ds_config=with_optimizer), "model", "optimizer"))
+    print(_error(DeepSpeedPlugin(zero_stage=3, transformer_moe_cls_names="Expert"), "model", "optimizer", "loader"))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    if sys.argv[1] == "errors":
+        errors()
+    else:
+        main(sys.argv[1], int(sys.argv[2]))

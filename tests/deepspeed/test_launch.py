@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +16,7 @@ from notebook_accel.deepspeed import DeepSpeedPlugin
 from notebook_accel.environment import DEEPSPEED
 from tests.deepspeed import needs_deepspeed, workers
 from tests.deepspeed.files import AUTO_JSON, HEADER, ZERO2, ZERO3_OFFLOAD
-
-REPO = str(Path(__file__).resolve().parents[2])
+from tests.fsdp.test_launch import cli_launch
 
 pytestmark = needs_deepspeed
 
@@ -72,12 +68,7 @@ def test_the_cli_sends_the_plugin_only_for_deepspeed(tmp_path: Path) -> None:
 def test_notebook_accel_launch_runs_deepspeed_from_the_config_file(tmp_path: Path) -> None:
     path = tmp_path / "ds.yaml"
     path.write_text(ZERO2 + "main_process_port: 0\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTEBOOK_ACCEL_")}
-    env.update(XDG_CONFIG_HOME=str(tmp_path / "xdg"), HF_HOME=str(tmp_path / "hf"),
-               PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p))
-    script = str(Path(__file__).with_name("launch_script.py"))
-    result = subprocess.run([sys.executable, "-m", "notebook_accel.cli", "launch", "--config_file", str(path), script],
-                            capture_output=True, text=True, env=env, timeout=170)
+    result = cli_launch(path, Path(__file__).with_name("launch_script.py"), tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank"))
     assert lines == ["rank 0: DEEPSPEED DEEPSPEED stage=2", "rank 1: DEEPSPEED DEEPSPEED stage=2"]

@@ -117,3 +117,16 @@ def test_one_process_trains_with_bf16_on_cpu_and_fp16_is_refused() -> None:
     fp16 = _one_process("fp16", "2")
     assert fp16.returncode != 0 and "mixed_precision='fp16' is refused by DeepSpeed" in fp16.stderr
     assert "use 'bf16' or 'no' on CPU" in fp16.stderr
+
+
+@needs_deepspeed
+@pytest.mark.timeout(300)
+def test_prepare_refusals_say_what_to_do() -> None:
+    result = _one_process("errors")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if "Error" in line or line == "prepared"]
+    assert len(lines) == 4, result.stdout
+    assert "pass the model and its optimizer to the same accelerator.prepare" in lines[0]
+    assert "no prepared DataLoader gives a batch size" in lines[1]
+    assert "has an 'optimizer' section and a torch optimizer was passed" in lines[2]
+    assert "['Expert'] are not classes of this model's modules; its classes: Linear" in lines[3]
