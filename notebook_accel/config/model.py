@@ -116,7 +116,7 @@ class Config:
             bad.add("distributed_type")
         found = list(problems.values()) + cross_problems(values, bad)
         found += _extra_problems(self.extra)
-        section = _ENGINE_SECTIONS.get(str(self.distributed_type))
+        section = _ENGINE_SECTIONS.get(self.distributed_type) if isinstance(self.distributed_type, str) else None
         if section is not None and isinstance(self.extra, dict):
             found += section[1](self.extra.get(section[0]))[1]
         if found:
