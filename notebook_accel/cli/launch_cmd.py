@@ -1,5 +1,8 @@
 """``notebook-accel launch``: run a script on N processes through ``torch.distributed.run`` (torchrun).
 
+On the machine that serves the rendezvous, torchrun runs inside :mod:`notebook_accel.cli.torchrun_bound`, so its
+store listens on ``main_process_ip`` only.
+
 The config (``--config_file`` or the default file) is read first and the flags override it. The config's
 fields become torchrun's flags (``--nproc_per_node``, ``--nnodes``, ``--node_rank``, ``--master_addr``,
 ``--master_port``, or ``--rdzv_backend``/``--rdzv_endpoint`` for c10d and etcd); ``gpu_ids`` becomes
@@ -12,7 +15,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import os
-import socket
 import sys
 from typing import Any
 
@@ -57,29 +59,29 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     parser.set_defaults(run=launch)
 
 
-def _free_port() -> int:
-    """A TCP port that was free a moment ago (bind to port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
-
-
 def torchrun_command(config: Config, script: str, script_args: list[str], port: int | None = None) -> list[str]:
-    """The ``python -m torch.distributed.run ...`` command line for ``config``.
+    """The torchrun command line for ``config``.
+
+    The machine that serves the rendezvous (the only one of a one-machine run, machine 0 of a static
+    several-machine run) runs torchrun through :mod:`notebook_accel.cli.torchrun_bound`, which serves the store on
+    ``main_process_ip`` only (torchrun alone would listen on every interface); the others run
+    ``python -m torch.distributed.run``.
 
     Args:
         config: the merged config.
         script, script_args: what to run.
-        port: the rendezvous port to use on a single machine when the config has none (or 0); a free one is
-            picked when not given.
+        port: the rendezvous port to use on a single machine when the config has none (or 0); without one, a
+            free port is bound when the run starts.
 
     Raises:
         UsageError: port 0 (free port) on several machines, which cannot agree on a random port.
     """
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(config.processes_per_machine),
+    serves_store = config.num_machines == 1 or (config.rdzv_backend == "static" and config.machine_rank == 0)
+    runner = "notebook_accel.cli.torchrun_bound" if serves_store else "torch.distributed.run"
+    cmd = [sys.executable, "-m", runner, "--nproc_per_node", str(config.processes_per_machine),
            "--nnodes", str(config.num_machines)]
     if config.num_machines == 1:
-        chosen = config.main_process_port or port or _free_port()
+        chosen = config.main_process_port or port or 0  # 0: torchrun_bound binds a free port and holds it
         cmd += ["--node_rank", "0", "--master_addr", config.main_process_ip or "127.0.0.1",
                 "--master_port", str(chosen)]
     else:

@@ -43,8 +43,10 @@ def _family(host: str) -> socket.AddressFamily:
         ) from e
 
 
-def bind_listener(host: str, port: int | None) -> socket.socket:
+def bind_listener(host: str, port: int | None, port_option: str = "use_port=") -> socket.socket:
     """A listening socket on ``host``:``port`` (``None`` or 0: a free port chosen by the OS).
+
+    ``port_option`` is how the caller's user gives the port, named in the busy-port message.
 
     Raises:
         LaunchError: the port is busy or privileged, or ``host`` is not an address of this machine.
@@ -64,7 +66,8 @@ def bind_listener(host: str, port: int | None) -> socket.socket:
             ) from e
         why = "is already in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
         raise LaunchError(
-            f"port {port} on {host} {why}; pass another use_port=, or use_port=None to pick a free one "
+            f"port {port} on {host} {why}; pass another {port_option}, or {port_option}"
+            f"{'None' if port_option.endswith('=') else '0'} to pick a free one "
             "(a previous run may still hold it: wait a moment or stop that process)"
         ) from e
     return sock
@@ -104,12 +107,16 @@ class StoreServer:
         listener: the bound, listening socket.
         world_size: processes in the run.
         timeout: how long a store operation may wait.
+        multi_tenant: let a later ``TCPStore(..., multi_tenant=True)`` for the same port in this process use this
+            server instead of opening its own (how torchrun's static rendezvous is made to use it).
     """
 
-    def __init__(self, listener: socket.socket, world_size: int, timeout: float = 1800.0) -> None:
+    def __init__(self, listener: socket.socket, world_size: int, timeout: float = 1800.0,
+                 multi_tenant: bool = False) -> None:
         self.listener = listener
         self.world_size = world_size
         self.timeout = timeout
+        self.multi_tenant = multi_tenant
         self.host, self.port = listener.getsockname()[:2]
         self._store: Any = None
 
@@ -124,7 +131,7 @@ class StoreServer:
 
         self._store = TCPStore(
             self.host, self.port, self.world_size, True, datetime.timedelta(seconds=self.timeout),
-            wait_for_workers=False, master_listen_fd=self.listener.detach(),
+            wait_for_workers=False, master_listen_fd=self.listener.detach(), multi_tenant=self.multi_tenant,
         )
 
     def close(self) -> None:

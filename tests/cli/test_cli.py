@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +181,27 @@ def test_sanity_check_succeeds(env: dict[str, str]) -> None:
     result = cli(env, "test", timeout=150)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().startswith("notebook-accel test: OK - 2 processes all-reduced")
+
+
+def test_launch_on_one_machine_listens_on_loopback_only(env: dict[str, str], tmp_path: Path) -> None:
+    # torchrun alone serves its store on every interface ('::'); launch serves it on main_process_ip only
+    report = tmp_path / "listeners.json"
+    script = Path(__file__).with_name("listeners_script.py")
+    result = cli(env, "launch", "--num_processes", "2", "--cpu", str(script), str(report))
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = json.loads(report.read_text())
+    sockets = [tuple(s) for s in found["sockets"]]
+    assert sockets, "no listening socket was found (the test cannot see the run's sockets)"
+    assert {address for _, address, _ in sockets} == {"127.0.0.1"}, sockets
+    assert (found["agent"], "127.0.0.1", found["port"]) in sockets, "torchrun's agent does not serve the store"
+
+
+def test_launch_refuses_a_busy_port_with_the_fix(env: dict[str, str]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = cli(env, "launch", "--num_processes", "2", "--cpu", "--main_process_port", str(port), str(SCRIPT))
+    assert result.returncode != 0
+    assert f"port {port} on 127.0.0.1 is already in use; pass another --main_process_port" in result.stderr
+    assert "Traceback" not in result.stderr

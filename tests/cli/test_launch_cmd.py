@@ -14,18 +14,18 @@ from notebook_accel.cli.test_cmd import sanity_check
 from notebook_accel.config import Config
 
 HEAD = [sys.executable, "-m", "torch.distributed.run"]
+BOUND = [sys.executable, "-m", "notebook_accel.cli.torchrun_bound"]  # machine 0: the store on master_addr only
 
 
 def test_single_machine_uses_loopback_and_the_given_free_port() -> None:
     cmd = torchrun_command(Config(num_processes=2, use_cpu=True), "s.py", ["--x"], port=31234)
-    assert cmd == [*HEAD, "--nproc_per_node", "2", "--nnodes", "1", "--node_rank", "0", "--master_addr",
+    assert cmd == [*BOUND, "--nproc_per_node", "2", "--nnodes", "1", "--node_rank", "0", "--master_addr",
                    "127.0.0.1", "--master_port", "31234", "s.py", "--x"]
 
 
-def test_single_machine_picks_a_free_port_for_0_and_keeps_a_fixed_one() -> None:
+def test_single_machine_leaves_port_0_to_the_bound_runner_and_keeps_a_fixed_one() -> None:
     free = torchrun_command(Config(main_process_port=0), "s.py", [])
-    port = int(free[free.index("--master_port") + 1])
-    assert 0 < port < 65536
+    assert free[free.index("--master_port") + 1] == "0"  # torchrun_bound binds a free port and holds it
     fixed = torchrun_command(Config(main_process_port=29555, main_process_ip="10.0.0.2"), "s.py", [])
     assert fixed[fixed.index("--master_addr") + 1:fixed.index("--master_port") + 2] == ["10.0.0.2", "--master_port",
                                                                                         "29555"]
@@ -34,13 +34,17 @@ def test_single_machine_picks_a_free_port_for_0_and_keeps_a_fixed_one() -> None:
 def test_static_multi_machine_flags() -> None:
     config = Config(num_processes=8, num_machines=2, machine_rank=1, main_process_ip="10.0.0.1")
     cmd = torchrun_command(config, "s.py", [])
+    assert cmd[:3] == HEAD  # a client of machine 0's store: plain torchrun
     assert cmd[3:] == ["--nproc_per_node", "4", "--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1",
                        "--master_port", "29500", "s.py"]
+    served = torchrun_command(Config(num_processes=8, num_machines=2, main_process_ip="10.0.0.1"), "s.py", [])
+    assert served[:3] == BOUND and served[served.index("--node_rank") + 1] == "0"
 
 
 def test_c10d_multi_machine_flags() -> None:
     config = Config(num_processes=4, num_machines=2, main_process_ip="h", main_process_port=1234, rdzv_backend="c10d")
     cmd = torchrun_command(config, "s.py", [])
+    assert cmd[:3] == HEAD  # c10d: torch's dynamic rendezvous serves its own store (README: what a run exposes)
     assert cmd[3:] == ["--nproc_per_node", "2", "--nnodes", "2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
                        "h:1234", "--rdzv_id", "notebook-accel", "--rdzv_conf", "is_host=true", "--local_addr", "h",
                        "s.py"]
