@@ -7,6 +7,7 @@ The seed is fixed and the number of calls bounded, so a failure here is reproduc
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 from typing import Any
@@ -64,6 +65,7 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
     assert notebook_launcher(answer, num_processes=2, dashboard=RecordingSink()) == 42
     rng = random.Random(SEED)
     outcomes: dict[str, int] = {}
+    gc.collect()  # garbage of earlier tests holding a file descriptor must not be collected mid-case (count drops)
     for index in range(CALLS):
         case, bad = fuzz_case(rng, POOLS, always=("function",))
         case.setdefault("dashboard", RecordingSink())
