@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import notebook_accel
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CHECK = """
 import sys, notebook_accel
@@ -31,3 +34,13 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
         assert "does_not_exist" in str(e)
     else:  # pragma: no cover
         raise AssertionError("expected AttributeError")
+
+
+def test_every_ui_module_imports_from_outside_the_checkout(tmp_path: Path) -> None:
+    # widgets/ is installed as notebook_accel.widgets: an import of the folder's own name ("from widgets.x import")
+    # works only with the checkout on sys.path, as under pytest, and breaks in a notebook or an installed package
+    names = sorted(p.stem for p in (ROOT / "widgets").glob("*.py") if p.stem != "__init__")
+    code = "import importlib\n" + "".join(f"importlib.import_module('notebook_accel.widgets.{n}')\n" for n in names)
+    result = subprocess.run([sys.executable, "-c", code + "print('ok')"], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

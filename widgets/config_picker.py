@@ -32,7 +32,7 @@ from notebook_accel.config import Config, ConfigError, default_config_path, load
 from notebook_accel.config.engine_form import ENGINES
 from notebook_accel.config.machine import config_for_machine, precision_choices
 from notebook_accel.hardware import GpuInfo
-from widgets.engine_section import EngineSection
+from notebook_accel.widgets.engine_section import EngineSection
 
 __all__ = ["ConfigPicker"]
 
