@@ -9,6 +9,7 @@ returns only the fields that differ from the defaults, as accelerate does, so to
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, fields
 from datetime import timedelta
@@ -35,6 +36,30 @@ __all__ = [
 
 class ConfigurationError(NotebookAccelError, ValueError):
     """An Accelerator argument or option object has a value we cannot use; the message names the fix."""
+
+
+def fields_from_json(text: str, allowed: Sequence[str], engine: str, argument: str) -> dict[str, Any]:
+    """An engine plugin's fields read back from the JSON a launcher carried to its workers.
+
+    Args:
+        text: the JSON text.
+        allowed: the plugin's field names.
+        engine: the engine's name for messages (``"FSDP"``, ``"DeepSpeed"``).
+        argument: the Accelerator argument that passes such a plugin in code (named in the fix).
+
+    Raises:
+        ConfigurationError: the text is not a JSON object of ``allowed`` fields.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ConfigurationError(f"{engine} settings from the launcher are not JSON ({e}): {text[:80]!r}; "
+                                 f"launch again, or pass Accelerator({argument}=...)") from e
+    unknown = sorted(set(data) - set(allowed)) if isinstance(data, dict) else ["<not an object>"]
+    if unknown:
+        raise ConfigurationError(f"{engine} settings from the launcher have unknown fields {unknown}; "
+                                 f"allowed: {', '.join(sorted(allowed))}")
+    return data  # type: ignore[no-any-return]
 
 
 def _check_type(owner: str, name: str, value: Any, types: tuple[type, ...], allowed: str) -> None:

@@ -33,6 +33,16 @@ def import_accelerate() -> Any:
         os.environ.update(saved)
 
 
+def is_running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie or a missing one is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0 and read it back)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

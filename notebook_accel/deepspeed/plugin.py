@@ -15,7 +15,7 @@ from typing import Any
 
 from notebook_accel.config import Config
 from notebook_accel.config.deepspeed import CHECKS, JSON_OWNED, check_fields, cross_field_problems, read_ds_json
-from notebook_accel.plugins import ConfigurationError
+from notebook_accel.plugins import ConfigurationError, fields_from_json
 
 __all__ = ["DeepSpeedPlugin", "deepspeed_launch_value"]
 
@@ -174,16 +174,7 @@ class DeepSpeedPlugin:
         Raises:
             ConfigurationError: the text is not a JSON object of plugin fields.
         """
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise ConfigurationError(f"DeepSpeed settings from the launcher are not JSON ({e}): {text[:80]!r}; "
-                                     "launch again, or pass Accelerator(deepspeed_plugin=...)") from e
-        unknown = sorted(set(data) - set(CHECKS)) if isinstance(data, dict) else ["<not an object>"]
-        if unknown:
-            raise ConfigurationError(f"DeepSpeed settings from the launcher have unknown fields {unknown}; "
-                                     f"allowed: {', '.join(sorted(CHECKS))}")
-        return cls(**data)
+        return cls(**fields_from_json(text, tuple(CHECKS), "DeepSpeed", "deepspeed_plugin"))
 
 
 def deepspeed_launch_value(config: Config) -> str | None:

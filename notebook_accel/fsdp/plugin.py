@@ -16,7 +16,7 @@ from typing import Any
 
 from notebook_accel.config import Config
 from notebook_accel.config.fsdp import CHECKS, check_fields, plugin_kwargs_from_file
-from notebook_accel.plugins import ConfigurationError
+from notebook_accel.plugins import ConfigurationError, fields_from_json
 
 __all__ = ["FullyShardedDataParallelPlugin", "fsdp_launch_value"]
 
@@ -143,16 +143,7 @@ class FullyShardedDataParallelPlugin:
         Raises:
             ConfigurationError: the text is not a JSON object of plugin fields.
         """
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise ConfigurationError(f"FSDP settings from the launcher are not JSON ({e}): {text[:80]!r}; "
-                                     "launch again, or pass Accelerator(fsdp_plugin=...)") from e
-        unknown = sorted(set(data) - set(CHECKS)) if isinstance(data, dict) else ["<not an object>"]
-        if unknown:
-            raise ConfigurationError(f"FSDP settings from the launcher have unknown fields {unknown}; "
-                                     f"allowed: {', '.join(sorted(CHECKS))}")
-        return cls(**data)
+        return cls(**fields_from_json(text, tuple(CHECKS), "FSDP", "fsdp_plugin"))
 
 
 def fsdp_launch_value(config: Config) -> str | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import is_running
 from tests.kernel.test_launcher_kernel import execute, running_kernel
 
 pytestmark = pytest.mark.timeout(240)
@@ -34,12 +35,16 @@ def broken():
 """
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
+def _start_with_pid_files(kc: Any, pid_file: Path) -> list[int]:
+    """Launch ``train`` in the background with pid files; the pids of both workers and their subprocesses."""
+    assert execute(kc, SETUP, timeout=120).status == "ok"
+    cell = execute(kc, f"run = notebook_launcher(train, args=(100_000, {str(pid_file)!r}), num_processes=2, "
+                       "block=False, dashboard=False)", timeout=120)
+    assert cell.status == "ok", cell.evalue
+    deadline = time.monotonic() + 60
+    while not all(Path(f"{pid_file}.{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [int(p) for r in (0, 1) for p in Path(f"{pid_file}.{r}").read_text().split()]
 
 
 def _drain_comm_messages(kc: Any, seconds: float) -> int:
@@ -94,21 +99,14 @@ def test_cells_run_while_the_background_run_trains() -> None:
 def test_kernel_shutdown_mid_run_leaves_nothing(tmp_path: Path, now: bool) -> None:
     pid_file = tmp_path / "pid"
     with running_kernel() as (km, kc):
-        assert execute(kc, SETUP, timeout=120).status == "ok"
-        cell = execute(kc, f"run = notebook_launcher(train, args=(100_000, {str(pid_file)!r}), num_processes=2, "
-                           "block=False, dashboard=False)", timeout=120)
-        assert cell.status == "ok", cell.evalue
-        deadline = time.monotonic() + 60
-        while not all(Path(f"{pid_file}.{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pids = [int(p) for r in (0, 1) for p in Path(f"{pid_file}.{r}").read_text().split()]
-        assert all(_running(p) for p in pids)
+        pids = _start_with_pid_files(kc, pid_file)
+        assert all(is_running(p) for p in pids)
         kc.stop_channels()
         km.shutdown_kernel(now=now)
     deadline = time.monotonic() + 15
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+    while any(is_running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in pids if _running(p)], "workers, or the subprocesses they started, outlived the kernel"
+    assert not [p for p in pids if is_running(p)], "workers, or the subprocesses they started, outlived the kernel"
 
 
 def test_the_stop_button_interrupts_the_cell_and_the_handle_stops_and_times_out() -> None:
@@ -143,18 +141,11 @@ def test_the_stop_button_interrupts_the_cell_and_the_handle_stops_and_times_out(
 def test_kernel_restart_mid_run_leaves_nothing(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     with running_kernel() as (km, kc):
-        assert execute(kc, SETUP, timeout=120).status == "ok"
-        cell = execute(kc, f"run = notebook_launcher(train, args=(100_000, {str(pid_file)!r}), num_processes=2, "
-                           "block=False, dashboard=False)", timeout=120)
-        assert cell.status == "ok", cell.evalue
-        deadline = time.monotonic() + 60
-        while not all(Path(f"{pid_file}.{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pids = [int(p) for r in (0, 1) for p in Path(f"{pid_file}.{r}").read_text().split()]
+        pids = _start_with_pid_files(kc, pid_file)
         km.restart_kernel(now=False)  # the menu's "Restart Kernel"
         deadline = time.monotonic() + 15
-        while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        while any(is_running(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not [p for p in pids if _running(p)], "workers, or the subprocesses they started, outlived the kernel restart"
+        assert not [p for p in pids if is_running(p)], "workers, or the subprocesses they started, outlived the kernel restart"
         kc.wait_for_ready(timeout=120)
         assert execute(kc, "1 + 1", timeout=30).result == "2"

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import is_running
+
 jupyter_client = pytest.importorskip("jupyter_client")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,15 +178,6 @@ def loader_forever(pid_file):
 """
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (not a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
-
-
 @pytest.mark.timeout(240)
 def test_what_workers_start_neither_holds_nor_outlives_the_cell(kernel: tuple[Any, Any], tmp_path: Path) -> None:
     """Issue 11 items 1 and 3 in a real kernel: a forked grandchild holding every inherited pipe does not hold
@@ -197,7 +190,7 @@ def test_what_workers_start_neither_holds_nor_outlives_the_cell(kernel: tuple[An
     assert cell.status == "ok", cell.evalue
     assert cell.result == "'rank 0 done'"
     grandchildren = [int(p) for p in forked.read_text().split()]
-    assert not [p for p in grandchildren if _running(p)], "the worker's children outlived the cell"
+    assert not [p for p in grandchildren if is_running(p)], "the worker's children outlived the cell"
 
     loader = tmp_path / "loader"
     interrupted: list[bool] = []
@@ -218,7 +211,7 @@ def test_what_workers_start_neither_holds_nor_outlives_the_cell(kernel: tuple[An
     assert stopped["status"] == "error" and stopped["ename"] == "KeyboardInterrupt"
     pids = [int(p) for r in (0, 1) for p in Path(f"{loader}.{r}").read_text().split()]
     assert len(pids) == 4
-    assert not [p for p in pids if _running(p)], "DataLoader workers outlived the stop button"
+    assert not [p for p in pids if is_running(p)], "DataLoader workers outlived the stop button"
     after = execute(kc, "print(child_pids())")
     assert after.stdout == "[]\n"
 

@@ -21,7 +21,7 @@ import torch
 from notebook_accel import Accelerator
 from notebook_accel.events import Log
 from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher, processes, worker
-from tests.helpers import child_pids
+from tests.helpers import child_pids, is_running
 from tests.launcher.recording import RecordingSink
 
 pytestmark = pytest.mark.timeout(90)
@@ -31,14 +31,7 @@ def _rank() -> int:
     return int(os.environ["RANK"])
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting for init to reap it counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            stat = file.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
+_running = is_running  # a zombie waiting for init to reap it counts as ended
 
 
 def _wait_ended(pids: list[int], seconds: float = 5.0) -> list[int]:
