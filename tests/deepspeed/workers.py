@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from notebook_accel import Accelerator, DataLoaderConfiguration
 from notebook_accel.deepspeed import DeepSpeedPlugin
 from notebook_accel.utils import set_seed
-from tests.fsdp.workers import TinyNet, dataset
+from tests.fsdp.workers import TinyNet, dataset, steps
 
 
 def _accelerator(options: dict[str, Any] | None, accumulation: int = 1) -> Accelerator:
@@ -66,19 +66,6 @@ def train(options: dict[str, Any] | None, accumulation: int = 1, save_dir: str |
             "config": None if plugin is None else accelerator.engine.wrapped.config}
 
 
-def _steps(accelerator: Accelerator, model: Any, optimizer: Any, batches: Any, count: int) -> list[float]:
-    """``count`` optimizer steps from the iterator ``batches``; the reduced losses."""
-    losses = []
-    for _ in range(count):
-        x, y = next(batches)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(accelerator.reduce(loss.detach(), "mean").item())
-    return losses
-
-
 def resume(options: dict[str, Any], directory: str, load: bool, before: int = 4, after: int = 4,
            kill_during_save: bool = False) -> dict[str, Any]:
     """Exact resume: train ``before`` steps and save (``load=False``) or load that checkpoint (``load=True``),
@@ -89,7 +76,7 @@ def resume(options: dict[str, Any], directory: str, load: bool, before: int = 4,
     if load:
         accelerator.load_state(directory)
     else:
-        _steps(accelerator, model, optimizer, batches, before)
+        steps(accelerator, model, optimizer, batches, before, clip=False)
         set_seed(123 + accelerator.process_index)
         if kill_during_save and accelerator.process_index == 1:
             real = model.save_checkpoint
@@ -100,7 +87,7 @@ def resume(options: dict[str, Any], directory: str, load: bool, before: int = 4,
 
             model.save_checkpoint = die
         accelerator.save_state(directory)
-    losses = _steps(accelerator, model, optimizer, batches, after)
+    losses = steps(accelerator, model, optimizer, batches, after, clip=False)
     weights = {k: v.tolist() for k, v in accelerator.get_state_dict(model).items()}
     files = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
     return {"losses": losses, "weights": weights, "files": files, "random": torch.rand(1).item()}

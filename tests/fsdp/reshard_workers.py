@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 
 from notebook_accel import Accelerator, DataLoaderConfiguration
 from notebook_accel.utils import set_seed
-from tests.fsdp.workers import TinyNet, _plugin, _steps, dataset
+from tests.fsdp.workers import TinyNet, _plugin, dataset, steps
 
 
 def _full_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def _state(accelerator: Accelerator, model: Any, optimizer: Any) -> dict[str, An
 def save(directory: str, state_dict_type: str = "SHARDED_STATE_DICT") -> dict[str, Any]:
     """Train 4 steps under FULL_SHARD (one process: the same plugin, nothing to shard) and save; the state saved."""
     accelerator, model, optimizer, loader = _prepared(state_dict_type, 0)
-    _steps(accelerator, model, optimizer, iter(loader), 4)
+    steps(accelerator, model, optimizer, iter(loader), 4)
     accelerator.step = 4
     accelerator.save_state(directory)
     return _state(accelerator, model, optimizer)
@@ -61,5 +61,5 @@ def load(directory: str, state_dict_type: str = "SHARDED_STATE_DICT", allow: boo
                 "unchanged": all(torch.equal(before[k], after[k]) for k in before)}
     out = _state(accelerator, model, optimizer)
     out["rng_kept"] = torch.equal(rng, torch.get_rng_state())
-    out["loss"] = _steps(accelerator, model, optimizer, iter(loader), 1)[0]
+    out["loss"] = steps(accelerator, model, optimizer, iter(loader), 1)[0]
     return out

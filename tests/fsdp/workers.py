@@ -127,14 +127,17 @@ def train(strategy: str | None, accumulation: int = 1, options: dict[str, Any] |
             "plugin": None if accelerator.fsdp_plugin is None else accelerator.fsdp_plugin.to_json()}
 
 
-def _steps(accelerator: Accelerator, model: Any, optimizer: Any, batches: Any, count: int) -> list[float]:
-    """``count`` optimizer steps from the iterator ``batches``; the reduced losses."""
+def steps(accelerator: Accelerator, model: Any, optimizer: Any, batches: Any, count: int,
+          clip: bool = True) -> list[float]:
+    """``count`` optimizer steps from the iterator ``batches`` (gradients clipped at 0.5 unless ``clip=False``:
+    DeepSpeed clips inside its own step); the reduced losses."""
     losses = []
     for _ in range(count):
         x, y = next(batches)
         loss = torch.nn.functional.mse_loss(model(x), y)
         accelerator.backward(loss)
-        accelerator.clip_grad_norm_(model.parameters(), 0.5)
+        if clip:
+            accelerator.clip_grad_norm_(model.parameters(), 0.5)
         optimizer.step()
         optimizer.zero_grad()
         losses.append(accelerator.reduce(loss.detach(), "mean").item())
@@ -160,10 +163,10 @@ def resume(strategy: str | None, directory: str, load: bool, before: int = 4, af
         batches = iter(loader)
     else:
         batches = iter(loader)
-        _steps(accelerator, model, optimizer, batches, before)
+        steps(accelerator, model, optimizer, batches, before)
         set_seed(123 + accelerator.process_index)  # the RNG state that must come back, different on each rank
         accelerator.save_state(directory)
-    losses = _steps(accelerator, model, optimizer, batches, after)
+    losses = steps(accelerator, model, optimizer, batches, after)
     weights = accelerator.get_state_dict(model)
     state = {k: v.tolist() for k, v in weights.items()}
     files = sorted(os.path.relpath(os.path.join(root, name), directory)
@@ -208,9 +211,9 @@ def killed_mid_save(project_dir: str, victim: int) -> None:
     """Save checkpoint_0 after 2 steps; 2 steps later rank ``victim`` is SIGKILLed right after writing its shards
     of checkpoint_1 (before the manifest and the rename)."""
     accelerator, model, optimizer, batches = _automatic(project_dir)
-    _steps(accelerator, model, optimizer, batches, 2)
+    steps(accelerator, model, optimizer, batches, 2)
     accelerator.save_state()
-    _steps(accelerator, model, optimizer, batches, 2)
+    steps(accelerator, model, optimizer, batches, 2)
     if accelerator.process_index == victim:
         real = dcp.save
 
