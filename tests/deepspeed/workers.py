@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from notebook_accel import Accelerator, DataLoaderConfiguration
 from notebook_accel.deepspeed import DeepSpeedPlugin
 from notebook_accel.utils import set_seed
-from tests.fsdp.workers import TinyNet, dataset, steps
+from tests.fsdp.workers import TinyNet, attempt_load, dataset, steps
 
 
 def _accelerator(options: dict[str, Any] | None, accumulation: int = 1) -> Accelerator:
@@ -97,11 +97,4 @@ def load_refused(options: dict[str, Any], directory: str) -> dict[str, Any]:
     """Try to load ``directory`` with other options; the error, and whether the weights changed."""
     accelerator = _accelerator(options)
     model, _, _, _ = _prepared(accelerator)
-    before = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
-    try:
-        accelerator.load_state(directory)
-        error = "loaded"
-    except Exception as e:  # noqa: BLE001 - the test reads the message
-        error = f"{type(e).__name__}: {e}"
-    after = accelerator.get_state_dict(model)
-    return {"error": error, "unchanged": all(torch.equal(before[k], after[k]) for k in before)}
+    return attempt_load(accelerator, model, directory)

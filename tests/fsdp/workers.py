@@ -184,6 +184,11 @@ def load_refused(directory: str, width: int, state_dict_type: str = "SHARDED_STA
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     loader = DataLoader(dataset(80), batch_size=4, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)  # the objects the checkpoint holds
+    return {**attempt_load(accelerator, model, directory), "optimizer_state": len(optimizer.state)}
+
+
+def attempt_load(accelerator: Accelerator, model: Any, directory: str) -> dict[str, Any]:
+    """``load_state(directory)``: the error (``"loaded"`` when none), and whether the full weights are unchanged."""
     before = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
     try:
         accelerator.load_state(directory)
@@ -191,8 +196,7 @@ def load_refused(directory: str, width: int, state_dict_type: str = "SHARDED_STA
     except Exception as e:  # noqa: BLE001 - the test reads the message
         error = f"{type(e).__name__}: {e}"
     after = accelerator.get_state_dict(model)
-    unchanged = all(torch.equal(before[k], after[k]) for k in before)
-    return {"error": error, "unchanged": unchanged, "optimizer_state": len(optimizer.state)}
+    return {"error": error, "unchanged": all(torch.equal(before[k], after[k]) for k in before)}
 
 
 def _automatic(project_dir: str) -> tuple[Accelerator, Any, Any, Any]:
