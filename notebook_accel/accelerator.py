@@ -328,15 +328,27 @@ class Accelerator(CompatMethods, ProcessFacade):
         return ops.gather(tensor)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gather, then drop the duplicates ``even_batches`` padded into a loader's last batch."""
+        """Gather, then drop the duplicates ``even_batches`` padded into a loader's last batch.
+
+        For a loader without automatic batching (``batch_size=None``) each process's data of the last step is
+        kept or dropped whole: the first ``remainder`` processes' shares are real.
+        """
         as_objects = use_gather_object or not is_tensor_tree(input_data)
         data = ops.gather_object(input_data) if as_objects else ops.gather(input_data)
-        remainder = self.gradient_state.remainder
-        if not self.gradient_state.end_of_dataloader or remainder <= 0:
+        loaders = self.gradient_state.active_loaders
+        if not self.gradient_state.end_of_dataloader or not loaders or loaders[-1].remainder <= 0:
             return data
+        loader = loaders[-1]
+
+        def kept(rows: int) -> int:
+            """Rows of the gathered data that are real: a count of items, or whole processes' shares."""
+            if getattr(loader, "batched", True):
+                return loader.remainder
+            return rows * loader.remainder // self.num_processes
+
         if as_objects:
-            return data[:remainder] if isinstance(input_data, (list, tuple)) else data
-        return recursively_apply(lambda t: t[:remainder], data)
+            return data[:kept(len(data))] if isinstance(input_data, (list, tuple)) else data
+        return recursively_apply(lambda t: t[:kept(t.shape[0])], data)
 
     def gather_object(self, object: Any) -> list[Any]:  # noqa: A002 - accelerate's parameter name
         """Gather picklable objects from every process (see :func:`notebook_accel.ops.gather_object`)."""

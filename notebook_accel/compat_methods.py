@@ -174,7 +174,7 @@ class CompatMethods:
 
     @property
     def use_seedable_sampler(self) -> bool:
-        """``dataloader_config.use_seedable_sampler`` (our shuffling is seedable whatever its value)."""
+        """``dataloader_config.use_seedable_sampler``: a plain shuffle is a pure function of (seed, epoch)."""
         return bool(self.dataloader_config.use_seedable_sampler)
 
     @property

@@ -90,10 +90,16 @@ class DataLoaderConfiguration:
         dispatch_batches: accelerate's "rank 0 loads and sends" mode; only ``None``/``False`` are supported.
         even_batches: pad the last round by cycling from the start of the epoch so every process does the same
             number of steps (ignored with ``drop_last=True``).
-        use_seedable_sampler: accepted for compatibility; our shuffling is always a deterministic function of
-            (seed, epoch), which is what this option asks for.
-        data_seed: base seed of the shuffle; ``None`` draws one from torch's RNG at prepare time (agreed by rank 0).
+        use_seedable_sampler: False (default): a shuffle follows the DataLoader's own generator, so the prepared
+            order is the plain loader's; rank 0's generator state is copied to every rank, and each epoch's start
+            state is checkpointed (exact resume either way). True: a plain shuffle becomes a permutation that is a
+            pure function of (seed, epoch), so ``set_epoch(e)`` replays epoch ``e``.
+        data_seed: base seed for samplers that have no generator of their own and for ``use_seedable_sampler``;
+            ``None`` draws one from torch's RNG at prepare time (rank 0's is used everywhere).
         non_blocking: pass ``non_blocking=True`` when moving batches to the device.
+        use_stateful_dataloader: accepted with either value: every prepared loader has ``state_dict()`` /
+            ``load_state_dict()`` and resumes mid-epoch, as accelerate's stateful (torchdata) loaders do, without
+            torchdata.
 
     Raises:
         ConfigurationError: a field has the wrong type, or ``dispatch_batches=True``.
@@ -109,10 +115,12 @@ class DataLoaderConfiguration:
     use_seedable_sampler: bool = False
     data_seed: int | None = None
     non_blocking: bool = False
+    use_stateful_dataloader: bool = False
 
     def __post_init__(self) -> None:
         owner = "DataLoaderConfiguration"
-        for name in ("split_batches", "even_batches", "use_seedable_sampler", "non_blocking"):
+        for name in ("split_batches", "even_batches", "use_seedable_sampler", "non_blocking",
+                     "use_stateful_dataloader"):
             _check_type(owner, name, getattr(self, name), (bool,), "True or False")
         if self.dispatch_batches:
             raise ConfigurationError(

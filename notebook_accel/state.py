@@ -218,7 +218,8 @@ class ProcessState:
 
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
-        """Yield this process's contiguous share of ``inputs`` (list, tuple, dict of sequences, or tensor).
+        """Yield this process's contiguous share of ``inputs`` (list, tuple, dict of sequences, tensor, or a
+        dataset with ``select(indices)`` such as a Hugging Face ``datasets.Dataset``).
 
         The first ``len % n`` processes get one extra item; ``apply_padding`` repeats the last item so every
         share has the same length (useful before :func:`gather`).
@@ -257,14 +258,21 @@ def _split(inputs: Any, rank: int, n: int, apply_padding: bool) -> Any:
                 f"split_between_processes: every value of the dict must have the same length, got {sorted(lengths)}"
             )
         return {k: _split(v, rank, n, apply_padding) for k, v in inputs.items()}
-    if not isinstance(inputs, (list, tuple, torch.Tensor)):
+    selectable = callable(getattr(inputs, "select", None)) and hasattr(inputs, "__len__")  # a datasets.Dataset
+    if not isinstance(inputs, (list, tuple, torch.Tensor)) and not selectable:
         raise ProcessHelperError(
-            f"split_between_processes: cannot split a {type(inputs).__name__}; pass a list, tuple, dict or tensor"
+            f"split_between_processes: cannot split a {type(inputs).__name__}; pass a list, tuple, dict, tensor "
+            "or a dataset with select(indices) (a Hugging Face datasets.Dataset)"
         )
     total = len(inputs)
     per, extra = divmod(total, n)
     start = rank * per + min(rank, extra)
     end = start + per + (1 if rank < extra else 0)
+    if selectable and not isinstance(inputs, (list, tuple, torch.Tensor)):
+        indices = list(range(start, end))
+        if apply_padding and total > 0:
+            indices += [total - 1] * (math.ceil(total / n) - len(indices))
+        return inputs.select(indices)
     part = inputs[start:end]
     if apply_padding and total > 0:
         want = math.ceil(total / n)

@@ -73,6 +73,18 @@ def test_split_between_processes() -> None:
         assert part == [1, 2]
 
 
+def test_split_between_processes_takes_a_hugging_face_dataset() -> None:
+    datasets = pytest.importorskip("datasets", reason="the datasets package is in the test extra")
+    from notebook_accel.state import _split
+
+    table = datasets.Dataset.from_dict({"x": list(range(5)), "y": list("abcde")})
+    shares = [_split(table, r, 2, False) for r in range(2)]
+    assert all(isinstance(s, datasets.Dataset) for s in shares)
+    assert [s["x"] for s in shares] == [[0, 1, 2], [3, 4]] and shares[1]["y"] == ["d", "e"]
+    assert _split(table, 1, 2, True)["x"] == [3, 4, 4]
+    assert _split(table, 2, 3, True)["x"] == [4, 4]
+
+
 @pytest.mark.parametrize(("inputs", "match"), [({"a": [1], "b": [1, 2]}, "same length"), (5, "cannot split a int")])
 def test_split_between_processes_errors(inputs: Any, match: str) -> None:
     from notebook_accel.state import _split

@@ -18,6 +18,8 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
+from notebook_accel.data.sharding import LastRound
+
 __all__ = ["ShardedIterableDataset", "is_stateful"]
 
 _KEPT_ROUNDS = 8  # round states kept: the loader reads at most a batch or two ahead of what it has yielded
@@ -39,6 +41,12 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
         drop_last: drop an incomplete last round.
         split_batches: ``batch_size`` is the global batch (sliced), not the per-process one.
         even_batches: complete the last round by cycling from the first one.
+        batched: False for a loader with ``batch_size=None`` (each item is already a batch; ``batch_size`` is
+            then 1: rank ``r`` takes items ``r, r+n, ...``).
+
+    Attributes:
+        last: the real items of the pass's final round once it has been read (this process's copy only: with
+            DataLoader worker processes it stays unknown here).
 
     Example:
         >>> list(ShardedIterableDataset(range(5), 1, 2, 1))
@@ -46,8 +54,10 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
     """
 
     def __init__(self, dataset: Any, batch_size: int, num_processes: int, rank: int, drop_last: bool = False,
-                 split_batches: bool = False, even_batches: bool = True) -> None:
+                 split_batches: bool = False, even_batches: bool = True, batched: bool = True) -> None:
         self.dataset = dataset
+        self.batched = batched
+        self.last = LastRound()
         self.global_batch = batch_size if split_batches else batch_size * num_processes
         self.per_process_batch = self.global_batch // num_processes
         self.num_processes = num_processes
@@ -90,6 +100,7 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
         buffer: list[Any] = []
         round_index, self._first_round = self._first_round, 0
         self._round_states.clear()  # states from 1 on are taken inside the pass, where the iterator is live
+        self.last.real = None
         for item in self.dataset:
             buffer.append(item)
             if len(buffer) == self.global_batch:
@@ -99,11 +110,14 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
                 self._record(round_index)
                 yield from self._mine(buffer)
                 buffer = []
-        if not buffer or self.drop_last:
+        if not buffer or self.drop_last or not self.even_batches:
+            self.last.real = 0
+            if buffer and not self.drop_last:
+                yield from self._mine(buffer)
             return
-        if self.even_batches:
-            source = first or list(buffer)
-            buffer += [source[i % len(source)] for i in range(self.global_batch - len(buffer))]
+        self.last.real = len(buffer)
+        source = first or list(buffer)
+        buffer += [source[i % len(source)] for i in range(self.global_batch - len(buffer))]
         yield from self._mine(buffer)
 
     def __len__(self) -> int:

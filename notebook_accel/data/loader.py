@@ -9,8 +9,13 @@
 - calls ``set_epoch`` on the samplers and the dataset, moves (nested) batches to the device;
 - on the main process of a launched run, posts a ``Progress`` event per batch (a deque append).
 
-Shuffling is a pure function of (base seed, epoch), the base seed agreed by every rank at prepare time, so
-:meth:`state_dict` (epoch, batches done, seed) is enough to continue exactly where a run stopped.
+The order is the plain loader's own (see :mod:`notebook_accel.data.randomness` for how every rank is made to
+draw the same one): a shuffle follows the DataLoader's ``generator``, so a prepared loader on N processes visits
+exactly the plain loader's order, split across ranks. :meth:`state_dict` records the epoch, the batches done and
+the samplers' generator states at the start of the epoch, which is enough to continue exactly where a run stopped.
+
+Loaders without automatic batching (``batch_size=None``: the dataset, or a batch sampler passed as ``sampler=``,
+makes the batches) are dealt key by key, each key one step's data.
 """
 
 from __future__ import annotations
@@ -20,37 +25,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import DataLoader
 
 from notebook_accel import channel
 from notebook_accel.data.iterable import ShardedIterableDataset
-from notebook_accel.data.sharding import DataPrepareError, SeededShuffleSampler, ShardedBatchSampler
+from notebook_accel.data.randomness import SeedableRandomSampler, generators_of
+from notebook_accel.data.sharding import DataPrepareError, LastRound, ShardedBatchSampler, ShardedSampler
 from notebook_accel.events import Progress
-from notebook_accel.ops import broadcast_object_list
-from notebook_accel.plugins import DataLoaderConfiguration
 from notebook_accel.state import GradientState, ProcessState
 from notebook_accel.utils.nested import send_to_device
 
-__all__ = ["PreparedDataLoader", "prepare_data_loader"]
+__all__ = ["PreparedDataLoader"]
 
 _STATE_KEYS = ("epoch", "batches_yielded", "seed", "num_processes")
+_ANY_SAMPLER = (ShardedBatchSampler, ShardedSampler)
 _DONE = object()
-
-
-def _loader_options(loader: DataLoader) -> dict[str, Any]:  # type: ignore[type-arg]
-    """The options of ``loader`` a rebuilt DataLoader must keep (workers, collate, pinning, ...)."""
-    options: dict[str, Any] = {
-        "num_workers": loader.num_workers, "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory,
-        "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
-        "persistent_workers": loader.persistent_workers,
-    }
-    if loader.num_workers > 0:
-        options["prefetch_factor"] = loader.prefetch_factor
-    for name in ("pin_memory_device", "in_order"):
-        if hasattr(loader, name):
-            options[name] = getattr(loader, name)
-    return options
 
 
 class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
@@ -65,9 +54,11 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
     def __init__(self, dataset: Any, *, options: dict[str, Any], device: torch.device | None,
                  gradient_state: GradientState, state: ProcessState, seed: int, total_batch_size: int | None,
                  remainder: int, non_blocking: bool = False, batch_sampler: ShardedBatchSampler | None = None,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, sampler: ShardedSampler | None = None) -> None:
         if batch_sampler is not None:
             super().__init__(dataset, batch_sampler=batch_sampler, **options)
+        elif sampler is not None:
+            super().__init__(dataset, sampler=sampler, batch_size=None, **options)
         else:
             super().__init__(dataset, batch_size=batch_size, **options)
         self._options = options
@@ -88,6 +79,9 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         self.training_probe: Callable[[], bool | None] | None = None  # set by the Accelerator: models in train mode?
         self.loader_index = 0  # the order in which the Accelerator prepared it
         self._user_generator = options.get("generator")
+        self._generators = generators_of(self._shard_sampler, options.get("generator"))
+        self._epoch_states: list[torch.Tensor] | None = None  # generator states when the current epoch began
+        self._iterating = False
 
     # ---- position -------------------------------------------------------------------------------------------
     @property
@@ -108,11 +102,50 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         self._epoch = epoch
 
     @property
+    def _shard_sampler(self) -> ShardedBatchSampler | None:
+        """The sampler that deals this rank's batches (or keys), ``None`` for an iterable dataset."""
+        for candidate in (self.batch_sampler, self.sampler):
+            if isinstance(candidate, _ANY_SAMPLER):
+                return candidate
+        return None
+
+    @property
     def _skip(self) -> int:
         """Batches skipped at the start of every iteration (``skip_first_batches``)."""
-        return self.batch_sampler.skip if isinstance(self.batch_sampler, ShardedBatchSampler) else 0
+        sharded = self._shard_sampler
+        return sharded.skip if sharded is not None else 0
 
-    optional_state_keys = ("dataset_state",)
+    @property
+    def batched(self) -> bool:
+        """False for a loader without automatic batching (``batch_size=None``): each step is one key's data."""
+        if isinstance(self.dataset, ShardedIterableDataset):
+            return self.dataset.batched
+        return not isinstance(self.sampler, ShardedSampler)
+
+    @property
+    def last_round(self) -> LastRound:
+        """The real keys of the current epoch's final round, once it has been dealt."""
+        if isinstance(self.dataset, ShardedIterableDataset) and self.num_workers == 0:
+            return self.dataset.last
+        sharded = self._shard_sampler
+        return sharded.last if sharded is not None else LastRound()
+
+    @property
+    def remainder(self) -> int:
+        """Real keys (items; steps' data for an unbatched loader) of the last global batch, when it was padded.
+
+        0 when nothing is padded, -1 when unknown. Known from the start when the dataset has a length and the
+        batches a fixed size, and in every case once the final round has been dealt (which, since the loader
+        reads one batch ahead, is before its last batch is processed).
+        """
+        dealt = self.last_round.real
+        return dealt if dealt is not None else self._static_remainder
+
+    @remainder.setter
+    def remainder(self, value: int) -> None:
+        self._static_remainder = value
+
+    optional_state_keys = ("dataset_state", "generator_states")
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: ``{"epoch", "batches_yielded", "seed", "num_processes"}``, plus
@@ -123,8 +156,12 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
             >>> loader.state_dict()                     # doctest: +SKIP
             {'epoch': 1, 'batches_yielded': 3, 'seed': 1234, 'num_processes': 2}
         """
-        state = {"epoch": self._epoch, "batches_yielded": self._position, "seed": self.seed,
-                 "num_processes": self.state.num_processes}
+        state: dict[str, Any] = {"epoch": self._epoch, "batches_yielded": self._position, "seed": self.seed,
+                                 "num_processes": self.state.num_processes}
+        if self._generators:
+            inside = (self._iterating or self._position > 0) and self._epoch_states is not None
+            states = self._epoch_states if inside else [g.get_state() for g in self._generators]
+            state["generator_states"] = [t.clone() for t in states or []]
         shard = self._stateful_shard()
         if shard is not None and self._position > 0:
             dataset_state = shard.state_before(self._position)  # one batch per round on every rank
@@ -155,12 +192,22 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                 f"{self.state.num_processes} would shard the epoch differently. Resume with "
                 f"{state['num_processes']} processes, or from a checkpoint taken at an epoch boundary"
             )
+        if state["batches_yielded"] and self._generators and state.get("generator_states") is None:
+            raise DataPrepareError(
+                f"this loader state was saved mid-epoch (epoch {state['epoch']}, {state['batches_yielded']} batches "
+                "done) without the shuffle's generator states, so the rest of that epoch cannot be found again: "
+                "the batches skipped would not be the ones already trained on. It comes from an older "
+                "notebook-accel; resume from a checkpoint taken at an epoch boundary"
+            )
         self._epoch = int(state["epoch"])
         self.seed = int(state["seed"])
-        for sampler in (getattr(self.batch_sampler, "batch_sampler", None),):
-            inner = getattr(sampler, "sampler", None)
-            if isinstance(inner, SeededShuffleSampler):
-                inner.seed = self.seed
+        sharded = self._shard_sampler
+        inner = getattr(getattr(sharded, "batch_sampler", None), "sampler", None)
+        if isinstance(inner, SeedableRandomSampler):
+            inner.seed = self.seed
+        if sharded is not None and sharded.isolate_seed is not None:
+            sharded.isolate_seed = self.seed
+        self._load_generator_states(state.get("generator_states"))
         self._position = int(state["batches_yielded"])
         self._resume_from = max(0, self._position - self._skip)
         shard = self._stateful_shard()
@@ -168,6 +215,25 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
             shard.restore(state["dataset_state"], self._position)  # positioned: nothing is read twice
             self._restored = self._resume_from
             self._resume_from = 0
+
+    def _load_generator_states(self, states: Any) -> None:
+        """Put the samplers' generators where they were when the saved epoch began.
+
+        Raises:
+            DataPrepareError: the saved states do not match this loader's generators.
+        """
+        if states is None:
+            return
+        if not isinstance(states, list) or len(states) != len(self._generators):
+            count = len(states) if isinstance(states, list) else type(states).__name__
+            raise DataPrepareError(
+                f"this loader state holds {count} sampler generator states but the loader has "
+                f"{len(self._generators)} generators; it was saved from a DataLoader built differently "
+                "(another sampler or shuffle setting). Build the DataLoader as in the run that saved it"
+            )
+        for generator, saved in zip(self._generators, states):
+            generator.set_state(saved)
+        self._epoch_states = None
 
     # ---- iteration ------------------------------------------------------------------------------------------
     def _start_epoch(self) -> int:
@@ -183,8 +249,10 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
             if set_epoch is not None:
                 set_epoch(self._epoch)
         self._position = self._skip + skip + restored
-        if isinstance(self.batch_sampler, ShardedBatchSampler):
-            self.batch_sampler.skip_once = skip
+        self._epoch_states = [g.get_state() for g in self._generators]
+        sharded = self._shard_sampler
+        if sharded is not None:
+            sharded.skip_once = skip
             return 0
         return skip
 
@@ -203,6 +271,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         name = self.progress_name() if writer is not None else ""
         epoch = self._epoch + 1
         self.gradient_state.active_loaders.append(self)
+        self._iterating = True
         try:
             iterator = super().__iter__()
             for _ in range(manual_skip):
@@ -222,6 +291,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
             if self._parent is not None:  # a skip_first_batches view: the original loader moves on too
                 self._parent.set_epoch(self._epoch)
         finally:
+            self._iterating = False
             self.end_of_dataloader = False
             if self in self.gradient_state.active_loaders:
                 self.gradient_state.active_loaders.remove(self)
@@ -256,11 +326,11 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         moves to the next epoch too.
         """
         self._resume_from = 0
-        if isinstance(self.batch_sampler, ShardedBatchSampler):
-            old = self.batch_sampler
-            sampler = ShardedBatchSampler(old.batch_sampler, old.rank, old.num_processes, old.split_batches,
-                                          old.even_batches, skip=num_batches)
-            loader = self._rebuilt(batch_sampler=sampler)
+        sharded = self._shard_sampler
+        if isinstance(sharded, ShardedSampler):
+            loader = self._rebuilt(sampler=sharded.with_skip(num_batches))
+        elif sharded is not None:
+            loader = self._rebuilt(batch_sampler=sharded.with_skip(num_batches))
         else:
             loader = self._rebuilt(batch_size=self.batch_size)
             loader._resume_from = num_batches  # iterable datasets: skip by reading, once
@@ -273,92 +343,5 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         """A copy of this loader with another batch sampler (or batch size)."""
         return PreparedDataLoader(self.dataset, options=self._options, device=self.device,
                                   gradient_state=self.gradient_state, state=self.state, seed=self.seed,
-                                  total_batch_size=self.total_batch_size, remainder=self.remainder,
+                                  total_batch_size=self.total_batch_size, remainder=self._static_remainder,
                                   non_blocking=self.non_blocking, **where)
-
-
-def _agree_seed(loader: DataLoader, config: DataLoaderConfiguration) -> int:  # type: ignore[type-arg]
-    """The shuffle base seed: ``config.data_seed``, else drawn on every rank (keeping RNGs in step), rank 0's kept."""
-    if config.data_seed is not None:
-        return config.data_seed
-    generator = loader.generator or getattr(loader.sampler, "generator", None)
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-    return int(broadcast_object_list([seed], from_process=0)[0])
-
-
-def _remainder(length: int | None, global_batch: int | None, drop_last: bool, config: DataLoaderConfiguration,
-               num_processes: int) -> int:
-    """Real items in the padded last global batch: 0 when nothing is padded, -1 when unknown."""
-    if drop_last or not config.even_batches or num_processes == 1:
-        return 0
-    if length is None or global_batch is None:
-        return -1
-    return length % global_batch
-
-
-def prepare_data_loader(loader: DataLoader, state: ProcessState,  # type: ignore[type-arg]
-                        gradient_state: GradientState, config: DataLoaderConfiguration,
-                        device_placement: bool = True) -> PreparedDataLoader:
-    """This rank's sharded, device-placing, resumable version of ``loader``.
-
-    Raises:
-        DataPrepareError: a loader without automatic batching (``batch_size=None``), or a batch size that
-            ``split_batches`` cannot divide.
-
-    Example:
-        >>> from notebook_accel.state import ProcessState, GradientState
-        >>> dl = prepare_data_loader(DataLoader(range(6), batch_size=2), ProcessState(cpu=True), GradientState(),
-        ...                          DataLoaderConfiguration())
-        >>> [b.tolist() for b in dl]
-        [[0, 1], [2, 3], [4, 5]]
-    """
-    if isinstance(loader, PreparedDataLoader):
-        return loader
-    common: dict[str, Any] = {"options": _loader_options(loader), "state": state, "gradient_state": gradient_state,
-                              "device": state.device if device_placement else None,
-                              "non_blocking": config.non_blocking}
-    if isinstance(loader.dataset, IterableDataset):
-        return _prepare_iterable(loader, state.num_processes, state.process_index, config, common)
-    return _prepare_map(loader, state.num_processes, state.process_index, config, common)
-
-
-def _length(dataset: Any) -> int | None:
-    """``len(dataset)``, or ``None`` when it has none."""
-    return len(dataset) if hasattr(dataset, "__len__") else None
-
-
-def _prepare_iterable(loader: DataLoader, n: int, rank: int, config: DataLoaderConfiguration,  # type: ignore[type-arg]
-                      common: dict[str, Any]) -> PreparedDataLoader:
-    """An IterableDataset loader: shard the items, batch them per process."""
-    if loader.batch_size is None:
-        raise DataPrepareError("cannot shard an IterableDataset loader with batch_size=None; give it a batch_size")
-    if config.split_batches and loader.batch_size % n:
-        raise DataPrepareError(f"split_batches=True needs batch_size={loader.batch_size} divisible by {n}")
-    shard = ShardedIterableDataset(loader.dataset, loader.batch_size, n, rank, loader.drop_last,
-                                   config.split_batches, config.even_batches)
-    remainder = _remainder(_length(loader.dataset), shard.global_batch, loader.drop_last, config, n)
-    return PreparedDataLoader(shard, batch_size=shard.per_process_batch, seed=config.data_seed or 0,
-                              total_batch_size=shard.global_batch, remainder=remainder, **common)
-
-
-def _prepare_map(loader: DataLoader, n: int, rank: int, config: DataLoaderConfiguration,  # type: ignore[type-arg]
-                 common: dict[str, Any]) -> PreparedDataLoader:
-    """A map-style loader: shard its batch sampler; a plain shuffle becomes a (seed, epoch) permutation."""
-    base = loader.batch_sampler
-    if base is None:
-        raise DataPrepareError(
-            "cannot shard a DataLoader with batch_size=None (no automatic batching); give it a batch_size or a "
-            "batch_sampler"
-        )
-    sampler = loader.sampler
-    seed = config.data_seed or 0
-    plain_shuffle = isinstance(sampler, RandomSampler) and not sampler.replacement and sampler._num_samples is None
-    if type(base) is BatchSampler and plain_shuffle:
-        seed = _agree_seed(loader, config)
-        base = BatchSampler(SeededShuffleSampler(loader.dataset, seed), base.batch_size, base.drop_last)
-    sharded = ShardedBatchSampler(base, rank, n, config.split_batches, config.even_batches)
-    size = sharded.batch_size
-    global_batch = None if size is None else (size if config.split_batches else size * n)
-    remainder = _remainder(_length(loader.dataset), global_batch, sharded.drop_last, config, n)
-    return PreparedDataLoader(loader.dataset, batch_sampler=sharded, seed=seed, total_batch_size=global_batch,
-                              remainder=remainder, **common)

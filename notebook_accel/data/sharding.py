@@ -13,22 +13,26 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import Sampler
 
+from notebook_accel.data.randomness import IsolatedRandomness, SeedableRandomSampler
 from notebook_accel.errors import NotebookAccelError
 
-__all__ = ["DataPrepareError", "SeededShuffleSampler", "ShardedBatchSampler", "shard_batches"]
+__all__ = ["DataPrepareError", "LastRound", "SeededShuffleSampler", "ShardedBatchSampler", "ShardedSampler",
+           "shard_batches"]
 
 
 class DataPrepareError(NotebookAccelError, ValueError):
     """A DataLoader cannot be sharded as asked (the message says why and what to change)."""
 
 
-class SeededShuffleSampler(Sampler[int]):
-    """A random permutation that is a pure function of ``(seed, epoch)``: same on every rank and on resume.
+class SeededShuffleSampler(SeedableRandomSampler):
+    """A random permutation that is a pure function of ``(seed, epoch)``: same on every rank and on resume
+    (:class:`~notebook_accel.data.randomness.SeedableRandomSampler` with the seed as its one option).
 
     Example:
         >>> s = SeededShuffleSampler(range(5), seed=1)
@@ -37,21 +41,19 @@ class SeededShuffleSampler(Sampler[int]):
     """
 
     def __init__(self, data_source: Any, seed: int) -> None:
-        self.data_source = data_source
-        self.seed = seed
-        self.epoch = 0
+        super().__init__(data_source, initial_seed=seed)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Use the permutation of ``epoch``."""
-        self.epoch = epoch
 
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator()
-        generator.manual_seed(self.seed + self.epoch)
-        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
+@dataclass
+class LastRound:
+    """What the final round of the epoch being dealt held: ``real`` keys, or ``None`` while not yet dealt.
 
-    def __len__(self) -> int:
-        return len(self.data_source)
+    Every rank deals the whole epoch the same way, so every rank knows this number, and
+    :meth:`Accelerator.gather_for_metrics` cuts the ``even_batches`` padding off with it. A round that needed
+    no padding has ``real == 0``.
+    """
+
+    real: int | None = None
 
 
 def _take(cycle: list[int], start: int, count: int) -> list[int]:
@@ -60,8 +62,9 @@ def _take(cycle: list[int], start: int, count: int) -> list[int]:
 
 
 def _whole(batches: Iterable[list[int]], rank: int, n: int, batch_size: int | None, drop_last: bool,
-           even: bool) -> Iterator[list[int]]:
+           even: bool, last: LastRound) -> Iterator[list[int]]:
     """Rank ``rank``'s whole batches: r, r+n, ...; the last round completed, dropped or left uneven."""
+    last.real = None
     first: list[list[int]] = []
     pending: list[list[int]] = []
     for batch in batches:
@@ -74,12 +77,12 @@ def _whole(batches: Iterable[list[int]], rank: int, n: int, batch_size: int | No
         elif len(pending) > n:  # a short batch that was not the last one (a custom batch sampler)
             yield pending[rank]
             pending = pending[n:]
-    if not pending or drop_last:
-        return
-    if not even:
-        if rank < len(pending):
+    if not pending or drop_last or not even:
+        last.real = 0
+        if pending and not drop_last and rank < len(pending):
             yield pending[rank]
         return
+    last.real = sum(len(b) for b in pending)
     if batch_size is None:  # unknown size: complete the round with whole batches from the epoch start
         yield (pending + first * n)[rank]
         return
@@ -97,8 +100,9 @@ def _whole(batches: Iterable[list[int]], rank: int, n: int, batch_size: int | No
 
 
 def _split(batches: Iterable[list[int]], rank: int, n: int, batch_size: int, drop_last: bool,
-           even: bool) -> Iterator[list[int]]:
+           even: bool, last: LastRound) -> Iterator[list[int]]:
     """Rank ``rank``'s slice of every batch; a short last batch is completed from the first batch."""
+    last.real = None
     per = batch_size // n
     first: list[int] | None = None
     short: list[int] | None = None
@@ -109,20 +113,22 @@ def _split(batches: Iterable[list[int]], rank: int, n: int, batch_size: int, dro
             yield batch[rank * per : (rank + 1) * per]
         else:
             short = batch
-    if short is None or first is None or drop_last:
-        return
-    if not even:
-        if len(short) > rank * per:
+    if short is None or first is None or drop_last or not even:
+        last.real = 0
+        if short is not None and not drop_last and len(short) > rank * per:
             yield short[rank * per : (rank + 1) * per]
         return
+    last.real = len(short)
     full = short + _take(first, 0, batch_size - len(short))
     yield full[rank * per : (rank + 1) * per]
 
 
 def shard_batches(batches: Iterable[list[int]], rank: int, num_processes: int, batch_size: int | None,
-                  drop_last: bool = False, even_batches: bool = True,
-                  split_batches: bool = False) -> Iterator[list[int]]:
+                  drop_last: bool = False, even_batches: bool = True, split_batches: bool = False,
+                  last: LastRound | None = None) -> Iterator[list[int]]:
     """The batches of ``batches`` that process ``rank`` of ``num_processes`` takes (see the module docstring).
+
+    ``last``, when given, is told how many real keys the final round held once it is dealt.
 
     Example:
         >>> batches = [list(range(i, min(i + 3, 21))) for i in range(0, 21, 3)]
@@ -130,11 +136,12 @@ def shard_batches(batches: Iterable[list[int]], rank: int, num_processes: int, b
         [0, 1, 2]
     """
     even_batches = even_batches and num_processes > 1  # one process has nothing to even out
+    last = last if last is not None else LastRound()
     if split_batches:
         if batch_size is None:
             raise DataPrepareError("split_batches=True needs a DataLoader with a batch_size")
-        return _split(batches, rank, num_processes, batch_size, drop_last, even_batches)
-    return _whole(batches, rank, num_processes, batch_size, drop_last, even_batches)
+        return _split(batches, rank, num_processes, batch_size, drop_last, even_batches, last)
+    return _whole(batches, rank, num_processes, batch_size, drop_last, even_batches, last)
 
 
 class ShardedBatchSampler(Sampler[list[int]]):
@@ -147,14 +154,23 @@ class ShardedBatchSampler(Sampler[list[int]]):
         split_batches: slice each batch instead of dealing whole batches.
         even_batches: complete the last round by cycling from the epoch start.
         skip: batches to leave out at the start of every iteration (``skip_first_batches``).
+        isolate_seed: when set, the batch sampler's own randomness is drawn from a private stream seeded by
+            this seed and the epoch (see :class:`~notebook_accel.data.randomness.IsolatedRandomness`), so that
+            a custom sampler drawing from the global RNGs deals the same batches on every rank.
+
+    Attributes:
+        last: the real keys of the epoch's final round, once dealt (see :class:`LastRound`).
 
     Raises:
         DataPrepareError: ``split_batches`` with a batch size that does not divide by ``num_processes``.
     """
 
     def __init__(self, batch_sampler: Any, rank: int, num_processes: int, split_batches: bool = False,
-                 even_batches: bool = True, skip: int = 0) -> None:
+                 even_batches: bool = True, skip: int = 0, isolate_seed: int | None = None) -> None:
         self.batch_sampler = batch_sampler
+        self.isolate_seed = isolate_seed
+        self.last = LastRound()
+        self._epoch = 0
         self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)
         self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
         self.rank = rank
@@ -172,15 +188,26 @@ class ShardedBatchSampler(Sampler[list[int]]):
 
     def set_epoch(self, epoch: int) -> None:
         """Forward the epoch to the inner sampler and batch sampler when they take one."""
+        self._epoch = epoch
         for target in (getattr(self.batch_sampler, "sampler", None), self.batch_sampler):
             if target is not None and hasattr(target, "set_epoch"):
                 target.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[list[int]]:
         start, self.skip_once = self.skip + self.skip_once, 0
-        shards = shard_batches(self.batch_sampler, self.rank, self.num_processes, self.batch_size,
-                               self.drop_last, self.even_batches, self.split_batches)
+        source: Iterable[list[int]] = self.batch_sampler
+        if self.isolate_seed is not None:
+            source = IsolatedRandomness(self.isolate_seed * 1_000_003 + self._epoch).wrap(source)
+        shards = shard_batches(source, self.rank, self.num_processes, self.batch_size,
+                               self.drop_last, self.even_batches, self.split_batches, self.last)
         return itertools.islice(shards, start, None)
+
+    def with_skip(self, skip: int) -> ShardedBatchSampler:
+        """The same sharding of the same sampler, leaving out ``skip`` batches of every iteration."""
+        copy = type(self)(self.batch_sampler, self.rank, self.num_processes, self.split_batches,
+                          self.even_batches, skip=skip, isolate_seed=self.isolate_seed)
+        copy._epoch = self._epoch
+        return copy
 
     def full_length(self) -> int:
         """Batches this rank takes in a whole epoch (ignoring :attr:`skip`)."""
@@ -213,3 +240,46 @@ class ShardedBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return max(0, self.full_length() - self.skip)
+
+
+class _Singletons:
+    """A sampler's keys as batches of one, so a loader without automatic batching is dealt like batches."""
+
+    batch_size = 1
+    drop_last = False
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        return ([key] for key in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+class ShardedSampler(ShardedBatchSampler):
+    """This process's keys of a sampler, for a DataLoader with ``batch_size=None`` (the dataset or the sampler
+    makes the batches: each key, an index or a list of indices, is one step's data).
+
+    Keys are dealt like batches of one: rank ``r`` takes keys ``r, r+n, ...``; ``even_batches`` completes the
+    last round with keys from the start of the epoch, ``even_batches=False`` leaves it uneven.
+
+    Example:
+        >>> list(ShardedSampler(range(5), rank=1, num_processes=2))
+        [1, 3, 0]
+    """
+
+    def __init__(self, sampler: Any, rank: int, num_processes: int, split_batches: bool = False,
+                 even_batches: bool = True, skip: int = 0, isolate_seed: int | None = None) -> None:
+        if split_batches:
+            raise DataPrepareError(
+                "split_batches=True slices each batch, but this DataLoader has batch_size=None: its sampler or "
+                "dataset makes the batches. Use split_batches=False (each process then takes whole batches)."
+            )
+        inner = sampler if isinstance(sampler, _Singletons) else _Singletons(sampler)
+        super().__init__(inner, rank, num_processes, False, even_batches, skip, isolate_seed)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # keys, not lists of keys
+        for batch in super().__iter__():
+            yield batch[0]

@@ -8,7 +8,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Sampler
 
-from notebook_accel.data.loader import PreparedDataLoader, _loader_options
+from notebook_accel.data.loader import PreparedDataLoader
+from notebook_accel.data.prepare import loader_options
 from notebook_accel.data.sharding import DataPrepareError
 
 __all__ = ["skip_first_batches", "SkipBatchSampler"]
@@ -48,4 +49,4 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     if dataloader.batch_sampler is None:
         raise DataPrepareError("skip_first_batches needs a DataLoader with a batch_size or a batch_sampler")
     return DataLoader(dataloader.dataset, batch_sampler=SkipBatchSampler(dataloader.batch_sampler, num_batches),
-                      **_loader_options(dataloader))
+                      **loader_options(dataloader))

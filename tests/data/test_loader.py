@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 
 from notebook_accel import channel
 from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
@@ -78,8 +78,21 @@ def test_resume_mid_epoch_is_exact_and_independent_of_rng() -> None:
     resumed.load_state_dict(state)
     assert [b.tolist() for b in resumed] == epoch1[3:]
     assert resumed.state_dict()["epoch"] == 2 and resumed.epoch == 2
-    resumed.set_epoch(0)
-    assert [b.tolist() for b in resumed] == epoch0
+
+
+def test_the_shuffle_follows_the_dataloaders_generator_like_the_plain_loader() -> None:
+    plain = DataLoader(range(8), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0))
+    prepared = _prepare(DataLoader(range(8), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0)))
+    for _ in range(3):  # epoch after epoch, the generator moves on the same way
+        assert [b.tolist() for b in prepared] == [b.tolist() for b in plain]
+
+
+def test_use_seedable_sampler_makes_the_order_a_function_of_seed_and_epoch() -> None:
+    loader = _prepare(DataLoader(range(9), batch_size=2, shuffle=True), use_seedable_sampler=True, data_seed=3)
+    epoch0 = [b.tolist() for b in loader]
+    assert [b.tolist() for b in loader] != epoch0
+    loader.set_epoch(0)
+    assert [b.tolist() for b in loader] == epoch0
 
 
 def test_data_seed_makes_shuffles_reproducible() -> None:
@@ -98,20 +111,28 @@ def test_load_state_errors() -> None:
     assert loader.epoch == 3
 
 
-def test_unbatched_loaders_are_refused() -> None:
-    with pytest.raises(DataPrepareError, match="batch_size=None"):
-        _prepare(DataLoader(range(4), batch_size=None))
+def test_unbatched_loaders_are_dealt_key_by_key() -> None:
+    assert list(_prepare(DataLoader(range(5), batch_size=None), rank=1, n=2)) == [1, 3, 0]
+    as_sampler = BatchSampler(SequentialSampler(range(13)), 3, drop_last=False)
+    dealt = _prepare(DataLoader(torch.arange(13), sampler=as_sampler, batch_size=None), rank=1, n=2)
+    assert [b.tolist() for b in dealt] == [[3, 4, 5], [9, 10, 11], [0, 1, 2]] and len(dealt) == 3
+    assert dealt.remainder == 1  # last round: rank 0's [12] is real, rank 1's batch is padding
 
     class Stream(IterableDataset):  # type: ignore[type-arg]
         def __iter__(self):  # type: ignore[no-untyped-def]
             return iter(range(6))
 
-    with pytest.raises(DataPrepareError, match="IterableDataset"):
-        _prepare(DataLoader(Stream(), batch_size=None))
-    with pytest.raises(DataPrepareError, match="divisible by 2"):
+    items = _prepare(DataLoader(Stream(), batch_size=None), rank=1, n=4)
+    assert list(items) == [1, 5] and not items.batched and items.remainder == 2
+    with pytest.raises(DataPrepareError, match="batch_size=None"):
+        _prepare(DataLoader(Stream(), batch_size=None), n=2, split_batches=True)
+    with pytest.raises(DataPrepareError, match="batch_size=None"):
+        _prepare(DataLoader(range(4), batch_size=None), n=2, split_batches=True)
+    with pytest.raises(DataPrepareError, match="does not divide by 2"):
         _prepare(DataLoader(Stream(), batch_size=3), n=2, split_batches=True)
     loader = _prepare(DataLoader(Stream(), batch_size=2), rank=1, n=2)
-    assert [b.tolist() for b in loader] == [[2, 3], [0, 1]] and loader.remainder == -1
+    assert loader.remainder == -1  # no length: unknown until the stream ends
+    assert [b.tolist() for b in loader] == [[2, 3], [0, 1]] and loader.remainder == 2
     assert [b.tolist() for b in skip_first_batches(loader, 1)] == [[0, 1]]
 
 
@@ -192,12 +213,27 @@ def test_accelerate_resume_pattern_skips_once_and_moves_on() -> None:
     dataset = torch.arange(12)
     loader = _prepare(DataLoader(dataset, batch_size=2, shuffle=True), data_seed=1)
     epochs = [[b.tolist() for b in loader] for _ in range(3)]
+    source = _prepare(DataLoader(dataset, batch_size=2, shuffle=True), data_seed=1)
+    for _ in source:
+        pass
+    for i, _ in enumerate(source):
+        if i == 1:
+            state = source.state_dict()  # epoch 1, two batches done
+            break
     resumed = _prepare(DataLoader(dataset, batch_size=2, shuffle=True), data_seed=1)
-    resumed.load_state_dict({"epoch": 1, "batches_yielded": 2, "seed": 1, "num_processes": 1})
+    resumed.load_state_dict(state)
     resumed.set_epoch(1)  # the epoch it is already in: the resume stays armed
     skipped = skip_first_batches(resumed, 2)  # accelerate's manual pattern on top of our automatic resume
     assert [b.tolist() for b in skipped] == epochs[1][2:]
     assert [b.tolist() for b in resumed] == epochs[2]  # the original loader moved on, nothing skipped
-    resumed.load_state_dict({"epoch": 1, "batches_yielded": 2, "seed": 1, "num_processes": 1})
-    resumed.set_epoch(0)  # another epoch: the pending resume is cancelled
-    assert [b.tolist() for b in resumed] == epochs[0]
+    resumed.load_state_dict(state)
+    resumed.set_epoch(0)  # another epoch: the pending resume is cancelled, a whole epoch runs
+    assert sorted(i for b in resumed for i in b.tolist()) == list(range(12))
+
+
+def test_a_mid_epoch_state_without_generator_states_is_refused_for_a_shuffled_loader() -> None:
+    loader = _prepare(DataLoader(torch.arange(12), batch_size=2, shuffle=True), data_seed=1)
+    with pytest.raises(DataPrepareError, match="generator states"):
+        loader.load_state_dict({"epoch": 1, "batches_yielded": 2, "seed": 1, "num_processes": 1})
+    loader.load_state_dict({"epoch": 1, "batches_yielded": 0, "seed": 1, "num_processes": 1})  # a boundary: fine
+    assert sorted(i for b in loader for i in b.tolist()) == list(range(12))

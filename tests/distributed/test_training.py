@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from notebook_accel import notebook_launcher
 from tests.distributed import workers
@@ -31,6 +32,20 @@ def test_two_processes_batch_b_equals_one_process_batch_2b() -> None:
     assert two["steps_per_epoch"] == one["steps_per_epoch"] == 4
     assert_params_close(two["params"], one["params"])
     torch.testing.assert_close(torch.tensor(two["losses"]), torch.tensor(one["losses"]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.timeout(120)
+def test_a_generator_driven_shuffle_on_two_processes_trains_the_one_process_model() -> None:
+    two = launch(workers.train_with_generator, 3)
+    one = launch(workers.train_with_generator, 6, n=1)
+    assert_params_close(two["params"], one["params"])
+    for a, b in zip(two["params"], one["params"]):  # accelerate's tolerance for this check
+        assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-6)
+    plain = DataLoader(range(24), batch_size=6, shuffle=True, generator=torch.Generator().manual_seed(42))
+    plain_epochs = [b.tolist() for _ in range(3) for b in plain]
+    assert one["batches"][0] == plain_epochs  # one process: the plain loader's order
+    rank0, rank1 = two["batches"]
+    assert [a + b for a, b in zip(rank0, rank1)] == plain_epochs  # two: the same order, split across ranks
 
 
 @pytest.mark.timeout(120)
@@ -93,9 +108,10 @@ def test_mixed_precision_on_cpu() -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("with_generator", [False, True])
 @pytest.mark.parametrize("n", [2, 1])
-def test_loader_resume_mid_epoch_is_exact(n: int) -> None:
-    out = launch(workers.loader_resume, 2, n=n)
+def test_loader_resume_mid_epoch_is_exact(n: int, with_generator: bool) -> None:
+    out = launch(workers.loader_resume, 2, with_generator, n=n)
     reference = out["reference"]
     assert out["saved"]["epoch"] == 1 and out["saved"]["batches_yielded"] == 2
     assert out["rest"] == reference[1][2:]

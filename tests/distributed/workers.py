@@ -136,11 +136,17 @@ def mixed_precision_losses() -> dict[str, Any]:
     return out
 
 
-def loader_resume(stop_after: int) -> dict[str, Any]:
-    """Three epochs of a shuffled loader, and a second loader resumed from the first's mid-epoch-1 state."""
+def loader_resume(stop_after: int, with_generator: bool = False) -> dict[str, Any]:
+    """Three epochs of a shuffled loader, and a second loader resumed from the first's mid-epoch-1 state
+    (the shuffle drawn from a seeded generator of the user's when ``with_generator``)."""
     accelerator = Accelerator()
     dataset = torch.arange(22)
-    loader = accelerator.prepare(DataLoader(dataset, batch_size=3, shuffle=True))
+
+    def build() -> DataLoader:  # type: ignore[type-arg]
+        generator = torch.Generator().manual_seed(5) if with_generator else None
+        return DataLoader(dataset, batch_size=3, shuffle=True, generator=generator)
+
+    loader = accelerator.prepare(build())
     reference: list[list[list[int]]] = []
     saved: dict[str, Any] = {}
     for epoch in range(3):
@@ -150,13 +156,39 @@ def loader_resume(stop_after: int) -> dict[str, Any]:
             if epoch == 1 and i + 1 == stop_after:
                 saved = loader.state_dict()
     torch.manual_seed(1234 + accelerator.process_index)  # the resumed loader must not depend on the RNG
-    resumed = accelerator.prepare(DataLoader(dataset, batch_size=3, shuffle=True))
+    resumed = accelerator.prepare(build())
     resumed.load_state_dict(saved)
     rest = [b.tolist() for b in resumed]
     after = [b.tolist() for b in resumed]
     seeds = accelerator.gather_object([loader.seed])
     return {"reference": reference, "rest": rest, "after": after, "saved": saved, "seeds": seeds,
             "all_reference": accelerator.gather_object([reference])}
+
+
+def train_with_generator(batch_size: int, epochs: int = 3) -> dict[str, Any]:
+    """accelerate's "N processes equal 1 with the same global batch" check, each rank seeded differently and the
+    shuffle driven by the DataLoader's own seeded generator; returns the parameters and every rank's batches."""
+    accelerator = Accelerator()
+    torch.manual_seed(100 + accelerator.process_index)  # the global RNG differs between ranks
+    model = torch.nn.Linear(4, 1)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.1, -0.2, 0.3, 0.4]]))
+        model.bias.zero_()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = regression_data(24)
+    indexed = TensorDataset(torch.arange(24), *data.tensors)
+    loader = DataLoader(indexed, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(42))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    seen: list[list[int]] = []
+    for _ in range(epochs):
+        for ids, x, y in loader:
+            seen.append(ids.tolist())
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+    params = [p.detach().tolist() for p in accelerator.unwrap_model(model).parameters()]
+    return {"params": params, "batches": accelerator.gather_object([seen])}
 
 
 def launch_choices() -> dict[str, Any]:
