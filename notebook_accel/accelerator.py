@@ -328,7 +328,8 @@ class Accelerator(CompatMethods, ProcessFacade):
         return ops.gather(tensor)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gather, then drop the duplicates ``even_batches`` padded into a loader's last batch.
+        """Gather, then drop the repeats ``even_batches`` padded into a loader's last batch (into each DataLoader
+        worker's last batch, for an iterable dataset read by workers).
 
         For a loader without automatic batching (``batch_size=None``) each process's data of the last step is
         kept or dropped whole: the first ``remainder`` processes' shares are real.
@@ -336,15 +337,16 @@ class Accelerator(CompatMethods, ProcessFacade):
         as_objects = use_gather_object or not is_tensor_tree(input_data)
         data = ops.gather_object(input_data) if as_objects else ops.gather(input_data)
         loaders = self.gradient_state.active_loaders
-        if not self.gradient_state.end_of_dataloader or not loaders or loaders[-1].remainder <= 0:
+        real = getattr(loaders[-1], "padded_real", None) if loaders else None
+        if real is None or real <= 0:
             return data
         loader = loaders[-1]
 
         def kept(rows: int) -> int:
             """Rows of the gathered data that are real: a count of items, or whole processes' shares."""
             if getattr(loader, "batched", True):
-                return loader.remainder
-            return rows * loader.remainder // self.num_processes
+                return int(real)
+            return rows * int(real) // self.num_processes
 
         if as_objects:
             return data[:kept(len(data))] if isinstance(input_data, (list, tuple)) else data

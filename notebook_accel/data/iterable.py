@@ -13,16 +13,51 @@ discarding the rounds already trained on. Other iterable datasets are resumed by
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from torch.utils.data import IterableDataset
 
 from notebook_accel.data.sharding import LastRound
 
-__all__ = ["ShardedIterableDataset", "is_stateful"]
+__all__ = ["PaddedRoundItem", "ShardedIterableDataset", "Tagged", "TaggingCollate", "is_stateful"]
 
 _KEPT_ROUNDS = 8  # round states kept: the loader reads at most a batch or two ahead of what it has yielded
+
+
+class PaddedRoundItem(NamedTuple):
+    """An item of a round that ``even_batches`` completed with repeats: ``real`` items of the round are not."""
+
+    value: Any
+    real: int
+
+
+class Tagged(NamedTuple):
+    """A batch from a padded round, with the count of the round's real items (over every process)."""
+
+    batch: Any
+    real: int
+
+
+class TaggingCollate:
+    """The loader's collate function, which also turns a batch of :class:`PaddedRoundItem` into :class:`Tagged`.
+
+    It runs where batches are made (in DataLoader workers too), so the main process learns which batches hold
+    padding whether or not the stream is read in other processes.
+    """
+
+    def __init__(self, collate: Callable[[Any], Any], batched: bool) -> None:
+        self.collate = collate
+        self.batched = batched
+
+    def __call__(self, data: Any) -> Any:
+        if not self.batched:  # one item, already a batch
+            if isinstance(data, PaddedRoundItem):
+                return Tagged(self.collate(data.value), data.real)
+            return self.collate(data)
+        if data and isinstance(data[0], PaddedRoundItem):
+            return Tagged(self.collate([item.value for item in data]), data[0].real)
+        return self.collate(data)
 
 
 def is_stateful(dataset: Any) -> bool:
@@ -43,6 +78,8 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
         even_batches: complete the last round by cycling from the first one.
         batched: False for a loader with ``batch_size=None`` (each item is already a batch; ``batch_size`` is
             then 1: rank ``r`` takes items ``r, r+n, ...``).
+        tag_padding: wrap the items of a round completed with repeats in :class:`PaddedRoundItem` (for
+            :class:`TaggingCollate`), so that ``gather_for_metrics`` can drop the repeats wherever they occur.
 
     Attributes:
         last: the real items of the pass's final round once it has been read (this process's copy only: with
@@ -54,9 +91,11 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
     """
 
     def __init__(self, dataset: Any, batch_size: int, num_processes: int, rank: int, drop_last: bool = False,
-                 split_batches: bool = False, even_batches: bool = True, batched: bool = True) -> None:
+                 split_batches: bool = False, even_batches: bool = True, batched: bool = True,
+                 tag_padding: bool = False) -> None:
         self.dataset = dataset
         self.batched = batched
+        self.tag_padding = tag_padding
         self.last = LastRound()
         self.global_batch = batch_size if split_batches else batch_size * num_processes
         self.per_process_batch = self.global_batch // num_processes
@@ -115,10 +154,13 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
             if buffer and not self.drop_last:
                 yield from self._mine(buffer)
             return
-        self.last.real = len(buffer)
+        real = self.last.real = len(buffer)
         source = first or list(buffer)
         buffer += [source[i % len(source)] for i in range(self.global_batch - len(buffer))]
-        yield from self._mine(buffer)
+        if self.tag_padding:
+            yield from (PaddedRoundItem(item, real) for item in self._mine(buffer))
+        else:
+            yield from self._mine(buffer)
 
     def __len__(self) -> int:
         """Items this rank yields (only when the dataset has a length)."""

@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from notebook_accel import channel
-from notebook_accel.data.iterable import ShardedIterableDataset
+from notebook_accel.data.iterable import ShardedIterableDataset, Tagged
 from notebook_accel.data.randomness import SeedableRandomSampler, generators_of
 from notebook_accel.data.sharding import DataPrepareError, LastRound, ShardedBatchSampler, ShardedSampler
 from notebook_accel.events import Progress
@@ -81,6 +81,8 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         self._user_generator = options.get("generator")
         self._generators = generators_of(self._shard_sampler, options.get("generator"))
         self._epoch_states: list[torch.Tensor] | None = None  # generator states when the current epoch began
+        self._round_real: int | None = None  # real items of the batch's round, when it was padded (iterables)
+        self._tagged_real: int | None = None  # the same, for the last padded round seen this epoch
         self._iterating = False
 
     # ---- position -------------------------------------------------------------------------------------------
@@ -138,8 +140,21 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         batches a fixed size, and in every case once the final round has been dealt (which, since the loader
         reads one batch ahead, is before its last batch is processed).
         """
+        if self._tagged_real is not None:
+            return self._tagged_real
         dealt = self.last_round.real
         return dealt if dealt is not None else self._static_remainder
+
+    @property
+    def padded_real(self) -> int | None:
+        """While a batch is processed: the real keys of its global round when that round holds ``even_batches``
+        repeats, else ``None``. For a map-style loader only the last round can; for an iterable dataset read by
+        DataLoader workers, each worker's last round can (every worker completes its own)."""
+        if self._round_real is not None:
+            return self._round_real
+        if self.end_of_dataloader and not isinstance(self.dataset, ShardedIterableDataset) and self.remainder > 0:
+            return self.remainder
+        return None
 
     @remainder.setter
     def remainder(self, value: int) -> None:
@@ -257,11 +272,17 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         return skip
 
     def _fetch(self, iterator: Iterator[Any]) -> Any:
-        """Next batch on the device, or ``_DONE``."""
+        """``(next batch on the device, real items of its round when padded else None)``, or ``_DONE``."""
         batch = next(iterator, _DONE)
-        if batch is _DONE or self.device is None:
+        if batch is _DONE:
             return batch
-        return send_to_device(batch, self.device, self.non_blocking)
+        real = None
+        if isinstance(batch, Tagged):
+            batch, real = batch.batch, batch.real
+            self._tagged_real = real
+        if self.device is not None:
+            batch = send_to_device(batch, self.device, self.non_blocking)
+        return batch, real
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not a _BaseDataLoaderIter
         manual_skip = self._start_epoch()
@@ -272,6 +293,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         epoch = self._epoch + 1
         self.gradient_state.active_loaders.append(self)
         self._iterating = True
+        self._tagged_real = None
         try:
             iterator = super().__iter__()
             for _ in range(manual_skip):
@@ -284,7 +306,8 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                 if writer is not None:
                     writer.post(Progress(self.state.process_index, self._position, total, name, time.time(),
                                          epoch, "loader"))
-                yield current
+                batch, self._round_real = current
+                yield batch
                 current = upcoming
             self._epoch += 1
             self._position = 0
@@ -292,6 +315,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                 self._parent.set_epoch(self._epoch)
         finally:
             self._iterating = False
+            self._round_real = None
             self.end_of_dataloader = False
             if self in self.gradient_state.active_loaders:
                 self.gradient_state.active_loaders.remove(self)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from notebook_accel.data.iterable import ShardedIterableDataset
+from notebook_accel.data.iterable import ShardedIterableDataset, TaggingCollate
 from notebook_accel.data.loader import PreparedDataLoader
 from notebook_accel.data.randomness import (
     attach_generators,
@@ -129,7 +129,8 @@ def _prepare_iterable(loader: DataLoader, n: int, rank: int, config: DataLoaderC
             f"not divide by {n}; use a batch_size that is a multiple of {n}, or split_batches=False"
         )
     shard = ShardedIterableDataset(loader.dataset, size, n, rank, loader.drop_last, config.split_batches,
-                                   config.even_batches, batched=batched)
+                                   config.even_batches, batched=batched, tag_padding=True)
+    common["options"]["collate_fn"] = TaggingCollate(common["options"]["collate_fn"], batched)
     remainder = _remainder(_length(loader.dataset), shard.global_batch, loader.drop_last, config, n)
     return PreparedDataLoader(shard, batch_size=shard.per_process_batch if batched else None,
                               seed=config.data_seed or 0, total_batch_size=shard.global_batch if batched else None,
