@@ -145,6 +145,10 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         dealt = self.last_round.real
         return dealt if dealt is not None else self._static_remainder
 
+    @remainder.setter
+    def remainder(self, value: int) -> None:
+        self._static_remainder = value
+
     @property
     def padded_real(self) -> int | None:
         """While a batch is processed: the real keys of its global round when that round holds ``even_batches``
@@ -155,10 +159,6 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         if self.end_of_dataloader and not isinstance(self.dataset, ShardedIterableDataset) and self.remainder > 0:
             return self.remainder
         return None
-
-    @remainder.setter
-    def remainder(self, value: int) -> None:
-        self._static_remainder = value
 
     optional_state_keys = ("dataset_state", "generator_states")
 
