@@ -24,6 +24,8 @@ __all__ = [
     "Exited",
     "Saved",
     "EngineReady",
+    "RankSystem",
+    "SystemSample",
     "Event",
     "RunInfo",
     "RunOutcome",
@@ -138,7 +140,39 @@ class EngineReady:
     engine: str
 
 
-Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady]
+@dataclass(frozen=True)
+class RankSystem:
+    """One worker's share of the machine at a sample: its process tree's CPU % (100 = one core) and resident
+    bytes (DataLoader workers included), the run's peak of that, its GPU's figures (``None`` on CPU or when
+    NVML does not report them; ``gpu_memory_*`` in bytes, temperature in °C, power in W), and the memory cgroup
+    limit it runs under with that group's usage (``None`` when no cgroup limits it)."""
+
+    rank: int
+    cpu_percent: float
+    rss_bytes: int
+    peak_rss_bytes: int
+    gpu_utilization: float | None = None
+    gpu_memory_used: int | None = None
+    gpu_memory_total: int | None = None
+    gpu_peak_memory: int | None = None
+    gpu_temperature: float | None = None
+    gpu_power_watts: float | None = None
+    memory_limit: int | None = None  # the memory cgroup limit over the worker, when tighter than the machine
+    memory_group_usage: int | None = None  # what that cgroup holds now
+
+
+@dataclass(frozen=True)
+class SystemSample:
+    """Made by the launcher about once a second: every local worker's :class:`RankSystem` and the machine's
+    available and total memory (bytes). ``time`` is ``time.time()``."""
+
+    time: float
+    ranks: tuple[RankSystem, ...]
+    host_available: int
+    host_total: int
+
+
+Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady, SystemSample]
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 Forked workers can only use CUDA if the parent never initialised it, so counting GPUs must not go through
 the CUDA runtime (``torch.cuda.device_count()`` may, and then a later fork is unusable). This module asks
-NVML instead, through ``ctypes`` and the driver's ``libnvidia-ml.so.1``, and falls back to
-``nvidia-smi --query-gpu`` when the library cannot be loaded. Neither creates a CUDA context.
+NVML instead, through NVIDIA's binding (:mod:`notebook_accel.monitor.nvml`), and falls back to
+``nvidia-smi --query-gpu`` when NVML cannot answer. Neither creates a CUDA context.
 
 ``CUDA_VISIBLE_DEVICES`` is honoured the way CUDA does: entries are indices or (prefixes of) UUIDs,
 listed in the order given, and the list stops at the first entry that matches no device. The ``index`` of a
@@ -14,7 +14,6 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import shutil
@@ -22,11 +21,10 @@ import subprocess
 from dataclasses import dataclass, replace
 
 from notebook_accel import environment
+from notebook_accel.monitor.nvml import Nvml
 
 __all__ = ["GpuInfo", "detect_gpus", "visible_gpu_count", "cpu_count", "supports_bf16"]
 
-_NVML_LIBRARY = "libnvidia-ml.so.1"
-_NVML_SUCCESS = 0
 _SMI_TIMEOUT_S = 10.0
 
 
@@ -49,51 +47,20 @@ class GpuInfo:
     uuid: str = ""
 
 
-class _NvmlMemory(ctypes.Structure):
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+def _load_nvml() -> Nvml | None:
+    """An NVML session, or ``None`` when the binding or the driver is missing."""
+    return Nvml.open()
 
 
-def _load_nvml() -> ctypes.CDLL | None:
-    """The NVML library, or ``None`` when there is no NVIDIA driver."""
+def _nvml_gpus(session: Nvml) -> list[GpuInfo] | None:
+    """Every physical GPU via NVML (index = physical index), or ``None`` when NVML cannot list them."""
     try:
-        return ctypes.CDLL(_NVML_LIBRARY)
-    except OSError:
-        return None
-
-
-def _nvml_gpus(lib: ctypes.CDLL) -> list[GpuInfo] | None:
-    """Every physical GPU via NVML (index = physical index), or ``None`` if NVML fails to initialise."""
-    if lib.nvmlInit_v2() != _NVML_SUCCESS:
-        return None
-    try:
-        count = ctypes.c_uint(0)
-        if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != _NVML_SUCCESS:
-            return None
-        gpus: list[GpuInfo] = []
-        for i in range(count.value):
-            handle = ctypes.c_void_p()
-            if lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != _NVML_SUCCESS:
-                continue
-            name = ctypes.create_string_buffer(96)
-            uuid = ctypes.create_string_buffer(96)
-            memory = _NvmlMemory()
-            major, minor = ctypes.c_int(0), ctypes.c_int(0)
-            lib.nvmlDeviceGetName(handle, name, ctypes.c_uint(96))
-            lib.nvmlDeviceGetUUID(handle, uuid, ctypes.c_uint(96))
-            lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory))
-            ok = lib.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor))
-            gpus.append(
-                GpuInfo(
-                    index=i,
-                    name=name.value.decode(errors="replace"),
-                    total_memory_bytes=int(memory.total),
-                    compute_capability=(major.value, minor.value) if ok == _NVML_SUCCESS else None,
-                    uuid=uuid.value.decode(errors="replace"),
-                )
-            )
-        return gpus
+        listed = session.physical_gpus()
     finally:
-        lib.nvmlShutdown()
+        session.close()
+    if listed is None:
+        return None
+    return [GpuInfo(g.index, g.name, g.total_memory_bytes, g.compute_capability, g.uuid) for g in listed]
 
 
 def _parse_smi_line(line: str) -> GpuInfo | None:
@@ -137,11 +104,8 @@ def _smi_gpus() -> list[GpuInfo]:
 @functools.lru_cache(maxsize=1)
 def _physical_gpus() -> tuple[GpuInfo, ...]:
     """Every GPU of the machine, physical indices; cached (GPUs do not come and go during a session)."""
-    lib = _load_nvml()
-    try:
-        gpus = _nvml_gpus(lib) if lib is not None else None
-    except (AttributeError, OSError):  # a driver too old for a function we call: ask nvidia-smi
-        gpus = None
+    session = _load_nvml()
+    gpus = _nvml_gpus(session) if session is not None else None
     if gpus is None:
         gpus = _smi_gpus()
     return tuple(gpus)

@@ -1,15 +1,17 @@
-"""Device facts without CUDA: NVML mocked through ctypes, nvidia-smi mocked, CUDA_VISIBLE_DEVICES honoured."""
+"""Device facts without CUDA: NVML's binding mocked, nvidia-smi mocked, CUDA_VISIBLE_DEVICES honoured."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from notebook_accel import hardware
 from notebook_accel.hardware import GpuInfo
+from notebook_accel.monitor.nvml import Nvml
 
 PHYSICAL = [
     ("NVIDIA A100-SXM4-80GB", 80 * 2**30, (8, 0), "GPU-aaaa-1111"),
@@ -19,46 +21,37 @@ PHYSICAL = [
 
 
 class FakeNvml:
-    """Answers the NVML calls hardware.py makes, writing into the ctypes arguments like the real library."""
+    """Answers the calls of NVIDIA's Python binding (pynvml) that hardware.py makes; raises as it does."""
 
-    def __init__(self, gpus: list[tuple[str, int, tuple[int, int], str]], init_status: int = 0) -> None:
+    def __init__(self, gpus: list[tuple[str, int, tuple[int, int], str]], init_fails: bool = False) -> None:
         self.gpus = gpus
-        self.init_status = init_status
+        self.init_fails = init_fails
         self.shutdowns = 0
 
-    def nvmlInit_v2(self) -> int:  # noqa: N802 - NVML's names
-        return self.init_status
+    def nvmlInit(self) -> None:  # noqa: N802 - NVML's names
+        if self.init_fails:
+            raise RuntimeError("NVML_ERROR_DRIVER_NOT_LOADED")
 
-    def nvmlShutdown(self) -> int:  # noqa: N802
+    def nvmlShutdown(self) -> None:  # noqa: N802
         self.shutdowns += 1
-        return 0
 
-    def nvmlDeviceGetCount_v2(self, count: Any) -> int:  # noqa: N802
-        count._obj.value = len(self.gpus)
-        return 0
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex_v2(self, index: int, handle: Any) -> int:  # noqa: N802
-        handle._obj.value = index + 1
-        return 0
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        return index
 
-    def _gpu(self, handle: Any) -> tuple[str, int, tuple[int, int], str]:
-        return self.gpus[handle.value - 1]
+    def nvmlDeviceGetName(self, handle: int) -> bytes:  # noqa: N802 - older bindings return bytes
+        return self.gpus[handle][0].encode()
 
-    def nvmlDeviceGetName(self, handle: Any, buf: Any, size: Any) -> int:  # noqa: N802
-        buf.value = self._gpu(handle)[0].encode()
-        return 0
+    def nvmlDeviceGetUUID(self, handle: int) -> str:  # noqa: N802
+        return self.gpus[handle][3]
 
-    def nvmlDeviceGetUUID(self, handle: Any, buf: Any, size: Any) -> int:  # noqa: N802
-        buf.value = self._gpu(handle)[3].encode()
-        return 0
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:  # noqa: N802
+        return SimpleNamespace(total=self.gpus[handle][1], used=0, free=self.gpus[handle][1])
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Any, memory: Any) -> int:  # noqa: N802
-        memory._obj.total = self._gpu(handle)[1]
-        return 0
-
-    def nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> int:  # noqa: N802
-        major._obj.value, minor._obj.value = self._gpu(handle)[2]
-        return 0
+    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:  # noqa: N802
+        return self.gpus[handle][2]
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +63,7 @@ def _fresh_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def nvml(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml | None) -> None:
-    monkeypatch.setattr(hardware, "_load_nvml", lambda: fake)
+    monkeypatch.setattr(hardware, "_load_nvml", lambda: None if fake is None else Nvml.open(fake))
 
 
 def test_nvml_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,7 +109,7 @@ def smi(monkeypatch: pytest.MonkeyPatch, outputs: dict[bool, subprocess.Complete
 
 
 def test_nvidia_smi_fallback_when_nvml_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    nvml(monkeypatch, FakeNvml(PHYSICAL, init_status=9))  # NVML_ERROR_DRIVER_NOT_LOADED
+    nvml(monkeypatch, FakeNvml(PHYSICAL, init_fails=True))
     out = "0, NVIDIA A100-SXM4-80GB, 81920, GPU-aaaa, 8.0\n1, Tesla T4, 15360, GPU-bbbb, 7.5\n"
     smi(monkeypatch, {True: subprocess.CompletedProcess([], 0, out, "")})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
@@ -124,10 +117,8 @@ def test_nvidia_smi_fallback_when_nvml_fails(monkeypatch: pytest.MonkeyPatch) ->
 
 
 class OldNvml(FakeNvml):
-    def __getattribute__(self, name: str) -> Any:
-        if name == "nvmlDeviceGetCount_v2":
-            raise AttributeError("undefined symbol: nvmlDeviceGetCount_v2")
-        return super().__getattribute__(name)
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802 - the binding raises NVMLError_FunctionNotFound
+        raise RuntimeError("Function Not Found")
 
 
 def test_old_driver_without_an_nvml_function_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:

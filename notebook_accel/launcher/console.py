@@ -22,7 +22,8 @@ import time
 from typing import Callable, Literal, TextIO
 
 from notebook_accel.engine_label import PLAIN_ENGINES
-from notebook_accel.events import EngineReady, Event, Log, Metrics, Progress, RunInfo, RunOutcome
+from notebook_accel.events import EngineReady, Event, Log, Metrics, Progress, RunInfo, RunOutcome, SystemSample
+from notebook_accel.monitor.summary import SystemSummary, sample_line
 from notebook_accel.terminal import strip_ansi
 
 __all__ = ["ConsoleSink", "TerminalOutput", "describe_launch"]
@@ -157,6 +158,7 @@ class ConsoleSink:
         prefix_template: str | None = None,
         progress_interval: float = 1.0,
         metrics_interval: float = 5.0,
+        system_interval: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.show_all_ranks = show_all_ranks
@@ -171,6 +173,9 @@ class ConsoleSink:
         self._out = TerminalOutput()
         self._log_dir = ""
         self._engine = ""
+        self._system_interval = system_interval
+        self._last_system = -float("inf")
+        self._summary = SystemSummary()
 
     def _write(self, stream: TextIO, text: str) -> None:
         """Write whole lines and flush, so they reach the cell or terminal now (under the live area)."""
@@ -193,6 +198,17 @@ class ConsoleSink:
             self._metrics(event)
         elif isinstance(event, EngineReady) and event.rank == self.main_rank:
             self._engine_line(event.engine)
+        elif isinstance(event, SystemSample):
+            self._system(event)
+
+    def _system(self, sample: SystemSample) -> None:
+        """Keep the sample for the closing summary; print a one-line view every ``system_interval`` seconds."""
+        self._summary.add(sample)
+        now = self._clock()
+        if now - self._last_system >= self._system_interval:
+            if self._last_system > -float("inf"):  # not at the very start: the first sample shows little
+                self._write(sys.stdout, sample_line(sample))
+            self._last_system = now
 
     def _engine_line(self, engine: str) -> None:
         """``Engine: FSDP FULL_SHARD`` when the Accelerator runs another engine than the launch line said (plain
@@ -244,8 +260,10 @@ class ConsoleSink:
         self._write(sys.stdout, f"{where}: {values}")
 
     def finish(self, outcome: RunOutcome) -> None:
-        """One closing line (to stderr when the run did not finish)."""
+        """One closing line (to stderr when the run did not finish), after the run's system summary."""
         self._out.clear()
+        if self._summary.ranks:
+            self._write(sys.stdout, "System: " + "; ".join(self._summary.lines()))
         elapsed = f"{outcome.elapsed:.1f} s"
         if outcome.status == "finished":
             self._write(sys.stdout, f"Finished in {elapsed}")

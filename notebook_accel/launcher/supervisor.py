@@ -37,6 +37,7 @@ from notebook_accel.launcher.output import RankOutput
 from notebook_accel.launcher.processes import end_groups, signal_worker
 from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
+from notebook_accel.monitor.sampler import SystemSampler, memory_death_note
 
 __all__ = ["finish_aborted", "supervise", "signal_name", "GRACE_SECONDS", "StopRequested"]
 
@@ -63,8 +64,11 @@ def signal_name(exit_code: int | None) -> str | None:
         return f"signal {-exit_code}"
 
 
-def _death_message(exit_code: int, name: str | None) -> str:
-    """How a worker that sent no exception ended, for the error message."""
+def _death_message(exit_code: int, name: str | None, memory_note: str | None = None) -> str:
+    """How a worker that sent no exception ended, for the error message (``memory_note``: what the last system
+    sample says about memory running out, for a SIGKILL)."""
+    if name == "SIGKILL" and memory_note:
+        return f"killed by SIGKILL (exit code {exit_code}) before the function returned: {memory_note}"
     if name is not None:
         hint = " (the out-of-memory killer sends SIGKILL: check memory use, e.g. with dmesg)" if name == "SIGKILL" else ""
         return f"killed by {name} (exit code {exit_code}) before the function returned{hint}"
@@ -100,6 +104,7 @@ class _Supervisor:
         self.timed_out = False
         self.next_tick = 0.0
         self.saved: str | None = None  # the last checkpoint the run committed (a restart resumes from it)
+        self.sampler = _sampler(handles)
 
     # -- reading ------------------------------------------------------------------------------------------
     def on_conn(self, conn: Connection, budget: int | None = None) -> None:
@@ -210,7 +215,9 @@ class _Supervisor:
         elif handle.rank in self.stopped and name in ("SIGTERM", "SIGKILL"):
             return  # stopped by us because another rank failed
         else:
-            self.failures[handle.rank] = WorkerFailure(handle.rank, code, name, "", _death_message(code, name), "")
+            note = memory_death_note(self.sampler.last, handle.rank) if self.sampler is not None else None
+            self.failures[handle.rank] = WorkerFailure(handle.rank, code, name, "", _death_message(code, name, note),
+                                                       "")
             self.begin_stop()
 
     # -- stopping -----------------------------------------------------------------------------------------
@@ -247,6 +254,8 @@ class _Supervisor:
                 continue
             target = self.next_stop if self.stop_stage else deadline
             due = self.next_output_due()
+            if self.sampler is not None:
+                due = self.sampler.next_due if due is None else min(due, self.sampler.next_due)
             if due is not None:
                 target = due if target is None else min(target, due)
             limit = _MAX_WAIT if target is None else min(_MAX_WAIT, max(0.0, target - now))
@@ -267,9 +276,27 @@ class _Supervisor:
                 if not isinstance(obj, Connection) and obj in self.sentinels:
                     self.on_exit(obj)
             self.flush_output()
+            self.sample_system()
             if tick is not None and time.monotonic() >= self.next_tick:
                 self.next_tick = time.monotonic() + TICK_SECONDS
                 tick(self.next_tick - TICK_SECONDS)
+
+    def sample_system(self) -> None:
+        """Hand the sink a system sample when one is due (a sampling error ends sampling, never the run)."""
+        if self.sampler is None or not self.sampler.due(time.monotonic()) or not self.sentinels:
+            return
+        try:
+            sample = self.sampler.sample()
+        except Exception:  # noqa: BLE001 - psutil/NVML trouble must not cost the run
+            self.close_sampler()
+            return
+        self.sink.handle(sample)
+
+    def close_sampler(self) -> None:
+        """Stop sampling (keeps the last sample for :func:`memory_death_note`)."""
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler.next_due = float("inf")
 
     def stop_now(self) -> None:
         """Interrupt or internal error: TERM, grace on the sentinels only, KILL, reap. Ignores further SIGINTs."""
@@ -309,6 +336,14 @@ class _Supervisor:
                 f.summary() for f in worker_error.failures)
             return RunOutcome("failed", elapsed, summary, tuple(self.failures)), worker_error
         return RunOutcome("finished", elapsed), None
+
+
+def _sampler(handles: Sequence[WorkerHandle]) -> SystemSampler | None:
+    """A system sampler for the started workers, or ``None`` when one cannot be made here."""
+    try:
+        return SystemSampler({h.rank: h.pid or h.process.pid or 0 for h in handles}, {h.rank: h.device for h in handles})
+    except Exception:  # noqa: BLE001 - monitoring is a convenience: psutil or NVML trouble must not stop a launch
+        return None
 
 
 def _readable(fd: int) -> bool:
@@ -393,9 +428,11 @@ def supervise(
             before()
         state.loop(timeout)
     except BaseException as e:
+        state.close_sampler()
         state.stop_now()
         finish_aborted(sink, e, time.monotonic() - start_time, "launcher error")
         raise
+    state.close_sampler()
     close_handles(handles)
     end_leftovers(handles)
     outcome, error = state.outcome_error(time.monotonic() - start_time, timeout)

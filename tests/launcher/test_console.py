@@ -97,3 +97,25 @@ def test_closing_line(outcome: RunOutcome, stream: str, text: str, capsys: pytes
     ConsoleSink().finish(outcome)
     captured = capsys.readouterr()
     assert getattr(captured, stream) == text
+
+
+def test_system_samples_make_a_line_every_interval_and_a_closing_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    from notebook_accel.events import RankSystem, SystemSample
+
+    gib = 1024**3
+    clock = Clock()
+    sink = ConsoleSink(clock=clock, system_interval=30.0)
+    for second in range(61):
+        clock.now = float(second)
+        gpu = {"gpu_utilization": 80.0 + second % 2 * 10, "gpu_memory_used": 30 * gib, "gpu_memory_total": 80 * gib,
+               "gpu_peak_memory": 31 * gib, "gpu_temperature": 64.0, "gpu_power_watts": 310.0}
+        ranks = (RankSystem(0, 100.0, gib, 2 * gib, **gpu), RankSystem(1, 50.0, gib // 2, gib, **gpu))
+        sink.handle(SystemSample(float(second), ranks, 17 * gib, 24 * gib))
+    sink.finish(RunOutcome("finished", 61.0))
+    lines = capsys.readouterr().out.splitlines()
+    system = [line for line in lines if line.startswith("system: ")]
+    assert len(system) == 2  # at 30 s and 60 s: a line every half minute, not a flood
+    assert system[0] == ("system: rank 0 cpu 100% 1.0 GiB, gpu 80% 30.0 GiB/80.0 GiB 64°C 310 W · rank 1 cpu 50% "
+                         "0.5 GiB, gpu 80% 30.0 GiB/80.0 GiB 64°C 310 W · machine 17.0 GiB free")
+    assert lines[-2] == ("System: rank 0: mean CPU 100%, peak memory 2.0 GiB, mean GPU 85%, peak GPU memory 31.0 GiB; "
+                         "rank 1: mean CPU 50%, peak memory 1.0 GiB, mean GPU 85%, peak GPU memory 31.0 GiB")

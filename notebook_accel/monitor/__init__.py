@@ -1,0 +1,14 @@
+"""Watching the machine while a run trains: each worker's CPU and memory (its whole process tree), the machine's
+free memory, and each GPU's utilisation, memory, temperature and power (through NVML, never the CUDA runtime).
+
+The launcher samples in the kernel (:class:`~notebook_accel.monitor.sampler.SystemSampler`) and hands a
+:class:`~notebook_accel.events.SystemSample` to the sink about once a second; nothing runs in the workers.
+"""
+
+from __future__ import annotations
+
+from notebook_accel.monitor.host import TreeMeter, machine_memory
+from notebook_accel.monitor.nvml import GpuReading, Nvml
+from notebook_accel.monitor.sampler import SystemSampler, memory_death_note
+
+__all__ = ["GpuReading", "Nvml", "SystemSampler", "TreeMeter", "machine_memory", "memory_death_note"]

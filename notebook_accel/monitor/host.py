@@ -1,0 +1,134 @@
+"""A process tree's CPU use and resident memory and the machine's memory (through psutil), and the memory cgroup
+limit a process runs under (a container's or a job scheduler's, often far below the machine's).
+
+A worker's DataLoader workers and whatever else it started are its children: their CPU time and memory count as
+the worker's (a rank that is slow because its eight loader processes fight for four cores shows as busy).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+__all__ = ["TreeMeter", "cgroup_memory", "machine_memory"]
+
+
+class TreeMeter:
+    """CPU % and resident bytes of ``pid`` and its descendants, between one :meth:`read` and the next.
+
+    CPU % is the tree's CPU seconds over wall seconds since the previous read (100 = one core busy). A child
+    that ended between two reads takes its CPU seconds with it; the loss is at most one interval's worth.
+
+    Example:
+        >>> import os
+        >>> meter = TreeMeter(os.getpid())
+        >>> cpu, rss = meter.read()
+        >>> rss > 0
+        True
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._process: psutil.Process | None = None
+        self._cpu: dict[int, float] = {}  # CPU seconds per member at the previous read
+        self._last = time.monotonic()
+        try:
+            self._process = psutil.Process(pid)
+        except psutil.Error:
+            self._process = None
+        self.read()
+
+    def read(self) -> tuple[float, int]:
+        """``(cpu_percent, rss_bytes)`` of the tree now; ``(0.0, 0)`` once the process is gone."""
+        now = time.monotonic()
+        elapsed, self._last = max(now - self._last, 1e-6), now
+        if self._process is None:
+            return 0.0, 0
+        try:
+            members = [self._process, *self._process.children(recursive=True)]
+        except psutil.Error:
+            return 0.0, 0
+        cpu: dict[int, float] = {}
+        rss = 0
+        busy = 0.0
+        for member in members:
+            try:
+                with member.oneshot():
+                    times = member.cpu_times()
+                    seconds = times.user + times.system
+                    rss += member.memory_info().rss
+            except psutil.Error:
+                continue
+            cpu[member.pid] = seconds
+            busy += seconds - self._cpu.get(member.pid, 0.0)  # a member new since the last read: all of it
+        first = not self._cpu
+        self._cpu = cpu
+        return (0.0 if first else max(0.0, 100.0 * busy / elapsed)), rss
+
+
+def machine_memory() -> tuple[int, int]:
+    """``(available_bytes, total_bytes)`` of the machine's memory (what can be used without swapping).
+
+    Example:
+        >>> available, total = machine_memory()
+        >>> 0 < available <= total
+        True
+    """
+    memory = psutil.virtual_memory()
+    return int(memory.available), int(memory.total)
+
+
+_UNLIMITED = 1 << 60  # cgroup files write "max" (v2) or a huge page-rounded number (v1) for "no limit"
+_CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _read_int(path: str) -> int | None:
+    """An integer file of the cgroup file system, ``None`` when absent, unreadable or "max"."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and int(text) < _UNLIMITED else None
+
+
+def _group_dirs(pid: int) -> list[tuple[str, str, str]]:
+    """``(folder, limit file, usage file)`` of ``pid``'s memory cgroup and each ancestor, innermost first."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):  # cgroup v1
+            base, limit, usage = f"{_CGROUP_ROOT}/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
+        elif controllers == "":  # cgroup v2 (mounted at the root, or at unified/ beside v1)
+            base = _CGROUP_ROOT if os.path.exists(f"{_CGROUP_ROOT}/cgroup.controllers") else f"{_CGROUP_ROOT}/unified"
+            limit, usage = "memory.max", "memory.current"
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        found += [(os.path.join(base, *parts[:depth]), limit, usage) for depth in range(len(parts), -1, -1)]
+    return found
+
+
+def cgroup_memory(pid: int) -> tuple[int | None, int | None]:
+    """``(limit, usage)`` in bytes of the tightest memory cgroup limit over ``pid`` (a container's, or one a job
+    scheduler set), or ``(None, None)`` when nothing limits it below the machine's memory.
+
+    Example:
+        >>> import os
+        >>> limit, usage = cgroup_memory(os.getpid())
+        >>> limit is None or limit > 0
+        True
+    """
+    best: tuple[int | None, int | None] = (None, None)
+    for folder, limit_file, usage_file in _group_dirs(pid):
+        limit = _read_int(os.path.join(folder, limit_file))
+        if limit is not None and (best[0] is None or limit < best[0]):
+            best = (limit, _read_int(os.path.join(folder, usage_file)))
+    return best

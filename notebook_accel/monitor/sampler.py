@@ -1,0 +1,125 @@
+"""The launcher's sampler: every local worker's process tree and GPU, and the machine's memory, once a second.
+
+It runs in the kernel on the supervising loop (a sample reads /proc through psutil and asks NVML; about a
+millisecond for a few workers), costs the workers nothing, and stops with the run. The last sample explains a
+worker the kernel killed for memory (:func:`memory_death_note`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from notebook_accel import hardware
+from notebook_accel.events import RankSystem, SystemSample
+from notebook_accel.monitor.host import TreeMeter, cgroup_memory, machine_memory
+from notebook_accel.monitor.nvml import Nvml
+
+__all__ = ["SAMPLE_SECONDS", "SystemSampler", "memory_death_note"]
+
+SAMPLE_SECONDS = 1.0
+_GIB = 1024**3
+
+
+class SystemSampler:
+    """Samples the workers ``{rank: pid}`` on the devices ``{rank: "cpu" | "cuda:<i>"}``.
+
+    Args:
+        workers: each local rank's process id.
+        devices: each local rank's device, as the launcher chose it.
+        interval: seconds between samples.
+        nvml: an open NVML session (``None``: opened here when a worker has a GPU).
+
+    Example:
+        >>> import os
+        >>> sampler = SystemSampler({0: os.getpid()}, {0: "cpu"})
+        >>> sampler.sample().ranks[0].rss_bytes > 0
+        True
+        >>> sampler.close()
+    """
+
+    def __init__(self, workers: Mapping[int, int], devices: Mapping[int, str], interval: float = SAMPLE_SECONDS,
+                 nvml: Nvml | None = None) -> None:
+        self.interval = interval
+        self.meters = {rank: TreeMeter(pid) for rank, pid in sorted(workers.items())}
+        self.peak_rss: dict[int, int] = dict.fromkeys(self.meters, 0)
+        self.peak_gpu: dict[int, int] = {}
+        self.last: SystemSample | None = None
+        self.next_due = time.monotonic() + interval
+        self._uuids = _gpu_uuids(devices)
+        self._own_nvml = nvml is None and bool(self._uuids)
+        self._nvml = Nvml.open() if self._own_nvml else nvml
+
+    def due(self, now: float) -> bool:
+        """Whether a sample is due at ``now`` (``time.monotonic()``)."""
+        return now >= self.next_due
+
+    def sample(self) -> SystemSample:
+        """Read everything now and remember it as :attr:`last`."""
+        self.next_due = time.monotonic() + self.interval
+        available, total = machine_memory()
+        ranks = []
+        for rank, meter in self.meters.items():
+            cpu, rss = meter.read()
+            self.peak_rss[rank] = max(self.peak_rss[rank], rss)
+            gpu = self._nvml.read(self._uuids[rank]) if self._nvml is not None and rank in self._uuids else None
+            used = gpu.memory_used if gpu is not None else None
+            if used is not None:
+                self.peak_gpu[rank] = max(self.peak_gpu.get(rank, 0), used)
+            limit, group_usage = cgroup_memory(meter.pid)
+            ranks.append(RankSystem(
+                rank, round(cpu, 1), rss, self.peak_rss[rank],
+                gpu.utilization if gpu else None, used, gpu.memory_total if gpu else None,
+                self.peak_gpu.get(rank), gpu.temperature if gpu else None, gpu.power_watts if gpu else None,
+                limit if limit is not None and limit < total else None, group_usage,
+            ))
+        self.last = SystemSample(time.time(), tuple(ranks), available, total)
+        return self.last
+
+    def close(self) -> None:
+        """End the NVML session this sampler opened."""
+        if self._own_nvml and self._nvml is not None:
+            self._nvml.close()
+            self._nvml = None
+
+
+def _gpu_uuids(devices: Mapping[int, str]) -> dict[int, str]:
+    """``{rank: GPU UUID}`` for the ranks on ``cuda:<i>`` (``CUDA_VISIBLE_DEVICES`` applied, as the workers see)."""
+    wanted = {rank: int(device.split(":")[1]) for rank, device in devices.items()
+              if device.startswith("cuda:") and device.split(":")[1].isdigit()}
+    if not wanted:
+        return {}
+    visible = hardware.detect_gpus()
+    return {rank: visible[i].uuid for rank, i in wanted.items() if i < len(visible) and visible[i].uuid}
+
+
+def memory_death_note(sample: SystemSample | None, rank: int) -> str | None:
+    """Why a rank killed by SIGKILL most likely met the out-of-memory killer, from the last sample before its
+    death, or ``None`` when that sample does not show memory running out.
+
+    Running out: the rank's memory cgroup (a container's limit) was at 80% or more of its limit, or its process
+    tree held 70% of that limit; without a cgroup limit, under a tenth of the machine's memory was available or
+    the tree held half of it.
+    """
+    if sample is None:
+        return None
+    mine = next((r for r in sample.ranks if r.rank == rank), None)
+    if mine is None or sample.host_total <= 0:
+        return None
+    ago = max(0.0, time.time() - sample.time)
+    held = (f"{ago:.1f} s before it died, rank {rank}'s processes had {mine.rss_bytes / _GIB:.2f} GiB resident (pages "
+            "shared with the kernel included)")
+    fix = "Use a smaller batch, fewer DataLoader workers or processes, or more memory"
+    if mine.memory_limit is not None:
+        group = mine.memory_group_usage or 0
+        if group >= 0.8 * mine.memory_limit or mine.rss_bytes >= 0.7 * mine.memory_limit:
+            return (f"most likely the out-of-memory killer: {held}, and the memory cgroup it runs in (a container's "
+                    f"or a scheduler's limit) held {group / _GIB:.2f} GiB of its {mine.memory_limit / _GIB:.2f} GiB "
+                    f"limit. {fix}")
+        return None
+    if sample.host_available < 0.1 * sample.host_total or mine.rss_bytes >= 0.5 * sample.host_total:
+        workers = sum(r.rss_bytes for r in sample.ranks)
+        return (f"most likely the out-of-memory killer: {held} (all workers {workers / _GIB:.2f} GiB) of the "
+                f"machine's {sample.host_total / _GIB:.1f} GiB, with {sample.host_available / _GIB:.2f} GiB still "
+                f"available. {fix}")
+    return None

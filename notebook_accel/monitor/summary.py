@@ -1,0 +1,92 @@
+"""System samples in words: a one-line view of a sample, and a run's per-rank summary (means and peaks).
+
+Used by the console sink (a line every half minute, the summary at the end) and by whatever shows the final
+result, so every surface says the same thing the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from notebook_accel.events import RankSystem, SystemSample
+
+__all__ = ["SystemSummary", "gib", "sample_line"]
+
+
+def gib(n: int | None) -> str:
+    """Bytes as GiB with one decimal (``"1.5 GiB"``), ``"?"`` when unknown."""
+    return "?" if n is None else f"{n / 1024**3:.1f} GiB"
+
+
+def _rank_text(r: RankSystem) -> str:
+    """One rank's figures, GPU ones only where known."""
+    text = f"rank {r.rank} cpu {r.cpu_percent:.0f}% {gib(r.rss_bytes)}"
+    if r.gpu_utilization is not None:
+        text += f", gpu {r.gpu_utilization:.0f}%"
+    if r.gpu_memory_used is not None:
+        text += f" {gib(r.gpu_memory_used)}/{gib(r.gpu_memory_total)}"
+    if r.gpu_temperature is not None:
+        text += f" {r.gpu_temperature:.0f}°C"
+    if r.gpu_power_watts is not None:
+        text += f" {r.gpu_power_watts:.0f} W"
+    return text
+
+
+def sample_line(sample: SystemSample) -> str:
+    """``system: rank 0 cpu 98% 1.2 GiB, gpu 91% 30.2 GiB/80.0 GiB 64°C 310 W · ... · machine 17.9 GiB free``."""
+    parts = [_rank_text(r) for r in sample.ranks] + [f"machine {gib(sample.host_available)} free"]
+    return "system: " + " · ".join(parts)
+
+
+@dataclass
+class _RankTotals:
+    """Running sums of one rank's samples."""
+
+    samples: int = 0
+    cpu: float = 0.0
+    gpu: float = 0.0
+    gpu_samples: int = 0
+    peak_rss: int = 0
+    peak_gpu: int | None = None
+
+
+@dataclass
+class SystemSummary:
+    """Accumulates a run's samples; :meth:`lines` gives one line per rank (mean use, peak memory).
+
+    Example:
+        >>> import time
+        >>> summary = SystemSummary()
+        >>> summary.add(SystemSample(time.time(), (RankSystem(0, 50.0, 2**30, 2**30),), 2**33, 2**34))
+        >>> summary.lines()
+        ['rank 0: mean CPU 50%, peak memory 1.0 GiB']
+    """
+
+    ranks: dict[int, _RankTotals] = field(default_factory=dict)
+    last: SystemSample | None = None
+
+    def add(self, sample: SystemSample) -> None:
+        """Take one sample into the sums."""
+        self.last = sample
+        for r in sample.ranks:
+            totals = self.ranks.setdefault(r.rank, _RankTotals())
+            totals.samples += 1
+            totals.cpu += r.cpu_percent
+            totals.peak_rss = max(totals.peak_rss, r.peak_rss_bytes)
+            if r.gpu_utilization is not None:
+                totals.gpu += r.gpu_utilization
+                totals.gpu_samples += 1
+            if r.gpu_peak_memory is not None:
+                totals.peak_gpu = max(totals.peak_gpu or 0, r.gpu_peak_memory)
+
+    def lines(self) -> list[str]:
+        """``rank 0: mean CPU 97%, peak memory 1.3 GiB[, mean GPU 88%, peak GPU memory 31.0 GiB]`` per rank."""
+        out = []
+        for rank, t in sorted(self.ranks.items()):
+            line = f"rank {rank}: mean CPU {t.cpu / max(t.samples, 1):.0f}%, peak memory {gib(t.peak_rss)}"
+            if t.gpu_samples:
+                line += f", mean GPU {t.gpu / t.gpu_samples:.0f}%"
+            if t.peak_gpu is not None:
+                line += f", peak GPU memory {gib(t.peak_gpu)}"
+            out.append(line)
+        return out

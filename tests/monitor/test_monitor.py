@@ -1,0 +1,195 @@
+"""The system monitor: process-tree CPU and memory, cgroup limits, NVML through a fake binding, the launcher's
+samples, and an out-of-memory death explained with figures."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from notebook_accel import notebook_launcher
+from notebook_accel.events import RankSystem, SystemSample
+from notebook_accel.launcher.errors import WorkerError
+from notebook_accel.monitor import Nvml, SystemSampler, TreeMeter, memory_death_note
+from notebook_accel.monitor import sampler as sampler_module
+from notebook_accel.monitor.host import cgroup_memory
+from tests.launcher.recording import RecordingSink
+from tests.monitor import workers
+
+GIB = 1024**3
+
+
+class FakeNvml:
+    """A stand-in for the pynvml module: two GPUs, the second without power readings."""
+
+    NVML_TEMPERATURE_GPU = 0
+
+    class NotSupported(Exception):
+        pass
+
+    def __init__(self) -> None:
+        self.initialised = False
+
+    def nvmlInit(self) -> None:
+        self.initialised = True
+
+    def nvmlShutdown(self) -> None:
+        self.initialised = False
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:
+        return int(uuid[-1])
+
+    def nvmlDeviceGetName(self, h: int) -> bytes:
+        return b"Fake H100"
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return f"GPU-{h}"
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+        return SimpleNamespace(total=80 * GIB, used=(10 + h) * GIB, free=(70 - h) * GIB)
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:
+        return (9, 0)
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
+        return SimpleNamespace(gpu=90 - 60 * h, memory=10)
+
+    def nvmlDeviceGetTemperature(self, h: int, kind: int) -> int:
+        return 60 + h
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        if h == 1:
+            raise self.NotSupported()
+        return 350_000
+
+
+def test_nvml_reads_every_figure_and_unknown_ones_are_none() -> None:
+    binding = FakeNvml()
+    session = Nvml.open(binding)
+    assert session is not None and binding.initialised
+    gpus = session.physical_gpus()
+    assert [(g.index, g.name, g.uuid, g.compute_capability) for g in gpus] == [
+        (0, "Fake H100", "GPU-0", (9, 0)), (1, "Fake H100", "GPU-1", (9, 0))]
+    first, second = session.read("GPU-0"), session.read("GPU-1")
+    assert first is not None and second is not None
+    assert (first.utilization, first.memory_used, first.temperature, first.power_watts) == (90.0, 10 * GIB, 60.0, 350.0)
+    assert second.power_watts is None and second.utilization == 30.0
+    session.close()
+    assert not binding.initialised
+
+
+def test_nvml_without_a_driver_is_none() -> None:
+    class NoDriver(FakeNvml):
+        def nvmlInit(self) -> None:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    assert Nvml.open(NoDriver()) is None
+
+
+def test_the_sampler_reads_each_ranks_gpu_by_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
+    from notebook_accel.hardware import GpuInfo
+
+    visible = [GpuInfo(0, "Fake", 80 * GIB, (9, 0), "GPU-1"), GpuInfo(1, "Fake", 80 * GIB, (9, 0), "GPU-0")]
+    monkeypatch.setattr(sampler_module.hardware, "detect_gpus", lambda: visible)  # CUDA_VISIBLE_DEVICES=1,0
+    session = Nvml.open(FakeNvml())
+    sampler = SystemSampler({0: os.getpid(), 1: os.getpid()}, {0: "cuda:0", 1: "cuda:1"}, nvml=session)
+    sample = sampler.sample()
+    by_rank = {r.rank: r for r in sample.ranks}
+    assert by_rank[0].gpu_utilization == 30.0 and by_rank[1].gpu_utilization == 90.0  # cuda:0 is physical GPU 1
+    assert by_rank[0].gpu_peak_memory == 11 * GIB and by_rank[0].gpu_power_watts is None
+    assert by_rank[1].gpu_temperature == 60.0 and by_rank[1].gpu_memory_total == 80 * GIB
+
+
+def test_a_tree_meter_counts_children() -> None:
+    import subprocess
+    import sys
+
+    meter = TreeMeter(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "x = bytearray(200 << 20); import time; t = time.time()\n"
+                              "while time.time() - t < 1.5: pass"])
+    try:
+        time.sleep(1.0)
+        cpu, rss = meter.read()
+    finally:
+        child.wait()
+    assert rss > 200 << 20  # the child's 200 MB count as ours
+    assert cpu > 30.0  # the child kept a core busy
+
+
+def _sample(rss: int, available: int, total: int, limit: int | None = None, group: int | None = None) -> SystemSample:
+    return SystemSample(time.time(), (RankSystem(1, 0.0, rss, rss, memory_limit=limit, memory_group_usage=group),),
+                        available, total)
+
+
+def test_memory_deaths_are_blamed_on_memory_only_with_evidence() -> None:
+    assert memory_death_note(None, 1) is None
+    assert memory_death_note(_sample(1 * GIB, 20 * GIB, 24 * GIB), 1) is None  # plenty left: no guess
+    assert memory_death_note(_sample(1 * GIB, 20 * GIB, 24 * GIB), 0) is None  # no figures for that rank
+    note = memory_death_note(_sample(13 * GIB, 1 * GIB, 24 * GIB), 1)
+    assert note is not None and "out-of-memory killer" in note and "13.00 GiB" in note and "24.0 GiB" in note
+    in_group = memory_death_note(_sample(GIB // 4, 20 * GIB, 24 * GIB, limit=GIB // 3, group=GIB // 3 - 1), 1)
+    assert in_group is not None and "cgroup" in in_group and "0.33 GiB limit" in in_group
+    assert memory_death_note(_sample(GIB // 10, 20 * GIB, 24 * GIB, limit=GIB, group=GIB // 5), 1) is None
+
+
+@pytest.mark.timeout(120)
+def test_a_launch_hands_the_sink_samples_of_every_rank() -> None:
+    sink = RecordingSink()
+    notebook_launcher(workers.busy, (2.5,), num_processes=2, dashboard=sink)
+    samples = sink.of_type(SystemSample)
+    assert len(samples) >= 2  # about one a second
+    last = samples[-1]
+    assert isinstance(last, SystemSample) and {r.rank for r in last.ranks} == {0, 1}
+    assert all(r.rss_bytes > 16 << 20 and r.peak_rss_bytes >= r.rss_bytes for r in last.ranks)
+    assert any(r.cpu_percent > 20 for s in samples for r in s.ranks)  # type: ignore[attr-defined]
+    assert 0 < last.host_available <= last.host_total
+
+
+@pytest.fixture
+def small_memory_cgroup() -> Iterator[Path]:
+    """A memory cgroup (v1 or v2) limited to 160 MiB under this process's own, or a skip."""
+    own = next((line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()
+                if "memory" in line.split(":", 2)[1].split(",")), None)
+    if own is None:
+        pytest.skip("no cgroup v1 memory controller here")
+    folder = Path("/sys/fs/cgroup/memory") / own[2].lstrip("/") / f"notebook-accel-test-{os.getpid()}"
+    try:
+        folder.mkdir()
+        (folder / "memory.limit_in_bytes").write_text(str(160 << 20))
+    except OSError as e:
+        pytest.skip(f"cannot make a memory cgroup here ({e}); needs root and a writable cgroup file system")
+    try:
+        yield folder
+    finally:
+        for _ in range(50):
+            try:
+                folder.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_for_memory_gets_an_error_with_the_figures(small_memory_cgroup: Path) -> None:
+    with pytest.raises(WorkerError) as caught:
+        notebook_launcher(workers.grow_in_cgroup, (str(small_memory_cgroup / "cgroup.procs"),), num_processes=2,
+                          dashboard=False, timeout=60)
+    message = str(caught.value)
+    assert "rank 1" in message and "SIGKILL" in message and "out-of-memory killer" in message
+    assert "memory cgroup" in message and "0.16 GiB limit" in message
+
+
+def test_cgroup_memory_of_this_process_is_a_limit_or_none() -> None:
+    limit, usage = cgroup_memory(os.getpid())
+    assert limit is None or (limit > 0 and (usage is None or usage >= 0))
