@@ -3,7 +3,9 @@
 Two processes (forked by ``notebook_launcher``, gloo on CPU) train two copies of a small MLP on the same data:
 one through ``Accelerator.prepare`` / ``accumulate`` / ``backward`` / the wrapped optimizer and prepared loader,
 one with ``DistributedDataParallel``, a ``DistributedSampler`` and a plain ``DataLoader``, plus a second identical
-raw loop as an A/A control. Chunks of CHUNK steps rotate between the three (who goes first changes every round) so
+raw loop as an A/A control, and the Accelerator loop again with the step-time monitor paused
+(:func:`notebook_accel.monitor.steps.paused`: no clock reads, no DDP model watched), whose ratio to the
+monitored one is the monitor's cost (target <= 1.005x). Chunks of CHUNK steps rotate between the three (who goes first changes every round) so
 all see the same machine state; the script prints each median time per step, the median of the per-round ratios
 (Accelerator / raw; target <= 1.02x), and the A/A ratio, the harness's own noise floor on this machine. Each is
 given for wall time and for the main thread's CPU time (``time.thread_time``: the Python work the Accelerator adds,
@@ -25,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from notebook_accel import Accelerator, channel, notebook_launcher
+from notebook_accel.monitor import steps
 
 WIDTH, BATCH, STEPS, CHUNK = 256, 32, 48, 16
 
@@ -108,15 +111,26 @@ def measure(rounds: int, progress: bool = True) -> dict[str, float]:
     model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=1e-3),
                                                    DataLoader(data, batch_size=BATCH, shuffle=True))
     accelerated = _Batches(loader)
+    with steps.paused():
+        quiet_model = _mlp()
+        quiet_model, quiet_optimizer, quiet_loader = accelerator.prepare(
+            quiet_model, torch.optim.SGD(quiet_model.parameters(), lr=1e-3),
+            DataLoader(data, batch_size=BATCH, shuffle=True))
+    quiet = _Batches(quiet_loader)
+
+    def unmonitored() -> tuple[float, float]:
+        with steps.paused():
+            return _chunk_accelerated(accelerator, quiet_model, quiet_optimizer, quiet)
+
     contenders = {"raw": raw, "accel": lambda: _chunk_accelerated(accelerator, model, optimizer, accelerated),
-                  "raw2": raw_setup()}
+                  "raw2": raw_setup(), "unmonitored": unmonitored}
     names = list(contenders)
     for name in names * 2:  # warm-up
         contenders[name]()
     wall: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        order = names[r % 3 :] + names[: r % 3]  # rotate who goes first
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
         measured = {name: contenders[name]() for name in order}
         reduced = torch.tensor([measured[name] for name in names], dtype=torch.float64)
         dist.all_reduce(reduced, op=dist.ReduceOp.MAX)  # a step is as slow as the slowest rank
@@ -133,7 +147,8 @@ def measure(rounds: int, progress: bool = True) -> dict[str, float]:
             "ratio": ratio(wall, "accel", "raw"), "aa": ratio(wall, "raw2", "raw"),
             "raw_cpu": statistics.median(cpu["raw"]), "accel_cpu": statistics.median(cpu["accel"]),
             "cpu_ratio": ratio(cpu, "accel", "raw"), "cpu_aa": ratio(cpu, "raw2", "raw"),
-            "min_ratio": min(cpu["accel"]) / min(cpu["raw"]), "min_aa": min(cpu["raw2"]) / min(cpu["raw"]), "n": n}
+            "min_ratio": min(cpu["accel"]) / min(cpu["raw"]), "min_aa": min(cpu["raw2"]) / min(cpu["raw"]), "n": n,
+            "monitor": ratio(wall, "accel", "unmonitored"), "monitor_cpu": ratio(cpu, "accel", "unmonitored")}
 
 
 def main() -> None:
@@ -157,6 +172,8 @@ def main() -> None:
           "(two identical raw loops: this run's noise floor)")
     print(f"fastest chunks, CPU:          {result['min_ratio']:.3f}x Accelerator / raw, {result['min_aa']:.3f}x A/A "
           "(least-disturbed chunks, as timeit's min)")
+    print(f"step-time monitor on / off:   {result['monitor']:.3f}x wall, {result['monitor_cpu']:.3f}x CPU "
+          "(Accelerator loop with and without the step clock; target <= 1.005x)")
 
 if __name__ == "__main__":
     main()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from notebook_accel.compat_methods import CompatMethods
 from notebook_accel.data import PreparedDataLoader, prepare_data_loader, skip_first_batches
 from notebook_accel.engine_label import report_engine
 from notebook_accel.model import unwrap_model
+from notebook_accel.monitor import steps
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.plugins import (
@@ -267,7 +269,11 @@ class Accelerator(CompatMethods, ProcessFacade):
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, divided by the accumulation steps and scaled under fp16 (under DeepSpeed, its
         ``engine.backward`` and, on the batch that syncs gradients, ``engine.step``)."""
+        step_clock = steps.clock()
+        started = time.perf_counter()
         self._engine.backward(loss, self.gradient_state, self.scaler, **kwargs)
+        if step_clock is not None:
+            step_clock.backward(time.perf_counter() - started)
 
     def _do_sync(self) -> None:
         """Advance the accumulation counter and decide whether this batch syncs."""

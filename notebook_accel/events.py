@@ -26,6 +26,7 @@ __all__ = [
     "EngineReady",
     "RankSystem",
     "SystemSample",
+    "StepTimes",
     "Event",
     "RunInfo",
     "RunOutcome",
@@ -172,7 +173,24 @@ class SystemSample:
     host_total: int
 
 
-Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady, SystemSample]
+@dataclass(frozen=True)
+class StepTimes:
+    """Sums over ``steps`` training steps of one worker, in seconds (see :mod:`notebook_accel.monitor.steps`):
+    the whole steps, the wait for data, forward plus backward, backward alone, gradient communication in flight,
+    and the optimizer step; ``loader_workers`` is the DataLoader's ``num_workers``."""
+
+    rank: int
+    steps: int
+    step_seconds: float
+    data_seconds: float
+    forward_backward_seconds: float
+    backward_seconds: float
+    comm_seconds: float
+    optimizer_seconds: float
+    loader_workers: int = 0
+
+
+Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady, SystemSample, StepTimes]
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,13 @@ it) that forwards ``param_groups``, ``state`` and ``defaults`` to the user's opt
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from notebook_accel.monitor import steps
 from notebook_accel.state import GradientState
 
 __all__ = ["AcceleratedOptimizer"]
@@ -76,6 +78,16 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         """Step the user's optimizer when gradients sync (through the scaler under fp16); else nothing."""
         if not self.gradient_state.sync_gradients:
             return None
+        step_clock = steps.clock()
+        started = time.perf_counter()
+        try:
+            return self._step(closure)
+        finally:
+            if step_clock is not None:
+                step_clock.optimizer(time.perf_counter() - started)
+
+    def _step(self, closure: Callable[[], Any] | None) -> Any:
+        """The real step: the user's optimizer, through the scaler under fp16."""
         if self.scaler is None:
             self._skipped = False
             return self.optimizer.step(closure)

@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from notebook_accel import channel
+from notebook_accel.monitor import steps
 from notebook_accel.data.iterable import ShardedIterableDataset, Tagged
 from notebook_accel.data.randomness import SeedableRandomSampler, generators_of
 from notebook_accel.data.sharding import DataPrepareError, LastRound, ShardedBatchSampler, ShardedSampler
@@ -83,6 +84,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         self._epoch_states: list[torch.Tensor] | None = None  # generator states when the current epoch began
         self._round_real: int | None = None  # real items of the batch's round, when it was padded (iterables)
         self._tagged_real: int | None = None  # the same, for the last padded round seen this epoch
+        self._fetch_seconds = 0.0  # how long the last fetch waited (the step clock's data time)
         self._iterating = False
 
     # ---- position -------------------------------------------------------------------------------------------
@@ -273,7 +275,9 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
 
     def _fetch(self, iterator: Iterator[Any]) -> Any:
         """``(next batch on the device, real items of its round when padded else None)``, or ``_DONE``."""
+        started = time.perf_counter()
         batch = next(iterator, _DONE)
+        self._fetch_seconds = time.perf_counter() - started
         if batch is _DONE:
             return batch
         real = None
@@ -298,6 +302,9 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
             iterator = super().__iter__()
             for _ in range(manual_skip):
                 next(iterator, None)
+            step_clock = steps.clock()
+            if step_clock is not None:
+                step_clock.loader_workers = self.num_workers
             current = self._fetch(iterator)
             while current is not _DONE:
                 upcoming = self._fetch(iterator)
@@ -307,8 +314,12 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                     writer.post(Progress(self.state.process_index, self._position, total, name, time.time(),
                                          epoch, "loader"))
                 batch, self._round_real = current
+                if step_clock is not None:  # the wait just before this batch: fetching the one after it
+                    step_clock.batch_ready(self._fetch_seconds)
                 yield batch
                 current = upcoming
+            if step_clock is not None:
+                step_clock.end_of_epoch()
             self._epoch += 1
             self._position = 0
             if self._parent is not None:  # a skip_first_batches view: the original loader moves on too

@@ -22,8 +22,19 @@ import time
 from typing import Callable, Literal, TextIO
 
 from notebook_accel.engine_label import PLAIN_ENGINES
-from notebook_accel.events import EngineReady, Event, Log, Metrics, Progress, RunInfo, RunOutcome, SystemSample
+from notebook_accel.events import (
+    EngineReady,
+    Event,
+    Log,
+    Metrics,
+    Progress,
+    RunInfo,
+    RunOutcome,
+    StepTimes,
+    SystemSample,
+)
 from notebook_accel.monitor.summary import SystemSummary, sample_line
+from notebook_accel.monitor.verdict import StepBreakdown, verdict
 from notebook_accel.terminal import strip_ansi
 
 __all__ = ["ConsoleSink", "TerminalOutput", "describe_launch"]
@@ -176,6 +187,7 @@ class ConsoleSink:
         self._system_interval = system_interval
         self._last_system = -float("inf")
         self._summary = SystemSummary()
+        self._steps = StepBreakdown()
 
     def _write(self, stream: TextIO, text: str) -> None:
         """Write whole lines and flush, so they reach the cell or terminal now (under the live area)."""
@@ -200,6 +212,8 @@ class ConsoleSink:
             self._engine_line(event.engine)
         elif isinstance(event, SystemSample):
             self._system(event)
+        elif isinstance(event, StepTimes):
+            self._steps.add(event)
 
     def _system(self, sample: SystemSample) -> None:
         """Keep the sample for the closing summary; print a one-line view every ``system_interval`` seconds."""
@@ -264,6 +278,11 @@ class ConsoleSink:
         self._out.clear()
         if self._summary.ranks:
             self._write(sys.stdout, "System: " + "; ".join(self._summary.lines()))
+        if self._steps.ranks:
+            self._write(sys.stdout, "Steps: " + "; ".join(self._steps.lines()))
+        found = verdict(self._steps, self._summary.gpu_means())
+        if found:
+            self._write(sys.stdout, f"Verdict: {found}")
         elapsed = f"{outcome.elapsed:.1f} s"
         if outcome.status == "finished":
             self._write(sys.stdout, f"Finished in {elapsed}")

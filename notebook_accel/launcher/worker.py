@@ -28,6 +28,7 @@ from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Failed, Finished
 from notebook_accel.launcher.kernel_detach import detach_from_kernel
 from notebook_accel.launcher.streams import FramedWriter
+from notebook_accel.monitor import steps
 
 __all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main", "user_traceback"]
 
@@ -198,6 +199,7 @@ def _run(writer: channel.EventWriter, rank: int, function: Callable[..., Any], a
             writer.send(_failed(rank, e))
             return 1
         value = None
+    steps.flush()  # the last second of step times, before the last word
     try:
         writer.send(Finished(rank, value if rank == 0 else None))
     except Exception as e:  # noqa: BLE001 - pickling can fail in many ways

@@ -79,6 +79,10 @@ class SystemSummary:
             if r.gpu_peak_memory is not None:
                 totals.peak_gpu = max(totals.peak_gpu or 0, r.gpu_peak_memory)
 
+    def gpu_means(self) -> dict[int, float]:
+        """Each rank's mean GPU utilisation % (ranks without GPU readings left out)."""
+        return {rank: t.gpu / t.gpu_samples for rank, t in self.ranks.items() if t.gpu_samples}
+
     def lines(self) -> list[str]:
         """``rank 0: mean CPU 97%, peak memory 1.3 GiB[, mean GPU 88%, peak GPU memory 31.0 GiB]`` per rank."""
         out = []

@@ -119,3 +119,18 @@ def test_system_samples_make_a_line_every_interval_and_a_closing_summary(capsys:
                          "0.5 GiB, gpu 80% 30.0 GiB/80.0 GiB 64°C 310 W · machine 17.0 GiB free")
     assert lines[-2] == ("System: rank 0: mean CPU 100%, peak memory 2.0 GiB, mean GPU 85%, peak GPU memory 31.0 GiB; "
                          "rank 1: mean CPU 50%, peak memory 1.0 GiB, mean GPU 85%, peak GPU memory 31.0 GiB")
+
+
+def test_the_closing_lines_give_each_ranks_step_split_and_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    from notebook_accel.events import StepTimes
+
+    sink = ConsoleSink(clock=Clock())
+    for rank in (0, 1):  # 10 steps of 100 ms, 60 ms of them waiting for data
+        sink.handle(StepTimes(rank, 10, 1.0, 0.6, 0.3, 0.2, 0.05, 0.05, loader_workers=2))
+    sink.finish(RunOutcome("finished", 2.0))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-3] == ("Steps: rank 0: 100 ms a step: data 60%, compute 25%, communication 5%, optimizer 5%, other "
+                         "5%; rank 1: 100 ms a step: data 60%, compute 25%, communication 5%, optimizer 5%, other 5%")
+    assert lines[-2] == ("Verdict: data-bound: every rank waits 60% of each step for its DataLoader; raise num_workers "
+                         "(now 2) or make loading cheaper")
+    assert lines[-1] == "Finished in 2.0 s"

@@ -31,3 +31,50 @@ def grow_in_cgroup(procs_file: str) -> None:
         chunk[::4096] = b"\x01" * len(chunk[::4096])
         chunks.append(chunk)
         time.sleep(0.1)
+
+
+class SlowItems(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Items that take 20 ms each to load."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(0.02)
+        return torch.ones(8), torch.ones(1)
+
+
+def train_case(kind: str) -> None:
+    """A short training loop built to be data-bound, communication-bound, to have a straggler, or balanced."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    torch.manual_seed(0)
+    if kind == "data":
+        model: torch.nn.Module = torch.nn.Linear(8, 1)
+        data: torch.utils.data.Dataset = SlowItems()  # type: ignore[type-arg]
+        batch = 4
+    elif kind == "comm":  # 16M parameters (64 MB of gradients) for a batch of one
+        model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(4)], torch.nn.Linear(2048, 1))
+        data = TensorDataset(torch.randn(16, 2048), torch.randn(16, 1))
+        batch = 1
+    else:  # straggler, balanced: a small model and a large batch of in-memory rows
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(), torch.nn.Linear(256, 1))
+        data = TensorDataset(torch.randn(32, 64, 256), torch.randn(32, 64, 1))
+        batch = 1
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loader = DataLoader(data, batch_size=batch)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        if kind == "straggler" and accelerator.process_index == 1:
+            time.sleep(0.15)
+        if kind in ("straggler", "balanced"):
+            x, y = x.reshape(-1, 256), y.reshape(-1, 1)
+            for _ in range(300):  # compute that dominates the step
+                x = torch.tanh(x @ torch.eye(256) * 0.5)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()

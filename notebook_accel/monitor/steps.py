@@ -1,0 +1,161 @@
+"""Where a training step's time goes, measured in each worker: data, compute, communication, optimizer, other.
+
+A step runs from one batch handed to the training loop to the next. Inside it the worker measures, with a
+monotonic clock and no synchronisation:
+
+- **data**: the wait for the next batch inside the prepared DataLoader (its fetch);
+- **backward**: ``accelerator.backward``; forward plus backward is the time from the batch to the end of backward;
+- **communication**: DDP's own measurement of its gradient all-reduce, from the first bucket sent to the last one
+  back (torch's DDP logger times the first ten iterations and every hundredth, on gloo and NCCL alike, at no
+  cost to the others; its running mean is used). Communication overlapping the backward pass counts as
+  communication, not compute;
+- **optimizer**: ``optimizer.step()``;
+- **other**: the rest (logging, evaluation, the user's own code after the step).
+
+Steps without a backward (evaluation) are not counted. Sums over about a second of steps travel to the kernel as
+one :class:`~notebook_accel.events.StepTimes` event, so measuring costs a few clock reads per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from notebook_accel import channel
+from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.events import StepTimes
+
+__all__ = ["StepClock", "clock", "flush", "paused", "reset"]
+
+_POST_SECONDS = 1.0
+_clock: StepClock | None = None
+_owner: Any = None  # the channel writer the clock posts to
+_paused = False
+
+
+class StepClock:
+    """Accumulates one worker's step phases and posts them through ``writer`` about once a second.
+
+    Example:
+        >>> sent = []
+        >>> c = StepClock(0, sent.append)
+        >>> c.batch_ready(0.0, now=1.0); c.backward(0.5); c.batch_ready(0.1, now=2.0)
+        >>> c.flush(); sent[0].steps, sent[0].step_seconds, sent[0].backward_seconds
+        (1, 1.0, 0.5)
+    """
+
+    def __init__(self, rank: int, post: Any, loader_workers: int = 0) -> None:
+        self.rank = rank
+        self._post = post
+        self.loader_workers = loader_workers
+        self._models: list[weakref.ref[Any]] = []  # DDP models whose communication is measured
+        self._step_start = -1.0  # < 0: no step open
+        self._data = self._backward = self._optimizer = self._forward_backward = 0.0  # the open step's phases
+        self._sums = [0.0] * 5  # step, data, forward+backward, backward, optimizer
+        self._steps = 0
+        self._next_post = time.perf_counter() + _POST_SECONDS
+
+    def watch(self, model: Any) -> None:
+        """Count ``model``'s (a ``DistributedDataParallel``) gradient communication in the steps."""
+        self._models.append(weakref.ref(model))
+
+    def batch_ready(self, fetch_seconds: float, now: float | None = None) -> None:
+        """A batch is handed to the loop after ``fetch_seconds`` of waiting: the previous step ends here."""
+        now = time.perf_counter() if now is None else now
+        self._data += fetch_seconds
+        if self._step_start >= 0 and self._backward > 0:
+            self._close_step(now)
+        self._step_start = now
+        self._data = self._backward = self._optimizer = self._forward_backward = 0.0
+        if now >= self._next_post:
+            self.flush()
+
+    def end_of_epoch(self) -> None:
+        """The loader ran out: the last step ends now; post what was measured."""
+        if self._step_start >= 0 and self._backward > 0:
+            self._close_step(time.perf_counter())
+        self._step_start = -1.0
+        self._data = self._backward = self._optimizer = self._forward_backward = 0.0
+        self.flush()
+
+    def backward(self, seconds: float) -> None:
+        """``accelerator.backward`` took ``seconds`` (it ended just now)."""
+        self._backward += seconds
+        if self._step_start >= 0:
+            self._forward_backward = max(time.perf_counter() - self._step_start, seconds)
+
+    def optimizer(self, seconds: float) -> None:
+        """``optimizer.step()`` took ``seconds``."""
+        self._optimizer += seconds
+
+    def _close_step(self, now: float) -> None:
+        """Add the step that ends at ``now`` to the sums."""
+        sums = self._sums
+        sums[0] += now - self._step_start
+        sums[1] += self._data
+        sums[2] += self._forward_backward
+        sums[3] += self._backward
+        sums[4] += self._optimizer
+        self._steps += 1
+
+    def _comm_per_step(self) -> float:
+        """Seconds of gradient communication per step, as DDP measured it (0 without a DDP model)."""
+        total = 0.0
+        for ref in self._models:
+            model = ref()
+            try:
+                total += model._get_ddp_logging_data().get("avg_backward_comm_time", 0) / 1e9 if model else 0.0
+            except Exception:  # noqa: BLE001 - a private torch API: without it, communication reads 0
+                continue
+        return total
+
+    def flush(self) -> None:
+        """Post the steps measured since the last post (nothing when there were none)."""
+        self._next_post = time.perf_counter() + _POST_SECONDS
+        if not self._steps:
+            return
+        step, data, forward_backward, backward, optimizer = self._sums
+        comm = min(self._comm_per_step() * self._steps, max(0.0, step - data))
+        self._post(StepTimes(self.rank, self._steps, step, data, forward_backward, backward, comm, optimizer,
+                             self.loader_workers))
+        self._sums = [0.0] * 5
+        self._steps = 0
+
+
+def clock() -> StepClock | None:
+    """The step clock of this process's channel (made on first use; a new one for a new channel), or ``None``
+    outside a launched worker or inside :func:`paused`."""
+    global _clock, _owner
+    writer = channel.current()
+    if writer is None or _paused:
+        return None
+    if _clock is None or _owner is not writer:
+        _clock, _owner = StepClock(LaunchEnvironment.from_environ().rank, writer.post), writer
+    return _clock
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Measure nothing inside (a model prepared inside gets no timing hook): for benchmarks that compare the
+    cost of measuring with not measuring in one run."""
+    global _paused
+    before, _paused = _paused, True
+    try:
+        yield
+    finally:
+        _paused = before
+
+
+def flush() -> None:
+    """Post this process's measured steps now (the worker calls it before reporting its end)."""
+    if _clock is not None and _owner is channel.current():
+        _clock.flush()
+
+
+def reset() -> None:
+    """Forget the clock."""
+    global _clock, _owner
+    _clock = _owner = None

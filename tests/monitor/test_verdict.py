@@ -1,0 +1,59 @@
+"""Where each step's time goes, and the verdict: real 2-process runs built to be slow for one clear reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from notebook_accel import notebook_launcher
+from notebook_accel.events import StepTimes
+from notebook_accel.monitor.verdict import StepBreakdown, verdict
+from tests.launcher.recording import RecordingSink
+from tests.monitor import workers
+
+
+def breakdown_of(kind: str) -> StepBreakdown:
+    sink = RecordingSink()
+    notebook_launcher(workers.train_case, (kind,), num_processes=2, dashboard=sink)
+    breakdown = StepBreakdown()
+    for event in sink.of_type(StepTimes):
+        breakdown.add(event)  # type: ignore[arg-type]
+    assert set(breakdown.ranks) == {0, 1} and all(r.steps >= 5 for r in breakdown.ranks.values())
+    return breakdown
+
+
+@pytest.mark.timeout(180)
+def test_a_slow_dataset_is_named_data_bound() -> None:
+    found = verdict(breakdown_of("data"))
+    assert found is not None and found.startswith("data-bound: every rank waits") and "num_workers (now 0)" in found
+
+
+@pytest.mark.timeout(180)
+def test_many_parameters_and_a_tiny_batch_are_named_communication_bound() -> None:
+    breakdown = breakdown_of("comm")
+    found = verdict(breakdown)
+    assert found is not None and found.startswith("communication-bound:"), (found, breakdown.lines())
+
+
+@pytest.mark.timeout(180)
+def test_a_rank_that_sleeps_is_named_the_straggler() -> None:
+    breakdown = breakdown_of("straggler")
+    found = verdict(breakdown)
+    assert found is not None and found.startswith("rank 1 is a straggler"), (found, breakdown.lines())
+
+
+@pytest.mark.timeout(180)
+def test_a_balanced_compute_bound_run_gets_no_verdict() -> None:
+    breakdown = breakdown_of("balanced")
+    assert verdict(breakdown) is None, breakdown.lines()
+    split = breakdown.ranks[0].split()
+    assert split["compute"] > 0.5 and abs(sum(split.values()) - 1) < 0.1
+
+
+def test_too_few_steps_or_a_gpu_idle() -> None:
+    few = StepBreakdown()
+    few.add(StepTimes(0, 3, 3.0, 2.0, 0.5, 0.3, 0.0, 0.1))
+    assert verdict(few) is None
+    fine = StepBreakdown()
+    fine.add(StepTimes(0, 10, 10.0, 0.5, 8.0, 4.0, 0.5, 0.5))
+    assert verdict(fine) is None
+    assert verdict(fine, {0: 31.0}) == "rank 0's GPU is busy only 31% of the time"
