@@ -4,7 +4,8 @@ Order matters. The child first forgets what it inherited from the kernel (the ke
 initialised torch.distributed group, ipykernel's streams, signal handlers and IPython shell:
 :mod:`.kernel_detach`), then points fd 1 and 2 at its own pipes (so C-level output is captured too) with
 ``sys.stderr`` writing frames into the stdout pipe (so the order of stdout and stderr is kept:
-:mod:`.streams`), sets its rank environment and thread count, installs its event writer, runs the user's
+:mod:`.streams`), sets its rank environment and thread count, installs its event writer (and the dashboard callback of any
+``transformers.Trainer``: :mod:`notebook_accel.integrations`), runs the user's
 function, reports the result or the failure, and leaves with ``os._exit`` so none of the kernel's atexit
 handlers or finalizers run in a child.
 """
@@ -26,6 +27,7 @@ from typing import Any, Callable, NoReturn
 from notebook_accel import channel, environment
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Failed, Finished
+from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.kernel_detach import detach_from_kernel
 from notebook_accel.launcher.streams import FramedWriter
 
@@ -242,6 +244,7 @@ def worker_main(
         _set_threads(spec.threads)
         writer = channel.EventWriter(spec.events)
         channel.install(writer)
+        add_trainer_callback(in_worker=True)  # a transformers Trainer made in the function reports to the dashboard
         code = _run(writer, spec.env.rank, function, args)
         channel.uninstall()
         writer.close()
