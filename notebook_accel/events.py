@@ -24,6 +24,7 @@ __all__ = [
     "Exited",
     "Saved",
     "EngineReady",
+    "Phase",
     "Event",
     "RunInfo",
     "RunOutcome",
@@ -138,7 +139,17 @@ class EngineReady:
     engine: str
 
 
-Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady]
+@dataclass(frozen=True)
+class Phase:
+    """A worker is busy with something slow that no loop reports (``"DeepSpeed is compiling its CPU communication
+    op ..."``), until a later ``Phase`` of the same rank with ``text=""`` says it is over."""
+
+    rank: int
+    text: str
+    time: float = 0.0
+
+
+Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady, Phase]
 
 
 @dataclass(frozen=True)
