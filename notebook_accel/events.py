@@ -104,12 +104,17 @@ class Finished:
 
 @dataclass(frozen=True)
 class Failed:
-    """A worker's function raised: the exception's type name, message and the user's traceback text."""
+    """A worker's function raised: the exception's type name, message and the user's traceback text.
+
+    ``call`` names the library function the user's code was in when it raised, with the user's line
+    (``"gather (your line 12)"``), or is empty when the user's own code raised.
+    """
 
     rank: int
     exc_type: str
     message: str
     traceback: str
+    call: str = ""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ import sys
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from types import TracebackType
 from typing import Any, Callable, NoReturn
 
 from notebook_accel import channel, environment
@@ -30,8 +29,9 @@ from notebook_accel.events import Failed, Finished
 from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.kernel_detach import detach_from_kernel
 from notebook_accel.launcher.streams import FramedWriter
+from notebook_accel.launcher.user_frames import library_call, user_traceback
 
-__all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main", "user_traceback"]
+__all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main"]
 
 _PR_SET_PDEATHSIG = 1
 _ORPHANED = 75  # EX_TEMPFAIL: the kernel died before this worker was set up
@@ -59,13 +59,6 @@ class WorkerSpec:
     stdout_fd: int
     stderr_fd: int
     close_fds: tuple[int, ...]
-
-
-def user_traceback(exc: BaseException, tb: TracebackType | None) -> str:
-    """The exception's traceback text from the first frame that is not this module's (the user's code)."""
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _libc_function(name: str) -> Callable[..., int] | None:
@@ -186,8 +179,8 @@ def _set_threads(threads: int) -> None:
 
 
 def _failed(rank: int, exc: BaseException) -> Failed:
-    """The :class:`Failed` event for ``exc``, with the user's frames only."""
-    return Failed(rank, type(exc).__name__, str(exc), user_traceback(exc, exc.__traceback__))
+    """The :class:`Failed` event for ``exc``: the user's frames only, and the library call they were in."""
+    return Failed(rank, type(exc).__name__, str(exc), user_traceback(exc), library_call(exc.__traceback__))
 
 
 def _run(writer: channel.EventWriter, rank: int, function: Callable[..., Any], args: tuple[Any, ...]) -> int:

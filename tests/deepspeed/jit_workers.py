@@ -41,7 +41,7 @@ def train_zero2() -> str:
     accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
     model = torch.nn.Linear(4, 1)
     loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2)
-    accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
+    accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=0.1), loader)
     return "prepared"
 
 
