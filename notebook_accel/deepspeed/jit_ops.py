@@ -91,18 +91,22 @@ def _build_dir(name: str) -> Path:
 
 def cpu_jit_ops() -> list[JitOp]:
     """The ops DeepSpeed will compile when it sets up a process group here: its shared-memory communication op on
-    a CPU accelerator, unless deepspeed was installed with it prebuilt or this machine cannot build it."""
-    from deepspeed.accelerator import get_accelerator
-    from deepspeed.git_version_info import installed_ops
+    a CPU accelerator, unless deepspeed was installed with it prebuilt or this machine cannot build it. A deepspeed
+    whose internals differ from what this expects gives none (DeepSpeed then builds as it would anyway)."""
+    try:
+        from deepspeed.accelerator import get_accelerator
+        from deepspeed.git_version_info import installed_ops
 
-    import deepspeed.ops
+        import deepspeed.ops
 
-    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
-    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+        builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+        if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+            return []
+        if installed_ops.get(builder.NAME, False):
+            return []
+        return [JitOp(builder.NAME, "CPU communication op", _build_dir(builder.NAME), builder)]
+    except (ImportError, AttributeError, TypeError):
         return []
-    if installed_ops.get(builder.NAME, False):
-        return []
-    return [JitOp(builder.NAME, "CPU communication op", _build_dir(builder.NAME), builder)]
 
 
 def lock_holders(path: Path) -> list[int] | None:

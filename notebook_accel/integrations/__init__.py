@@ -10,6 +10,7 @@ callbacks from, once that module is imported. This package imports no transforme
 
 from __future__ import annotations
 
+import warnings
 from types import ModuleType
 from typing import Callable
 
@@ -36,15 +37,21 @@ def add_trainer_callback(in_worker: bool) -> Callable[[], None]:
     patched: list[ModuleType] = []
 
     def patch(trainer: ModuleType) -> None:
-        """Add the callback class to the module's defaults (once) and, in a worker, pick the console bar."""
-        from notebook_accel.integrations.transformers import DashboardCallback
+        """Add the callback class to the module's defaults (once) and, in a worker, pick the console bar. Runs
+        inside the user's ``import``: a transformers this does not fit gets a warning, never a failed import."""
+        try:
+            from notebook_accel.integrations.transformers import DashboardCallback
 
-        defaults = getattr(trainer, "DEFAULT_CALLBACKS", None)
-        if isinstance(defaults, list) and DashboardCallback not in defaults:
-            defaults.append(DashboardCallback)
-            patched.append(trainer)
-        if in_worker:
-            _console_progress(trainer)
+            defaults = getattr(trainer, "DEFAULT_CALLBACKS", None)
+            if isinstance(defaults, list) and DashboardCallback not in defaults:
+                defaults.append(DashboardCallback)
+                patched.append(trainer)
+            if in_worker:
+                _console_progress(trainer)
+        except Exception as e:  # noqa: BLE001 - whatever an unexpected transformers version raises
+            warnings.warn(f"notebook-accel could not add its dashboard callback to transformers' Trainer "
+                          f"({type(e).__name__}: {e}); pass callbacks=[DashboardCallback()] yourself "
+                          "(notebook_accel.integrations.transformers)", RuntimeWarning, stacklevel=2)
 
     remove_hook = when_imported(TRAINER_MODULE, patch)
 

@@ -139,3 +139,16 @@ def test_the_cli_refuses_a_stale_lock_before_building(tmp_path: Path) -> None:
                             capture_output=True, text=True, env=env, timeout=100)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"rm {lock}" in result.stderr and "StaleBuildLockError" in result.stderr
+
+
+@needs_deepspeed
+def test_a_deepspeed_without_the_expected_internals_announces_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    saved = dict(os.environ)
+    try:
+        import deepspeed.ops
+
+        monkeypatch.setattr(deepspeed.ops, "__compatible_ops__", None, raising=False)  # no .get: not what we know
+        assert jit_ops.cpu_jit_ops() == []
+    finally:  # importing deepspeed sets variables of its own in this process
+        os.environ.clear()
+        os.environ.update(saved)

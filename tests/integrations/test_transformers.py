@@ -184,3 +184,12 @@ def test_in_the_kernel_the_progress_bar_stays_and_undo_removes_the_callback(monk
     assert module.DEFAULT_CALLBACKS == [object, DashboardCallback]
     undo()
     assert module.DEFAULT_CALLBACKS == [object] and module.DEFAULT_PROGRESS_CALLBACK is chosen
+
+
+def test_a_transformers_that_does_not_fit_gets_a_warning_not_a_failed_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _fake_trainer_module("ProgressCallback")
+    module.DEFAULT_CALLBACKS = None  # type: ignore[attr-defined]  # not a list: nothing to add to
+    monkeypatch.setitem(__import__("sys").modules, "transformers.trainer", module)
+    monkeypatch.setattr("notebook_accel.integrations._console_progress", lambda trainer: 1 / 0)
+    with pytest.warns(RuntimeWarning, match=r"could not add its dashboard callback.*callbacks=\[DashboardCallback\(\)\]"):
+        add_trainer_callback(in_worker=True)
