@@ -177,33 +177,31 @@ def compiling_phase(rank: int) -> Iterator[None]:
         StaleBuildLockError: see :func:`check_lock`.
     """
     pending = [op for op in cpu_jit_ops() if not op.built]
-    messages: list[str] = []
+    short: list[str] = []
     for op in pending:
         holders = check_lock(op)
-        first = f"first run only, about {MINUTES} min; `notebook-accel env --build-deepspeed-ops` builds it ahead"
-        if holders:
-            messages.append(f"DeepSpeed is waiting for process {holders[0]} to finish compiling its {op.what} "
-                            f"({op.name}; {first})")
-        else:
-            messages.append(f"DeepSpeed is compiling its {op.what} ({op.name}; {first})")
-    if not messages:
+        doing = f"waiting for process {holders[0]} to finish compiling" if holders else "compiling"
+        short.append(f"DeepSpeed is {doing} its {op.what} (first run only, about {MINUTES} min)")
+    if not short:
         yield
         return
-    text = "; ".join(messages)
-    _announce(rank, text)
+    text = "; ".join(short)
+    where = ", ".join(f"{op.name} in {op.build_dir}" for op in pending)
+    _announce(rank, text, f"{text}: {where}; `notebook-accel env --build-deepspeed-ops` builds it ahead of a run")
     try:
         yield
     finally:
-        _announce(rank, "")
+        _announce(rank, "", "")
 
 
-def _announce(rank: int, text: str) -> None:
-    """The phase to the kernel (a launched worker), and a line on stderr for the rank's output and log file."""
+def _announce(rank: int, text: str, line: str) -> None:
+    """The phase (short: it is a dashboard label) to the kernel, and the longer ``line`` on stderr, for the rank's
+    output pane, the console and the log file."""
     writer = channel.current()
     if writer is not None:
         writer.send(Phase(rank, text, time.time()))
-    if text:
-        print(f"notebook-accel: {text}", file=sys.stderr, flush=True)
+    if line:
+        print(f"notebook-accel: {line}", file=sys.stderr, flush=True)
 
 
 def build_ops(out: Any = None) -> int:
