@@ -75,6 +75,7 @@ class DashboardCallback(TrainerCallback):  # type: ignore[misc]  # transformers 
 
     def __init__(self) -> None:
         self._eval_batches = 0
+        self._posted: tuple[int, int] | None = None  # the last training position posted
 
     def _writer(self, state: TrainerState) -> channel.EventWriter | None:
         """The channel when this instance reports for this state: in a launched worker, on the main process,
@@ -89,7 +90,8 @@ class DashboardCallback(TrainerCallback):  # type: ignore[misc]  # transformers 
     def _train_progress(self, args: TrainingArguments, state: TrainerState) -> None:
         """Post the training position: ``global_step`` of ``max_steps`` in the current epoch."""
         writer = self._writer(state)
-        if writer is not None:
+        if writer is not None and self._posted != (state.global_step, state.max_steps):  # once per position
+            self._posted = (state.global_step, state.max_steps)
             epoch = max(1, math.ceil(state.epoch or 0.0))
             writer.post(Progress(args.process_index, state.global_step, state.max_steps or None, "train",
                                  time.time(), epoch, "loop"))
