@@ -62,13 +62,15 @@ _ARGS = SimpleNamespace(process_index=0)
 
 
 @pytest.mark.timeout(300)
-def test_a_trainer_on_two_processes_trains_as_one_group_and_its_logs_reach_the_sink(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ours_first", [False, True], ids=["trainer-makes-the-group", "accelerator-made-it-first"])
+def test_a_trainer_on_two_processes_trains_as_one_group_and_its_logs_reach_the_sink(
+        tmp_path: Path, ours_first: bool) -> None:
     sink = RecordingSink()
-    out = notebook_launcher(trainer_workers.train, (str(tmp_path),), num_processes=2, dashboard=sink,
+    out = notebook_launcher(trainer_workers.train, (str(tmp_path), ours_first), num_processes=2, dashboard=sink,
                             use_cpu=True)
     assert sink.outcome is not None and sink.outcome.status == "finished"
     # one process group: each rank fetched its own half of the items, the two halves cover the data once
-    assert out["world_size"] == 2
+    assert out["world_size"] == 2 and out["same_group"]
     rank0, rank1 = (set(f) for f in out["fetched"])
     assert len(out["fetched"][0]) == len(out["fetched"][1]) == trainer_workers.ITEMS // 2
     assert rank0 | rank1 == set(range(trainer_workers.ITEMS)) and not rank0 & rank1

@@ -41,10 +41,18 @@ def _flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def train(output_dir: str) -> dict[str, Any]:
-    """Train one epoch; rank 0 returns what both ranks saw and hold, gathered over the Trainer's group."""
+def train(output_dir: str, ours_first: bool = False) -> dict[str, Any]:
+    """Train one epoch; rank 0 returns what both ranks saw and hold, gathered over the Trainer's group.
+
+    ``ours_first``: make notebook-accel's Accelerator (and so the process group) before the Trainer's accelerate.
+    """
     from transformers import Trainer, TrainingArguments
 
+    if ours_first:
+        from notebook_accel import Accelerator
+
+        Accelerator()
+    group = dist.group.WORLD if dist.is_initialized() else None
     model = tiny_bert()
     initial = _flat(model)
     args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=BATCH, num_train_epochs=1,
@@ -58,6 +66,7 @@ def train(output_dir: str) -> dict[str, Any]:
     dist.all_gather_object(fetched, sorted(_fetched))
     return {
         "world_size": trainer.args.world_size,
+        "same_group": group is None or group is dist.group.WORLD,
         "fetched": fetched,
         "same_weights": all(torch.equal(w, both[0]) for w in both),
         "moved": float((weights - initial).abs().max()),
