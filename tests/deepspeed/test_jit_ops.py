@@ -75,7 +75,7 @@ def test_the_phase_is_announced_while_an_op_builds_and_cleared_after(
     try:
         with jit_ops.compiling_phase(0):
             assert [e.text for e in writer.events] == [  # type: ignore[attr-defined]
-                "DeepSpeed is compiling its CPU communication op (first run only, about 1-5 min)"]
+                "DeepSpeed is compiling its CPU communication op (first run only, about 1-6 min)"]
         (op.build_dir).mkdir()
         (op.build_dir / "deepspeed_shm_comm.so").write_bytes(b"")
         with jit_ops.compiling_phase(0):  # built: nothing to say
