@@ -9,8 +9,8 @@ kernel restart) never removes it, and every later launch then waits forever.
 
 So, before DeepSpeed sets up its group, each worker:
 
-- refuses a lock that no process holds open (checked twice, a moment apart, through ``/proc/*/fd``): the launch
-  fails at once with :class:`StaleBuildLockError`, naming the file and how to remove it. A lock some process holds
+- refuses a lock that no process holds open (checked twice, a moment apart, through ``/proc/*/fd``), whether or not
+  the op was built before (torch takes the lock on every load, to see whether to rebuild): the launch fails at once with :class:`StaleBuildLockError`, naming the file and how to remove it. A lock some process holds
   is a build in progress (another rank, another run), and is waited for as torch does;
 - posts a :class:`~notebook_accel.events.Phase` saying that DeepSpeed is compiling (or waiting for another
   process's build) when the op is not built yet, shown by the dashboard and the console, and clears it after.
@@ -176,12 +176,15 @@ def compiling_phase(rank: int) -> Iterator[None]:
     Raises:
         StaleBuildLockError: see :func:`check_lock`.
     """
-    pending = [op for op in cpu_jit_ops() if not op.built]
     short: list[str] = []
-    for op in pending:
-        holders = check_lock(op)
+    pending: list[JitOp] = []
+    for op in cpu_jit_ops():
+        holders = check_lock(op)  # a built op too: torch takes the lock on every load, even with nothing to build
+        if op.built:  # loading a built op takes its lock for a moment: nothing worth saying
+            continue
         doing = f"waiting for process {holders[0]} to finish compiling" if holders else "compiling"
         short.append(f"DeepSpeed is {doing} its {op.what} (first run only, about {MINUTES} min)")
+        pending.append(op)
     if not short:
         yield
         return

@@ -49,6 +49,16 @@ def test_a_lock_left_by_a_killed_build_is_refused_with_the_file_and_the_fix(tmp_
     assert str(op.lock) in message and f"rm {op.lock}" in message and "--build-deepspeed-ops" in message
 
 
+def test_a_stale_lock_beside_a_built_op_is_refused_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    op = _op(tmp_path)
+    jit_workers.stale_lock(op.lock)
+    (op.build_dir / "deepspeed_shm_comm.so").write_bytes(b"")  # built: torch still takes the lock to load it
+    monkeypatch.setattr(jit_ops, "cpu_jit_ops", lambda: [op])
+    with pytest.raises(jit_ops.StaleBuildLockError):
+        with jit_ops.compiling_phase(0):
+            pass
+
+
 def test_the_build_folder_follows_torch_extensions_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     assert jit_ops._build_dir("deepspeed_shm_comm") == tmp_path / "deepspeed_shm_comm"
