@@ -162,6 +162,8 @@ class DeepSpeedEngine(DDPEngine):
                                      "was passed to prepare; remove the 'optimizer' section (notebook-accel trains with "
                                      "the torch optimizer you pass)")
         optimizer = optimizers[0].optimizer if optimizers else None
+        if optimizer is not None:  # as accelerate: any torch optimizer (SGD too), not only DeepSpeed's tested ones
+            config["zero_allow_untested_optimizer"] = True
         self._mark_moe_leaves(models[0])
         self._ensure_group()
         ensure_local_rank(self.state.local_process_index)  # DeepSpeed reads LOCAL_RANK, even in one process

@@ -35,12 +35,17 @@ def stale_lock(path: Path) -> None:
     assert path.exists()
 
 
-def train_zero2() -> str:
-    """Prepare a tiny model under ZeRO-2 (DeepSpeed sets up its group, and on CPU its comm op, in prepare)."""
+def train_zero2(optimizer: str = "AdamW") -> str:
+    """Prepare a tiny model under ZeRO-2 (DeepSpeed sets up its group, and on CPU its comm op, in prepare) and take
+    one step with the torch optimizer named."""
     accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
     model = torch.nn.Linear(4, 1)
     loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2)
-    accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=0.1), loader)
+    model, opt, loader = accelerator.prepare(model, getattr(torch.optim, optimizer)(model.parameters(), lr=0.1), loader)
+    for x in loader:
+        accelerator.backward(model(x).pow(2).mean())
+        opt.step()
+        break
     return "prepared"
 
 
