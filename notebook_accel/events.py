@@ -24,6 +24,7 @@ __all__ = [
     "Exited",
     "Saved",
     "EngineReady",
+    "Phase",
     "RankSystem",
     "SystemSample",
     "StepTimes",
@@ -106,12 +107,17 @@ class Finished:
 
 @dataclass(frozen=True)
 class Failed:
-    """A worker's function raised: the exception's type name, message and the user's traceback text."""
+    """A worker's function raised: the exception's type name, message and the user's traceback text.
+
+    ``call`` names the library function the user's code was in when it raised, with the user's line
+    (``"gather (your line 12)"``), or is empty when the user's own code raised.
+    """
 
     rank: int
     exc_type: str
     message: str
     traceback: str
+    call: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,16 @@ class EngineReady:
 
     rank: int
     engine: str
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A worker is busy with something slow that no loop reports (``"DeepSpeed is compiling its CPU communication
+    op ..."``), until a later ``Phase`` of the same rank with ``text=""`` says it is over."""
+
+    rank: int
+    text: str
+    time: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -190,7 +206,8 @@ class StepTimes:
     loader_workers: int = 0
 
 
-Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady, SystemSample, StepTimes]
+Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady, Phase, SystemSample,
+              StepTimes]
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from notebook_accel.events import (
     RunOutcome,
     Started,
     EngineReady,
+    Phase,
 )
 from notebook_accel.terminal import strip_ansi
 from notebook_accel.widgets.progress_model import ProgressState, RunProgress
@@ -170,6 +171,7 @@ class RunState:
         self.logs_version = 0  # bumped when output lines arrive
         self.main_rank = 0  # the rank whose output fills the main log pane; its metrics carry no suffix
         self.engine = info.engine  # the launch config's engine until the main process names the one that runs
+        self.phase = ""  # what the main rank is busy with that no loop reports (a Phase event), "" when nothing
         self._heard_from_a_rank = False
         self._now = 0.0
 
@@ -208,6 +210,10 @@ class RunState:
             self._exited(event)  # type: ignore[arg-type]
         elif kind is EngineReady and event.rank == self.main_rank:
             self.engine = event.engine  # type: ignore[union-attr]
+        elif kind is Phase:
+            self._rank(event.rank).detail = event.text  # type: ignore[union-attr]
+            if event.rank == self.main_rank:
+                self.phase = event.text  # type: ignore[union-attr]
 
     def finish(self, outcome: RunOutcome) -> None:
         """Record how the run ended; ranks still marked running are marked stopped (or failed if named)."""

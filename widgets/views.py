@@ -72,6 +72,8 @@ def progress_text(state: RunState, now: float = 0.0) -> tuple[float, str]:
         if overall is not None:  # no loop reports: the logged steps are the progress
             rate = f" · {overall.rate:.2f} steps/s" if overall.rate is not None else ""
             return 0.0, f"step {overall.done}{rate}"
+        if state.phase:  # busy with something slow before any loop (DeepSpeed compiling its op)
+            return 0.0, state.phase
         return 0.0, "no progress yet (iterate a prepared DataLoader, use progress(), or accelerator.log(...))"
     parts = [p.desc] if p.desc else []
     if p.epoch is not None:

@@ -10,7 +10,7 @@ from importlib import metadata
 import yaml
 
 from notebook_accel import __version__, environment, hardware
-from notebook_accel.cli.common import EXIT_OK, active_config
+from notebook_accel.cli.common import EXIT_FAILED, EXIT_OK, active_config
 from notebook_accel.config import ConfigError
 from notebook_accel.config.io import config_to_dict
 
@@ -28,6 +28,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     )
     parser.add_argument("--config_file", "--config-file", metavar="FILE", help="config to show (default: the "
                         "default config, if any)")
+    parser.add_argument("--build-deepspeed-ops", "--build_deepspeed_ops", action="store_true",
+                        help="compile the ops DeepSpeed would otherwise compile in every worker of a first run "
+                        "(on CPU its communication op, a few minutes), then exit")
     parser.set_defaults(run=report)
 
 
@@ -65,8 +68,27 @@ def _config_lines(config_file: str | None) -> list[str]:
     return lines
 
 
+def _build_deepspeed_ops() -> int:
+    """``--build-deepspeed-ops``: compile DeepSpeed's just-in-time ops now; exit 1 when that is not possible."""
+    try:
+        from notebook_accel.deepspeed.jit_ops import build_ops
+    except ImportError as e:
+        print(f"notebook-accel env: --build-deepspeed-ops needs deepspeed ({e}); pip install "
+              "notebook-accel[deepspeed]", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        build_ops()
+    except Exception as e:  # noqa: BLE001 - a stale lock, a missing compiler or ninja: say which and stop
+        print(f"notebook-accel env: building DeepSpeed's ops failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def report(args: argparse.Namespace) -> int:
-    """Print the report; an invalid config is shown, not fatal (exit code 0)."""
+    """Print the report; an invalid config is shown, not fatal (exit code 0). With ``--build-deepspeed-ops``,
+    compile DeepSpeed's just-in-time ops instead."""
+    if getattr(args, "build_deepspeed_ops", False):
+        return _build_deepspeed_ops()
     lines = [
         "Copy-and-paste the text below in your bug report.",
         "",

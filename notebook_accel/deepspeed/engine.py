@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from notebook_accel.deepspeed.auto import fill_auto
+from notebook_accel.deepspeed.jit_ops import compiling_phase
 from notebook_accel.deepspeed.plugin import DeepSpeedPlugin
 from notebook_accel.engines.ddp import DDPEngine
 from notebook_accel.environment import LaunchEnvironment, ensure_local_rank
@@ -141,6 +142,8 @@ class DeepSpeedEngine(DDPEngine):
         Raises:
             ConfigurationError: more than one model or optimizer, an optimizer without its model, a second
                 model after the first was initialised, or an optimizer both in the config and in the code.
+            StaleBuildLockError: a stopped build left the lock of an op DeepSpeed compiles here
+                (:mod:`.jit_ops`).
         """
         models = [o for o in objects if isinstance(o, torch.nn.Module) and not self._is_wrapped(o)]
         optimizers = [o for o in objects if isinstance(o, DeepSpeedOptimizer) and o.engine is None]
@@ -159,11 +162,14 @@ class DeepSpeedEngine(DDPEngine):
                                      "was passed to prepare; remove the 'optimizer' section (notebook-accel trains with "
                                      "the torch optimizer you pass)")
         optimizer = optimizers[0].optimizer if optimizers else None
+        if optimizer is not None:  # as accelerate: any torch optimizer (SGD too), not only DeepSpeed's tested ones
+            config["zero_allow_untested_optimizer"] = True
         self._mark_moe_leaves(models[0])
         self._ensure_group()
         ensure_local_rank(self.state.local_process_index)  # DeepSpeed reads LOCAL_RANK, even in one process
-        engine, *_ = self.deepspeed.initialize(model=models[0], optimizer=optimizer, config=config,
-                                               dist_init_required=False)
+        with compiling_phase(self.state.process_index):  # a first CPU run compiles DeepSpeed's comm op here
+            engine, *_ = self.deepspeed.initialize(model=models[0], optimizer=optimizer, config=config,
+                                                   dist_init_required=False)
         self.wrapped = engine
         if optimizers:
             optimizers[0].engine = engine

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from notebook_accel.errors import NotebookAccelError
 
-__all__ = ["WorkerFailure", "WorkerError", "LaunchTimeoutError"]
+__all__ = ["WorkerFailure", "WorkerError", "LaunchTimeoutError", "partial_collective"]
 
 # What a rank raises when *another* rank died under it: the backend lost its peer. Such a failure is a
 # consequence of the real one, and the message says so instead of presenting a second bug.
@@ -33,6 +34,7 @@ class WorkerFailure:
         exc_type: the exception's type name (``"ValueError"``), empty when it died without one.
         message: the exception's message, or a description of how the process ended.
         traceback: the user's frames as text (empty when it died without an exception).
+        call: the library call the user's code was in (``"gather (your line 12)"``), else empty.
     """
 
     rank: int
@@ -41,6 +43,7 @@ class WorkerFailure:
     exc_type: str
     message: str
     traceback: str
+    call: str = ""
 
     @property
     def lost_peer(self) -> bool:
@@ -75,12 +78,36 @@ def _lost_node(failures: tuple[WorkerFailure, ...], elsewhere: tuple[int, ...]) 
     )
 
 
-def _format(failures: tuple[WorkerFailure, ...], elsewhere: tuple[int, ...] = ()) -> str:
+def _ranks(ranks: tuple[int, ...]) -> str:
+    """``rank 1`` or ``ranks 1, 3``."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def partial_collective(failures: tuple[WorkerFailure, ...], returned: tuple[int, ...]) -> str:
+    """The head of the message when ranks lost their peers in a collective because those peers had already returned
+    from the function (a collective under ``if accelerator.is_main_process:``); ``""`` when that is not the case."""
+    if not returned or not all(f.lost_peer for f in failures):
+        return ""
+    lines = [
+        f"rank {f.rank} called {f.call or 'a collective'} but {_ranks(returned)} had already returned from the training "
+        "function: a collective must be called on every rank" for f in failures
+    ]
+    lines.append("(a gather, reduce or wait_for_everyone under `if accelerator.is_main_process:` is the usual cause: "
+                 "call it on every rank and use the result on one)")
+    lines += [f"  {f.summary()}" for f in failures]
+    return "\n".join(lines)
+
+
+def _format(failures: tuple[WorkerFailure, ...], elsewhere: tuple[int, ...] = (), returned: tuple[int, ...] = ()) -> str:
     """The exception text: each real failure on a line, then the consequences, then the first one's traceback."""
     first = failures[0]
     real = [f for f in failures if not f.lost_peer] or list(failures)
     after = [f for f in failures if f not in real]
-    if elsewhere and all(f.lost_peer for f in failures):
+    partial = partial_collective(failures, returned)
+    if partial:
+        head = partial
+        after = []
+    elif elsewhere and all(f.lost_peer for f in failures):
         head = _lost_node(failures, elsewhere)
     elif len(real) == 1:
         head = f"worker {first.summary()}"
@@ -107,6 +134,7 @@ class WorkerError(NotebookAccelError, RuntimeError):
             then the ranks that failed only because they lost the connection to a failed one.
         rank, exit_code, traceback: those of the first failure.
         elsewhere: the ranks that run on other machines (a run of several nodes), else empty.
+        returned: the ranks whose function had returned normally (a rank that lost them in a collective is told so).
         last_checkpoint: the last checkpoint the run committed with ``save_state`` before failing, else ``None``.
 
     Example:
@@ -117,22 +145,24 @@ class WorkerError(NotebookAccelError, RuntimeError):
     """
 
     def __init__(
-        self, failures: list[WorkerFailure] | tuple[WorkerFailure, ...], elsewhere: tuple[int, ...] = ()
+        self, failures: list[WorkerFailure] | tuple[WorkerFailure, ...], elsewhere: tuple[int, ...] = (),
+        returned: tuple[int, ...] = (),
     ) -> None:
         if not failures:
             raise ValueError("WorkerError needs at least one failure")
         self.failures: tuple[WorkerFailure, ...] = _ordered(tuple(failures))
         self.elsewhere: tuple[int, ...] = tuple(elsewhere)
+        self.returned: tuple[int, ...] = tuple(sorted(returned))
         first = self.failures[0]
         self.rank: int = first.rank
         self.exit_code: int | None = first.exit_code
         self.traceback: str = first.traceback
         self.last_checkpoint: str | None = None
-        super().__init__(_format(self.failures, self.elsewhere))
+        super().__init__(_format(self.failures, self.elsewhere, self.returned))
 
-    def __reduce__(self) -> tuple[type[WorkerError], tuple[tuple[WorkerFailure, ...], tuple[int, ...]]]:
+    def __reduce__(self) -> tuple[type[WorkerError], tuple[Any, ...]]:
         """Pickle by failures (the default would pass the message to ``__init__``)."""
-        return (type(self), (self.failures, self.elsewhere))
+        return (type(self), (self.failures, self.elsewhere, self.returned))
 
 
 class LaunchTimeoutError(NotebookAccelError, TimeoutError):

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from notebook_accel import channel, environment
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Event, Finished, RunOutcome, Sink, Started
+from notebook_accel.integrations import add_trainer_callback
 
 __all__ = ["InProcessWriter", "run_in_process"]
 
@@ -82,6 +83,7 @@ def run_in_process(
     writer = InProcessWriter(sink)
     previous = channel.uninstall()
     channel.install(writer)  # type: ignore[arg-type]  # same interface as EventWriter
+    remove_callback = add_trainer_callback(in_worker=False)  # taken out again below: the kernel's Trainers stay
     status: Any = "failed"
     error = ""
     try:
@@ -98,6 +100,7 @@ def run_in_process(
         error = f"{type(e).__name__}: {e}"
         raise
     finally:
+        remove_callback()
         writer.close()
         channel.uninstall()
         if previous is not None:

@@ -20,11 +20,11 @@ Only the worker changes: this runs in the forked child, after the fork, on copy-
 from __future__ import annotations
 
 import builtins
-import importlib.abc
-import importlib.machinery
 import sys
 from types import ModuleType
 from typing import Any
+
+from notebook_accel.launcher.import_hooks import when_imported
 
 __all__ = ["detach_from_kernel", "console_tqdm"]
 
@@ -41,11 +41,7 @@ def detach_from_kernel() -> None:
         setattr(comm, "create_comm", comm._create_comm)  # noqa: B010 - ipykernel replaced these in the kernel
         setattr(comm, "get_comm_manager", comm._get_comm_manager)  # noqa: B010
     sys.modules.pop("ipykernel.zmqshell", None)
-    notebook = sys.modules.get(_TQDM_NOTEBOOK)
-    if notebook is not None:
-        console_tqdm(notebook)
-    else:  # costs a string comparison per later import
-        sys.meta_path.insert(0, _PatchOnImport())
+    when_imported(_TQDM_NOTEBOOK, console_tqdm)  # now, or once imported (a string comparison per later import)
 
 
 def _forget_shell() -> None:
@@ -80,36 +76,3 @@ def console_tqdm(notebook: ModuleType) -> None:
 
     cls.__init__ = __init__  # type: ignore[misc]
     cls._notebook_accel_console = True  # type: ignore[attr-defined]
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Finds ``tqdm.notebook`` through the normal finders and patches it once it has been executed."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        """For ``tqdm.notebook`` only: the normal spec, with a loader that patches after executing."""
-        if fullname != _TQDM_NOTEBOOK:
-            return None
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
-            if spec is not None and spec.loader is not None:
-                spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    """Wraps a loader: executes the module, then :func:`console_tqdm` on it."""
-
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        """Delegate."""
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        """Execute the module, then turn its bar into the console bar."""
-        self._loader.exec_module(module)
-        console_tqdm(module)

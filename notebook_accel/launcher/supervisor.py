@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from notebook_accel.channel import decode
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started
-from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
+from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure, partial_collective
 from notebook_accel.launcher.messages import MessageReader
 from notebook_accel.launcher.output import RankOutput
 from notebook_accel.launcher.processes import end_groups, signal_worker
@@ -134,7 +134,8 @@ class _Supervisor:
         elif isinstance(event, Saved):
             self.saved = event.path
         elif isinstance(event, Failed) and event.rank not in self.failures:
-            self.failures[event.rank] = WorkerFailure(event.rank, None, None, event.exc_type, event.message, event.traceback)
+            self.failures[event.rank] = WorkerFailure(event.rank, None, None, event.exc_type, event.message,
+                                                      event.traceback, event.call)
             self.begin_stop()
         self.sink.handle(event)
 
@@ -208,7 +209,7 @@ class _Supervisor:
         failure = self.failures.get(handle.rank)
         if failure is not None:
             self.failures[handle.rank] = WorkerFailure(
-                failure.rank, code, name, failure.exc_type, failure.message, failure.traceback
+                failure.rank, code, name, failure.exc_type, failure.message, failure.traceback, failure.call
             )
         elif code == 0 and handle.rank in self.finished:
             return
@@ -323,16 +324,23 @@ class _Supervisor:
         """The outcome for the sink and the exception to raise (``None`` on success)."""
         if self.timed_out:
             running = sorted(h.rank for h in self.handles if h.rank not in self.finished and h.rank not in self.failures)
+            done = sorted(rank for rank in self.finished if rank not in self.failures)
+            hint = (f" Ranks {done} had already returned from the function: a collective (gather, reduce, "
+                    "wait_for_everyone) that only the running ranks called waits for them forever; call it on every "
+                    "rank." if done and running else "")
             error: BaseException = LaunchTimeoutError(
                 f"the run did not finish within timeout={timeout:g} s (ranks still running: {running}); every worker "
                 "was stopped. Raise timeout= if the work needs longer, or look for a collective that one rank never "
-                "reaches (the workers' last output is above)."
+                f"reaches (the workers' last output is above).{hint}"
             )
             return RunOutcome("timeout", elapsed, str(error).split(";")[0], tuple(running)), error
         if self.failures:
-            worker_error = WorkerError(list(self.failures.values()), self.elsewhere)
+            returned = tuple(rank for rank in self.finished if rank not in self.failures)
+            worker_error = WorkerError(list(self.failures.values()), self.elsewhere, returned)
             worker_error.last_checkpoint = self.saved
-            summary = "; ".join(f.summary() for f in worker_error.failures if not f.lost_peer) or "; ".join(
+            partial = partial_collective(worker_error.failures, worker_error.returned)
+            summary = partial.split("\n")[0] if partial else "; ".join(
+                f.summary() for f in worker_error.failures if not f.lost_peer) or "; ".join(
                 f.summary() for f in worker_error.failures)
             return RunOutcome("failed", elapsed, summary, tuple(self.failures)), worker_error
         return RunOutcome("finished", elapsed), None

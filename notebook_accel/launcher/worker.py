@@ -4,7 +4,8 @@ Order matters. The child first forgets what it inherited from the kernel (the ke
 initialised torch.distributed group, ipykernel's streams, signal handlers and IPython shell:
 :mod:`.kernel_detach`), then points fd 1 and 2 at its own pipes (so C-level output is captured too) with
 ``sys.stderr`` writing frames into the stdout pipe (so the order of stdout and stderr is kept:
-:mod:`.streams`), sets its rank environment and thread count, installs its event writer, runs the user's
+:mod:`.streams`), sets its rank environment and thread count, installs its event writer (and the dashboard callback of any
+``transformers.Trainer``: :mod:`notebook_accel.integrations`), runs the user's
 function, reports the result or the failure, and leaves with ``os._exit`` so none of the kernel's atexit
 handlers or finalizers run in a child.
 """
@@ -20,17 +21,18 @@ import sys
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from types import TracebackType
 from typing import Any, Callable, NoReturn
 
 from notebook_accel import channel, environment
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Failed, Finished
+from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.kernel_detach import detach_from_kernel
 from notebook_accel.launcher.streams import FramedWriter
+from notebook_accel.launcher.user_frames import library_call, user_traceback
 from notebook_accel.monitor import steps
 
-__all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main", "user_traceback"]
+__all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main"]
 
 _PR_SET_PDEATHSIG = 1
 _ORPHANED = 75  # EX_TEMPFAIL: the kernel died before this worker was set up
@@ -58,13 +60,6 @@ class WorkerSpec:
     stdout_fd: int
     stderr_fd: int
     close_fds: tuple[int, ...]
-
-
-def user_traceback(exc: BaseException, tb: TracebackType | None) -> str:
-    """The exception's traceback text from the first frame that is not this module's (the user's code)."""
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _libc_function(name: str) -> Callable[..., int] | None:
@@ -185,8 +180,8 @@ def _set_threads(threads: int) -> None:
 
 
 def _failed(rank: int, exc: BaseException) -> Failed:
-    """The :class:`Failed` event for ``exc``, with the user's frames only."""
-    return Failed(rank, type(exc).__name__, str(exc), user_traceback(exc, exc.__traceback__))
+    """The :class:`Failed` event for ``exc``: the user's frames only, and the library call they were in."""
+    return Failed(rank, type(exc).__name__, str(exc), user_traceback(exc), library_call(exc.__traceback__))
 
 
 def _run(writer: channel.EventWriter, rank: int, function: Callable[..., Any], args: tuple[Any, ...]) -> int:
@@ -244,6 +239,7 @@ def worker_main(
         _set_threads(spec.threads)
         writer = channel.EventWriter(spec.events)
         channel.install(writer)
+        add_trainer_callback(in_worker=True)  # a transformers Trainer made in the function reports to the dashboard
         code = _run(writer, spec.env.rank, function, args)
         channel.uninstall()
         writer.close()

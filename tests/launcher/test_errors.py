@@ -64,3 +64,25 @@ def test_needs_a_failure() -> None:
 def test_timeout_error_types() -> None:
     error = LaunchTimeoutError("slow")
     assert isinstance(error, TimeoutError) and isinstance(error, NotebookAccelError)
+
+
+IN_GATHER = WorkerFailure(0, 1, None, LOST_PEER.exc_type, LOST_PEER.message, "tb", "gather (your line 12)")
+
+
+def test_a_lost_peer_that_had_returned_is_named_as_a_partial_collective() -> None:
+    text = str(WorkerError([IN_GATHER], returned=(1,)))
+    assert text.startswith("rank 0 called gather (your line 12) but rank 1 had already returned from the training "
+                           "function: a collective must be called on every rank\n")
+    assert "rank 0: RuntimeError: [../gloo" in text and "lost the connection to the failed worker" not in text
+    several = str(WorkerError([WorkerFailure(0, 1, None, "RuntimeError", LOST_PEER.message, "tb")], returned=(3, 1)))
+    assert several.startswith("rank 0 called a collective but ranks 1, 3 had already returned")
+
+
+def test_a_real_failure_beside_returned_ranks_is_reported_as_before() -> None:
+    assert str(WorkerError([RAISED], returned=(0,))).startswith("worker rank 1: ValueError: bad lr")
+    assert str(WorkerError([IN_GATHER])).startswith("worker rank 0: RuntimeError:")  # nobody returned: a crash
+
+
+def test_the_returned_ranks_survive_pickling() -> None:
+    error = pickle.loads(pickle.dumps(WorkerError([IN_GATHER], returned=(1,))))
+    assert error.returned == (1,) and str(error).startswith("rank 0 called gather")
