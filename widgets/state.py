@@ -191,8 +191,11 @@ class RunState:
         """Update the model with one event (unknown event types are ignored); ``now`` is the dashboard clock."""
         self.version += 1
         self._now = now
-        if event.rank not in self.ranks or not self._heard_from_a_rank:
-            self._rank(event.rank)
+        rank = getattr(event, "rank", None)  # a SystemSample speaks for every rank at once
+        if rank is None:
+            return
+        if rank not in self.ranks or not self._heard_from_a_rank:
+            self._rank(rank)
         kind = type(event)
         if kind is Metrics:
             self._metrics(event)  # type: ignore[arg-type]

@@ -119,3 +119,12 @@ def test_another_node_renumbers_the_placeholder_rows() -> None:
     assert sorted(s.ranks) == [2, 3] and s.main_rank == 2
     assert [line.text for line in s.logs_main] == ["from the node's main process"]
     assert list(s.latest) == ["loss"]
+
+
+def test_events_that_speak_for_every_rank_are_taken_without_a_rank() -> None:
+    from notebook_accel.events import RankSystem, StepTimes, SystemSample
+
+    state = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "train"))
+    state.apply(SystemSample(0.0, (RankSystem(0, 50.0, 1, 1), RankSystem(1, 50.0, 1, 1)), 1, 2))
+    state.apply(StepTimes(1, 5, 1.0, 0.1, 0.5, 0.3, 0.1, 0.1))
+    assert set(state.ranks) <= {0, 1}
