@@ -37,7 +37,7 @@ from notebook_accel.launcher.output import RankOutput
 from notebook_accel.launcher.processes import end_groups, signal_worker
 from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
-from notebook_accel.monitor.sampler import SystemSampler, memory_death_note
+from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
 
 __all__ = ["finish_aborted", "supervise", "signal_name", "GRACE_SECONDS", "StopRequested"]
 
@@ -134,7 +134,11 @@ class _Supervisor:
         elif isinstance(event, Saved):
             self.saved = event.path
         elif isinstance(event, Failed) and event.rank not in self.failures:
-            self.failures[event.rank] = WorkerFailure(event.rank, None, None, event.exc_type, event.message,
+            message = event.message
+            if event.exc_type == "OutOfMemoryError" or "out of memory" in message.lower():
+                last = self.sampler.last if self.sampler is not None else None
+                message = f"{message}\n{device_memory_note(last, event.rank)}"
+            self.failures[event.rank] = WorkerFailure(event.rank, None, None, event.exc_type, message,
                                                       event.traceback, event.call)
             self.begin_stop()
         self.sink.handle(event)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from notebook_accel.monitor.host import TreeMeter, machine_memory
 from notebook_accel.monitor.nvml import GpuReading, Nvml
-from notebook_accel.monitor.sampler import SystemSampler, memory_death_note
+from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
 
-__all__ = ["GpuReading", "Nvml", "SystemSampler", "TreeMeter", "machine_memory", "memory_death_note"]
+__all__ = ["GpuReading", "Nvml", "SystemSampler", "TreeMeter", "device_memory_note", "machine_memory",
+           "memory_death_note"]

@@ -15,7 +15,7 @@ from notebook_accel.events import RankSystem, SystemSample
 from notebook_accel.monitor.host import TreeMeter, cgroup_memory, machine_memory
 from notebook_accel.monitor.nvml import Nvml
 
-__all__ = ["SAMPLE_SECONDS", "SystemSampler", "memory_death_note"]
+__all__ = ["SAMPLE_SECONDS", "SystemSampler", "device_memory_note", "memory_death_note"]
 
 SAMPLE_SECONDS = 1.0
 _GIB = 1024**3
@@ -123,3 +123,18 @@ def memory_death_note(sample: SystemSample | None, rank: int) -> str | None:
                 f"machine's {sample.host_total / _GIB:.1f} GiB, with {sample.host_available / _GIB:.2f} GiB still "
                 f"available. {fix}")
     return None
+
+
+_REMEDIES = ("a smaller per-device batch (with gradient_accumulation_steps to keep the global batch), "
+             "mixed_precision='bf16', activation checkpointing, or sharding the model (FSDP or DeepSpeed ZeRO)")
+
+
+def device_memory_note(sample: SystemSample | None, rank: int) -> str:
+    """What to add to a device out-of-memory error of ``rank``: its GPU's peak memory over the run (from the last
+    sample) and the usual remedies."""
+    mine = next((r for r in sample.ranks if r.rank == rank), None) if sample is not None else None
+    peak = ""
+    if mine is not None and mine.gpu_peak_memory is not None and mine.gpu_memory_total:
+        peak = (f"rank {rank}'s GPU held up to {mine.gpu_peak_memory / _GIB:.1f} GiB of its "
+                f"{mine.gpu_memory_total / _GIB:.1f} GiB during the run (sampled once a second). ")
+    return f"{peak}The device ran out of memory: try {_REMEDIES}"

@@ -193,3 +193,20 @@ def test_a_worker_killed_for_memory_gets_an_error_with_the_figures(small_memory_
 def test_cgroup_memory_of_this_process_is_a_limit_or_none() -> None:
     limit, usage = cgroup_memory(os.getpid())
     assert limit is None or (limit > 0 and (usage is None or usage >= 0))
+
+
+@pytest.mark.timeout(120)
+def test_a_device_out_of_memory_error_carries_the_remedies() -> None:
+    with pytest.raises(WorkerError) as caught:
+        notebook_launcher(workers.device_out_of_memory, num_processes=2, dashboard=False)
+    message = str(caught.value)
+    assert "CUDA out of memory" in message and "gradient_accumulation_steps" in message and "FSDP" in message
+
+
+def test_a_device_memory_note_gives_the_peak_when_sampled() -> None:
+    from notebook_accel.monitor import device_memory_note
+
+    gpu = RankSystem(1, 0.0, 0, 0, gpu_memory_used=70 * GIB, gpu_memory_total=80 * GIB, gpu_peak_memory=79 * GIB)
+    note = device_memory_note(SystemSample(time.time(), (gpu,), GIB, 2 * GIB), 1)
+    assert note.startswith("rank 1's GPU held up to 79.0 GiB of its 80.0 GiB") and "bf16" in note
+    assert device_memory_note(None, 1).startswith("The device ran out of memory")

@@ -78,3 +78,10 @@ def train_case(kind: str) -> None:
         accelerator.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
+
+
+def device_out_of_memory() -> None:
+    """Rank 1 raises the error torch raises when a device runs out of memory."""
+    if int(os.environ["RANK"]) == 1:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    time.sleep(30)
