@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 
+from notebook_accel.durations import format_duration
 from notebook_accel.widgets.state import RunState
 
 SNAPSHOT_LOG_LINES = 20  # the main process's last output lines in the plain-text summary
@@ -25,16 +26,6 @@ __all__ = ["Summary", "StaticResult", "summary_text", "summary_html", "format_va
 def format_value(value: float) -> str:
     """A metric value with 5 significant digits (``nan`` and ``inf`` as written by Python)."""
     return f"{value:.5g}"
-
-
-def format_duration(seconds: float | None) -> str:
-    """``4.2s`` under a minute, else ``mm:ss`` (``h:mm:ss`` past an hour); ``?`` when unknown."""
-    if seconds is None:
-        return "?"
-    if seconds < 60:
-        return f"{max(seconds, 0.0):.1f}s"
-    s = int(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"
 
 
 def _headline(state: RunState, elapsed: float) -> str:

@@ -227,7 +227,7 @@ def notebook_launcher(
         ...     return dist.get_rank()
         >>> notebook_launcher(train, args=(1e-3,), num_processes=2)   # doctest: +SKIP
         Launching 2 processes on CPU (gloo)
-        Finished in 1.2 s
+        Finished in 1.2s
         0
     """
     start = time.monotonic()

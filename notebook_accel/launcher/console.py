@@ -21,6 +21,7 @@ import sys
 import time
 from typing import Callable, Literal, TextIO
 
+from notebook_accel.durations import format_duration
 from notebook_accel.engine_label import PLAIN_ENGINES
 from notebook_accel.events import EngineReady, Event, Log, Metrics, Progress, RunInfo, RunOutcome
 from notebook_accel.terminal import strip_ansi
@@ -246,7 +247,7 @@ class ConsoleSink:
     def finish(self, outcome: RunOutcome) -> None:
         """One closing line (to stderr when the run did not finish)."""
         self._out.clear()
-        elapsed = f"{outcome.elapsed:.1f} s"
+        elapsed = format_duration(outcome.elapsed)
         if outcome.status == "finished":
             self._write(sys.stdout, f"Finished in {elapsed}")
             return
