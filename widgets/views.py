@@ -9,6 +9,7 @@ import html
 from collections.abc import Iterable
 
 from notebook_accel.terminal import ansi_to_html
+from notebook_accel.widgets.log_style import line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.state import LogLine, RunState
 
@@ -25,6 +26,7 @@ STATUS_COLORS = {
 }
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
+_STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
 
 
 def _badge(status: str) -> str:
@@ -120,7 +122,9 @@ def metrics_html(state: RunState) -> str:
 def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_px: int = 220) -> str:
     """A scroll box with the last ``max_lines`` lines, anchored at the bottom (newest visible), in their colours.
 
-    Lines keep the worker's ANSI colours (as HTML); stderr is red where the worker chose no colour. The live
+    Lines keep the worker's ANSI colours (as HTML); where the worker chose none, only tracebacks, exception lines
+    and ERROR/CRITICAL log records are red (:mod:`~notebook_accel.widgets.log_style`), and the rest of stderr
+    (tqdm bars, INFO lines, warnings) looks like ordinary output with a thin grey mark at its left. The live
     lines (a tqdm bar being redrawn) come last. When ``lines`` is a :class:`~notebook_accel.widgets.state.LogBuffer`
     whose output is kept in files, a caption says where (the pane keeps only a tail).
     ``flex-direction: column-reverse`` keeps the box scrolled to the end without any script.
@@ -128,11 +132,13 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
     everything = list(lines)
     tail = everything[-max_lines:]
     out = []
-    for line in tail:
+    for line, kind in zip(tail, line_kinds([line.text for line in tail])):
         text = ansi_to_html(line.styled) if line.styled else html.escape(line.text, quote=False)
         prefix = f"[{line.rank}] " if with_rank else ""
-        if line.stream == "stderr":
+        if kind == "error" and not line.styled:
             out.append(f'<span style="color:#b42318">{prefix}{text}</span>')
+        elif line.stream == "stderr":
+            out.append(f'<span style="{_STDERR}">{prefix}{text}</span>')
         else:
             out.append(prefix + text)
     body = "\n".join(out) if out else '<span style="color:#6b7280">no output yet</span>'
