@@ -31,10 +31,15 @@ from notebook_accel.terminal import strip_ansi
 from notebook_accel.widgets.progress_model import ProgressState, RunProgress
 from notebook_accel.widgets.series import Series
 
-__all__ = ["RankState", "ProgressState", "LogLine", "RunState", "RankStatus", "RunStatus", "group_of", "label_of"]
+__all__ = ["RankState", "ProgressState", "LogLine", "RunState", "RankStatus", "RunStatus", "ShownStatus", "group_of",
+           "label_of"]
 
 RankStatus = Literal["starting", "running", "finished", "failed", "stopped"]
 RunStatus = Literal["starting", "running", "finished", "failed", "timeout", "interrupted"]
+# what the dashboard says: one vocabulary with the ranks and BackgroundRun.status ("stopped", not "interrupted"),
+# and "finishing" while every worker has ended but the launcher has not closed the run yet
+ShownStatus = Literal["starting", "running", "finishing", "finished", "failed", "timeout", "stopped"]
+_ENDED = ("finished", "failed", "stopped")
 _STOP_SIGNALS = {signal.SIGTERM.name, signal.SIGKILL.name, signal.SIGINT.name}
 
 
@@ -170,9 +175,26 @@ class RunState:
         self.logs_version = 0  # bumped when output lines arrive
         self.main_rank = 0  # the rank whose output fills the main log pane; its metrics carry no suffix
         self.engine = info.engine  # the launch config's engine until the main process names the one that runs
+        self.phase = ""  # what the launch is doing while nothing else shows it ("starting 2 worker processes")
+        self.workers_spoke = False  # a worker sent something of its own (output, metrics, progress, its engine)
+        self.ended_at: float | None = None  # the dashboard clock when the last rank ended: the run's duration
         self._heard_from_a_rank = False
         self._now = 0.0
 
+    @property
+    def shown_status(self) -> ShownStatus:
+        """The run's status in the dashboard's words, consistent with the ranks' rows.
+
+        Example:
+            >>> state = RunState(RunInfo(1, ("cpu",), "gloo", "train")); state.finish(RunOutcome("interrupted", 1.0))
+            >>> state.shown_status
+            'stopped'
+        """
+        if self.outcome is not None:
+            return "stopped" if self.outcome.status == "interrupted" else self.outcome.status
+        if self.status != "starting" and self.ranks and all(s.status in _ENDED for s in self.ranks.values()):
+            return "finishing"
+        return self.status
     @property
     def progress(self) -> ProgressState:
         """The loop that reported last (an empty one before any report)."""
@@ -192,6 +214,8 @@ class RunState:
         if event.rank not in self.ranks or not self._heard_from_a_rank:
             self._rank(event.rank)
         kind = type(event)
+        if kind is not Started and kind is not Exited:
+            self.workers_spoke = True
         if kind is Metrics:
             self._metrics(event)  # type: ignore[arg-type]
         elif kind is Progress:
@@ -208,7 +232,9 @@ class RunState:
             self._exited(event)  # type: ignore[arg-type]
         elif kind is EngineReady and event.rank == self.main_rank:
             self.engine = event.engine  # type: ignore[union-attr]
-
+        if self.ended_at is None and kind in (Finished, Failed, Exited) and all(
+                s.status in _ENDED for s in self.ranks.values()):
+            self.ended_at = now
     def finish(self, outcome: RunOutcome) -> None:
         """Record how the run ended; ranks still marked running are marked stopped (or failed if named)."""
         self.version += 1
