@@ -40,7 +40,7 @@ from notebook_accel.config.machine import config_for_machine, precision_choices
 from notebook_accel.hardware import GpuInfo
 from notebook_accel.widgets import picker_summary
 from notebook_accel.widgets.engine_section import EngineSection
-from notebook_accel.widgets.form_layout import STYLE, labelled, split_label
+from notebook_accel.widgets.form_layout import ROW_WIDTH, STYLE, labelled, split_label
 
 __all__ = ["ConfigPicker"]
 
@@ -53,9 +53,6 @@ def _gib(size: int) -> str:
     return f"{size / 2**30:.1f} GiB"
 
 
-def _int_box(label: str, value: int) -> w.IntText:
-    """A number box described by the label's short name (its explanation goes beside it: :meth:`_row`)."""
-    return w.IntText(value=value, description=split_label(label)[0], style=STYLE)
 
 
 def _asks_for_gpus(config: Config) -> bool:
@@ -102,8 +99,10 @@ class ConfigPicker(w.VBox):
         self._display_handle: Any = None
         self._shown_summary = ""
         self.process_limit = 1
+        self._hints: dict[w.Widget, str] = {}  # control -> the explanation shown beside it
         self._build_controls(path)
         super().__init__(children=self._layout())
+        self.add_class("nacc-config-picker")
         start, note = self._starting_config(config)
         self._base = start
         self._apply(start, [note] if note else [])
@@ -170,15 +169,15 @@ class ConfigPicker(w.VBox):
             options=[(f"{g.index}: {g.name} ({_gib(g.total_memory_bytes)})", g.index) for g in gpus],
             value=tuple(g.index for g in gpus), rows=min(max(len(gpus), 1), 8), description="GPUs", style=STYLE,
         )
-        self.processes = _int_box("Processes per machine", 1)
+        self.processes = self._number("Processes per machine", 1)
         self.mixed_precision = w.Dropdown(options=precision_choices([]), value="no", description="Mixed precision",
                                           style=STYLE)
-        self.accumulation = _int_box("Gradient accumulation (1 = none)", 1)
-        self.batch_size = _int_box("Batch size per device (0 = unset)", 0)
+        self.accumulation = self._number("Gradient accumulation (1 = none)", 1)
+        self.batch_size = self._number("Batch size per device (0 = unset)", 0)
         self.effective = w.HTML()
-        self.port = _int_box("Port (0 = pick a free one)", 0)
-        self.machines = _int_box("Machines", 1)
-        self.machine_rank = _int_box("This machine's rank (0 = the main one)", 0)
+        self.port = self._number("Port (0 = pick a free one)", 0)
+        self.machines = self._number("Machines", 1)
+        self.machine_rank = self._number("This machine's rank (0 = the main one)", 0)
         self.main_ip = w.Text(description="Main machine address", placeholder="e.g. 10.0.0.1", style=STYLE)
         self.engine = w.Dropdown(options=[("DDP (every process holds the whole model)", _DDP)] + [
             (form.title, name) for name, form in ENGINES.items()], value=_DDP, description="Engine", style=STYLE)
@@ -186,8 +185,8 @@ class ConfigPicker(w.VBox):
         self.message = w.HTML()
         self.path = w.Text(value=str(path if path is not None else default_config_path()), description="File",
                            style=STYLE)
-        self.save_button = w.Button(description="Save", icon="save")
-        self.load_button = w.Button(description="Load", icon="folder-open")
+        self.save_button = w.Button(description="Save", icon="save", layout=w.Layout(width="auto"))
+        self.load_button = w.Button(description="Load", icon="folder-open", layout=w.Layout(width="auto"))
         self.save_button.on_click(lambda _: self._guarded("save", self.save))
         self.load_button.on_click(lambda _: self._guarded("load", self.load))
         for control in (self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation,
@@ -196,17 +195,22 @@ class ConfigPicker(w.VBox):
         for section in self.engines.values():
             section.on_change(self._on_change)
 
+    def _number(self, label: str, value: int) -> w.IntText:
+        """A number box described by the label's short name; its explanation is shown beside it."""
+        name, hint = split_label(label)
+        box = w.IntText(value=value, description=name, style=STYLE)
+        self._hints[box] = hint
+        return box
+
     def _layout(self) -> list[w.Widget]:
-        hints = {self.accumulation: "1 = none", self.batch_size: "0 = unset", self.port: "0 = pick a free one",
-                 self.machine_rank: "0 = the main one"}
-        rows = [labelled(c, hints.get(c, "")) for c in (
-            self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation, self.batch_size)]
-        rows += [self.effective]
-        rows += [labelled(c, hints.get(c, "")) for c in (self.port, self.machines, self.machine_rank, self.main_ip,
-                                                          self.engine)]
-        self.path.layout.width = "560px"
+        def rows(*controls: w.Widget) -> list[w.Widget]:
+            return [labelled(c, self._hints.get(c, "")) for c in controls]
+
+        top = rows(self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation, self.batch_size)
+        bottom = rows(self.port, self.machines, self.machine_rank, self.main_ip, self.engine)
+        self.path.layout.width = ROW_WIDTH
         buttons = w.HBox([self.path, self.save_button, self.load_button], layout=w.Layout(flex_flow="row wrap"))
-        return [self.hardware_info, *rows, *self.engines.values(), self.message, buttons]
+        return [self.hardware_info, *top, self.effective, *bottom, *self.engines.values(), self.message, buttons]
 
     def _hardware_html(self) -> str:
         parts = [f"<b>CPU</b>: {self._cpus} cores"]

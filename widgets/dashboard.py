@@ -47,8 +47,8 @@ __all__ = ["Dashboard"]
 
 _URGENT = (Started, Finished, Failed, Exited, EngineReady)
 _BAR_STYLES = {"finished": "success", "failed": "danger", "timeout": "danger", "stopped": "warning"}
-_BAR = w.Layout(width="260px", flex="0 0 auto")
-_ROW = w.Layout(min_height="24px", align_items="center")
+_BAR = {"width": "260px", "flex": "0 0 auto"}  # keyword sets, not Layout objects: a Layout shared by two widgets
+_ROW = {"min_height": "24px", "align_items": "center"}  # would hide both when one is hidden
 _CURVES_HEIGHT = "184px"  # one row of SVG panels (svg._H) with its gap: reserved before the first point
 
 
@@ -126,12 +126,12 @@ class Dashboard:
                                     tooltip="Stop this background run (as run.stop())",
                                     layout=w.Layout(display="none", flex="0 0 auto"))
         self.ranks = w.HTML()
-        self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=_BAR)
+        self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(**_BAR))
         self.bar_label = w.HTML(layout=w.Layout(flex="1 1 auto"))
         self.error = w.HTML(layout=w.Layout(display="none"))
-        self.overall_bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=_BAR)
+        self.overall_bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(**_BAR))
         self.overall_label = w.HTML(layout=w.Layout(flex="1 1 auto"))
-        self.overall_row = w.HBox([self.overall_bar, self.overall_label], layout=_ROW)
+        self.overall_row = w.HBox([self.overall_bar, self.overall_label], layout=w.Layout(**_ROW))
         self.overall_bar.layout.visibility = "hidden"
         self.curves = w.HTML(layout=w.Layout(min_height=_CURVES_HEIGHT))
         self.metrics = w.HTML()
@@ -141,11 +141,14 @@ class Dashboard:
         self.logs.set_title(0, "main process")
         self.logs.set_title(1, "all ranks")
         self.root = w.VBox([
-            w.HBox([self.header, self.stop_button], layout=_ROW), self.ranks, self.overall_row,
-            w.HBox([self.bar, self.bar_label], layout=_ROW), self.error,
+            w.HBox([self.header, self.stop_button], layout=w.Layout(**_ROW)), self.ranks, self.overall_row,
+            w.HBox([self.bar, self.bar_label], layout=w.Layout(**_ROW)), self.error,
             w.HBox([self.curves, self.metrics], layout=w.Layout(flex_flow="row wrap", align_items="flex-start")),
             self.logs,
         ])
+        for widget, name in ((self.root, "nacc-dashboard"), (self.header, "nacc-header"), (self.ranks, "nacc-ranks"),
+                             (self.stop_button, "nacc-stop"), (self.logs, "nacc-logs")):
+            widget.add_class(name)  # stable names for styling and for the browser test
 
     def attach_stop(self, stop: Callable[[], None]) -> None:
         """Show the stop button, calling ``stop`` when pressed (a background run: the notebook's own stop

@@ -26,7 +26,7 @@ STATUS_COLORS = {
     "finishing": "#1a7f37",
 }
 # the clock keeps its width as its digits change, so nothing after it (or beside the header) moves
-_CLOCK = 'style="display:inline-block;min-width:5.5em;font-variant-numeric:tabular-nums"'
+_CLOCK = 'style="display:inline-block;min-width:4.2em;font-variant-numeric:tabular-nums"'
 _NOTE = "color:#6b7280"
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'

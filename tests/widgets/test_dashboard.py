@@ -291,4 +291,5 @@ def test_the_layout_has_its_places_from_the_first_frame() -> None:
     dash, _, _ = _dashboard()
     assert dash.curves.layout.min_height and dash.overall_row.layout.display is None
     assert dash.header.layout.flex == "1 1 auto" and dash.stop_button.layout.flex == "0 0 auto"
-    assert 'min-width:5.5em;font-variant-numeric:tabular-nums' in dash.header.value  # a clock of fixed width
+    assert 'min-width:4.2em;font-variant-numeric:tabular-nums' in dash.header.value  # a clock of fixed width
+    assert dash.bar.layout is not dash.overall_bar.layout  # hiding the run bar (no total) leaves the loop's bar

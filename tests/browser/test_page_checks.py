@@ -1,0 +1,23 @@
+"""The rules the browser test applies to sampled frames (no browser needed)."""
+
+from __future__ import annotations
+
+from tests.browser.page_checks import Frame, height_jumps, inconsistent, parse_duration
+
+
+def test_durations_in_the_one_format_parse() -> None:
+    assert [parse_duration(t) for t in ("4.2s", "5m 35s", "1h 02m 03s", "05:35", "")] == [4.2, 335, 3723, None, None]
+
+
+def test_a_running_header_over_ended_ranks_is_inconsistent() -> None:
+    frame = Frame.from_page({"t": 1.0, "header": "train · running · 4.2s · 2 processes", "ranks": ["finished"] * 2,
+                             "height": 500})
+    assert frame.clock == 4.2 and "every rank has ended" in inconsistent(frame)
+    assert inconsistent(Frame(1.0, "finishing", 4.2, ("finished", "finished"), 500)) == ""
+    assert inconsistent(Frame(1.0, "running", 4.2, ("running", "finished"), 500)) == ""
+
+
+def test_heights_beyond_ten_percent_of_the_first_frame_are_jumps() -> None:
+    frames = [Frame(0.0, "running", 0.0, (), 500), Frame(1.0, "running", 1.0, (), 540),
+              Frame(2.0, "running", 2.0, (), 560)]
+    assert height_jumps(frames) == ["560px at 2.0s (first frame 500px)"]
