@@ -16,10 +16,11 @@ The Engine control picks DDP, FSDP or DeepSpeed; the chosen engine's section (``
 per engine of :data:`notebook_accel.config.engine_form.ENGINES`, and is checked by the same table as the file.
 
 Numbers are typed freely (no box silently snaps a value back): a value the config cannot take is shown as a
-problem under the form, naming the value and what is allowed. Displayed, the picker carries a static summary of
-its configuration and YAML beside the widget view (:mod:`~widgets.picker_summary`), so a saved notebook or an
-HTML export shows that summary instead of the widget's raw ``repr``; it is refreshed when the config is read
-(``notebook_launcher(config=picker)``), saved or loaded.
+problem under the form, naming the value and what is allowed. Displayed, the picker shows the form and, as a second
+output under it, a summary of its configuration and the YAML it would write (:mod:`~widgets.picker_summary`),
+updated in place after every change. That output is plain HTML and text, so a saved notebook opened without the
+kernel or an HTML export still shows the configuration; where the form itself cannot render, its output reads
+as a short note, never the widget's raw ``repr``.
 """
 
 from __future__ import annotations
@@ -117,7 +118,6 @@ class ConfigPicker(w.VBox):
         """
         if self._config is None:
             raise ConfigError(self._problems)
-        self._refresh_static_view()
         return self._config
 
     @property
@@ -140,7 +140,6 @@ class ConfigPicker(w.VBox):
         written = save_config(self.config, target)
         self._notes = [f"saved to {written}"]
         self._show()
-        self._refresh_static_view()
         return written
 
     def load(self, path: PathLike | None = None) -> Config:
@@ -157,7 +156,6 @@ class ConfigPicker(w.VBox):
         self.path.value = str(target)
         self._base = loaded
         self._apply(loaded, [f"loaded {target}"])
-        self._refresh_static_view()
         return loaded
 
     # ----------------------------------------------------------------- building
@@ -208,7 +206,7 @@ class ConfigPicker(w.VBox):
 
         top = rows(self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation, self.batch_size)
         bottom = rows(self.port, self.machines, self.machine_rank, self.main_ip, self.engine)
-        self.path.layout.width = ROW_WIDTH
+        self.path.layout = w.Layout(flex="1 1 auto", width="auto", min_width=ROW_WIDTH)  # a long path stays readable
         buttons = w.HBox([self.path, self.save_button, self.load_button], layout=w.Layout(flex_flow="row wrap"))
         return [self.hardware_info, *top, self.effective, *bottom, *self.engines.values(), self.message, buttons]
 
@@ -385,6 +383,7 @@ class ConfigPicker(w.VBox):
             engine = "" if self.engine.value == _DDP else ENGINES[self.engine.value].title
             lines.append(f"<span style='color:#1b5e20'>✓ {html.escape(picker_summary.describe(config, engine))}</span>")
         self.message.value = "<br>".join(lines)
+        self._refresh_static_view()
 
     # ----------------------------------------------------------------- display
     def _summary(self) -> tuple[str, str]:
@@ -394,27 +393,30 @@ class ConfigPicker(w.VBox):
         return picker_summary.summary_html(*args), picker_summary.summary_text(*args)
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None, **kwargs: Any) -> dict[str, Any]:
-        """The widget view, with the static summary as ``text/html`` and ``text/plain`` for where it cannot
-        render (a saved notebook without the kernel, an HTML export, a terminal)."""
+        """The widget view, with a short note instead of the widget's raw ``repr`` where it cannot render."""
         bundle = dict(super()._repr_mimebundle_(**kwargs) or {})
-        bundle["text/html"], bundle["text/plain"] = self._summary()
+        bundle["text/plain"] = picker_summary.FORM_NOTE
+        bundle["text/html"] = f"<i>{html.escape(picker_summary.FORM_NOTE)}</i>"
         return bundle
 
     def _ipython_display_(self) -> None:
-        """Show the picker with a display id, so that its static summary can follow later changes."""
+        """Show the form, then the summary of its configuration and the YAML it would write, as a second output
+        that follows every change (a plain output: a saved notebook or an export shows it without the kernel)."""
         from IPython.display import display  # late: only a displayed picker needs IPython.display
 
-        bundle = self._repr_mimebundle_()
-        self._shown_summary = bundle["text/plain"]
-        self._display_handle = display(bundle, raw=True, display_id=True)
+        display(self._repr_mimebundle_(), raw=True)
+        html_text, plain = self._summary()
+        self._shown_summary = plain
+        self._display_handle = display({"text/html": html_text, "text/plain": plain}, raw=True, display_id=True)
 
     def _refresh_static_view(self) -> None:
-        """Bring the displayed summary up to date (called when the config is read, saved or loaded)."""
-        if self._display_handle is None or self._summary()[1] == self._shown_summary:
+        """Bring the displayed summary up to date (after every change of the form)."""
+        if self._display_handle is None:
             return
-        bundle = self._repr_mimebundle_()
-        self._shown_summary = bundle["text/plain"]
-        self._display_handle.update(bundle, raw=True)
+        html_text, plain = self._summary()
+        if plain != self._shown_summary:
+            self._shown_summary = plain
+            self._display_handle.update({"text/html": html_text, "text/plain": plain}, raw=True)
 
     def __repr__(self) -> str:
         """The plain-text summary (not the widget tree)."""

@@ -1,9 +1,9 @@
 """The static view of a config picker: what a saved notebook, an HTML export or a terminal shows in its place.
 
-A widget view needs the live kernel (or saved widget state) to render; without it the front end falls back to
-the output's other forms. So the picker's display carries, beside the widget view, a ``text/html`` and a
-``text/plain`` summary of the configuration it describes and the YAML its Save button would write (or the problems
-that keep it from being valid), built here from plain values (no widgets), so it is cheap to test.
+A widget view needs the live kernel (or saved widget state) to render. So a displayed picker writes, under its
+form, a second output that is plain ``text/html`` and ``text/plain``: a summary of the configuration the form
+describes and the YAML its Save button would write (or the problems that keep it from being valid). It is built
+here from plain values (no widgets), so it is cheap to test.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from notebook_accel.config import Config
 from notebook_accel.config.io import config_to_yaml
 
-__all__ = ["describe", "summary_text", "summary_html"]
+__all__ = ["describe", "summary_text", "summary_html", "FORM_NOTE"]
+
+FORM_NOTE = "Config picker form (it needs the running kernel; the configuration it describes is shown below)"
 
 
 def describe(config: Config, engine: str = "") -> str:
@@ -35,7 +37,7 @@ def summary_text(config: Config | None, problems: Sequence[str], engine: str = "
 def summary_html(config: Config | None, problems: Sequence[str], engine: str = "", path: str = "") -> str:
     """The HTML summary: the description, then the YAML in a block (or the problems in red)."""
     esc = html.escape
-    head = '<div style="font-family:sans-serif;font-size:13px"><b>Config picker</b> (static view; run the cell to edit)'
+    head = '<div style="font-family:sans-serif;font-size:13px"><b>Config picker</b>'
     if config is None:
         items = "".join(f"<li>{esc(p)}</li>" for p in problems)
         return f'{head}<div style="color:#b42318">not a valid config yet:</div><ul style="margin:2px 0">{items}</ul></div>'

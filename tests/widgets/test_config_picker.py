@@ -329,31 +329,42 @@ def test_the_picker_shows_a_static_summary_where_widgets_cannot_render(tmp_path:
                           path=tmp_path / "c.yaml")
     bundle = picker._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle  # the live form where widgets render
-    text, page = bundle["text/plain"], bundle["text/html"]
-    assert "ConfigPicker(" not in text and "children=" not in text and "HTML(value" not in page
+    for form in (bundle["text/plain"], bundle["text/html"], repr(picker)):  # never the widget tree
+        assert "ConfigPicker(" not in form and "children=" not in form and "HTML(value" not in form
+    text = repr(picker)
     assert text.startswith("Config picker: 2 process(es) on CPU, mixed precision bf16")
     assert "num_processes: 2" in text and "mixed_precision: bf16" in text  # the YAML Save would write
-    assert "num_processes: 2" in page and "static view" in page and str(tmp_path / "c.yaml") in page
-    assert repr(picker) == text
     picker.accumulation.value = 0
-    broken = picker._repr_mimebundle_()
-    assert "not a valid config yet" in broken["text/plain"] and "gradient_accumulation_steps" in broken["text/html"]
+    assert "not a valid config yet" in repr(picker) and "gradient_accumulation_steps" in repr(picker)
 
 
-def test_the_displayed_summary_follows_a_save(tmp_path: Path) -> None:
-    picker = ConfigPicker(cpu_count=4, gpus=[], path=tmp_path / "c.yaml")
+def test_the_displayed_summary_is_a_second_output_that_follows_every_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import IPython.display
+
+    shown: list[dict[str, str]] = []
     updates: list[dict[str, str]] = []
 
     class Handle:
         def update(self, bundle: dict[str, str], raw: bool) -> None:
             updates.append(bundle)
 
-    picker._display_handle, picker._shown_summary = Handle(), repr(picker)
+    def display(bundle: dict[str, str], raw: bool, display_id: bool = False) -> Handle | None:
+        shown.append(bundle)
+        return Handle() if display_id else None
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    picker = ConfigPicker(cpu_count=4, gpus=[], path=tmp_path / "c.yaml")
+    picker._ipython_display_()  # what a cell ending in `picker` does
+    form, summary = shown
+    assert "application/vnd.jupyter.widget-view+json" in form
+    assert set(summary) == {"text/html", "text/plain"} and "num_processes: 1" in summary["text/plain"]
+    assert str(tmp_path / "c.yaml") in summary["text/html"]
     picker.processes.value = 3
-    picker.save()
-    assert len(updates) == 1 and "num_processes: 3" in updates[0]["text/plain"]
-    picker.save()  # nothing changed: no second update
-    assert len(updates) == 1
+    assert "num_processes: 3" in updates[-1]["text/plain"] and "num_processes: 3" in updates[-1]["text/html"]
+    count = len(updates)
+    picker.save()  # a note, the same configuration: no new update
+    assert len(updates) == count
 
 
 def test_long_labels_are_split_into_a_name_and_a_hint() -> None:
