@@ -12,8 +12,8 @@ shutdown or restart) is stopped first (``atexit``), and the workers die with the
 (``PR_SET_PDEATHSIG``).
 
 Displayed in a cell (``run`` as a cell's last line), the handle shows one line that follows the run: "running in
-the background" with no clock that could go stale, replaced in place (its display id) by "finished in 23.8s"
-(or how it ended) when the run ends, so a saved notebook never keeps an outdated status under the result.
+the background" with no clock that could go stale, replaced in place (its display id) by "finished" (or how it
+ended) when the run ends, so a saved notebook never keeps an outdated status under the result.
 """
 
 from __future__ import annotations
@@ -211,11 +211,12 @@ class BackgroundRun:
         return f"<BackgroundRun {self.name}: {self.status}, {format_duration(elapsed)} since start>"
 
     def summary(self) -> str:
-        """One line with nothing that goes stale: ``train: running in the background (run.wait(), run.stop())``
-        while it runs, then ``train: finished in 23.8s`` (``failed``, ``timeout``, ``stopped``)."""
+        """One line with nothing that goes stale: ``train: running in the background (run.wait(), ...)`` while it
+        runs, then ``train: finished (background run; run.result() has the outcome)`` (``failed``, ``timeout``,
+        ``stopped``). No duration: the dashboard above gives the run's one clock."""
         if self.ended is None:
             return f"{self.name}: running in the background (run.wait(), run.result(), run.stop())"
-        return f"{self.name}: {self.status} in {format_duration(self.ended - self.started)}"
+        return f"{self.name}: {self.status} (background run; run.result() has the outcome)"
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
         """The :meth:`summary` as plain text and HTML."""

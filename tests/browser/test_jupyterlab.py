@@ -378,16 +378,18 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
     assert "broken: failed" in failed_result and failed_result.count("boom on purpose") == 1, failed_result
     assert "WorkerError" in failed and "Cell In[3], line 4, in broken" in failed, failed[-1500:]
     assert "ipykernel_" not in failed, failed[-1500:]
-    assert background_text.count("slow: stopped in") == 2, background_text  # the result and the handle's line
+    assert background_text.count("slow: stopped in") == 1, background_text  # the result, with the run's one clock
+    assert "slow: stopped (background run" in background_text, background_text  # the handle's line followed
     assert "interrupted" not in background_text and "<BackgroundRun" not in background_text, background_text
     assert images == 1, "the reopened notebook does not show the curves image"
     # the picker's summary output shows the configuration without the kernel; its form's own output is the widget
     # view, which a trusted notebook with a fresh kernel reports as ipywidgets does ("model not found")
-    assert "Config picker: 1 process(es) on CPU, FSDP" in reopened_picker and "num_processes:" in reopened_picker
+    assert "Config picker" in reopened_picker and "1 process(es) on CPU, FSDP" in reopened_picker
+    assert "num_processes: 1" in reopened_picker and "distributed_type: FSDP" in reopened_picker, reopened_picker
     assert "ConfigPicker(" not in reopened_picker and "children=" not in reopened_picker, reopened_picker
     for raw in ("ConfigPicker(", "<BackgroundRun", "VBox(children", "HTML(value"):
         assert raw not in exported, f"{raw} in the HTML export"
-    assert "Config picker: 1 process(es) on CPU, FSDP" in exported and "slow: stopped in" in exported
+    assert "1 process(es) on CPU, FSDP" in exported and "slow: stopped in" in exported
     assert "steps: 48" in reopened and "slow: stopped in" in reopened
     outputs = [o for c in saved["cells"][1:] for o in c.get("outputs", [])]
     assert not [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
