@@ -132,7 +132,7 @@ class Dashboard:
         self.overall_bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(**_BAR))
         self.overall_label = w.HTML(layout=w.Layout(flex="1 1 auto"))
         self.overall_row = w.HBox([self.overall_bar, self.overall_label], layout=w.Layout(**_ROW))
-        self.overall_bar.layout.visibility = "hidden"
+        self.overall_bar.layout.display = "none"
         self.curves = w.HTML(layout=w.Layout(min_height=_CURVES_HEIGHT))
         self.metrics = w.HTML()
         self.log_main = w.HTML()
@@ -261,7 +261,7 @@ class Dashboard:
         fraction, label = views.progress_text(state, now)
         self.bar.value, self.bar_label.value = fraction, views.label_html(label)
         overall, overall_label = views.overall_text(state, now)
-        self.overall_bar.layout.visibility = "hidden" if overall is None else "visible"  # length unknown
+        self.overall_bar.layout.display = "none" if overall is None else None  # length unknown: the label alone
         self.overall_bar.value = overall if overall is not None else 0.0
         self.overall_label.value = views.label_html(overall_label)
         if self._changed("state", state.version):

@@ -317,6 +317,8 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
                 final_height = train.locator(".jp-OutputArea-output").first.bounding_box()["height"]
                 train_text = _cell_text(page, 1)
                 _cell(page, 2).locator(".jp-OutputArea-output").get_by_text("broken: failed").wait_for(timeout=90_000)
+                _cell(page, 2).locator(".jp-OutputArea-output").get_by_text("WorkerError").first.wait_for(
+                    timeout=30_000)  # the exception comes after the static result
                 _cell(page, 2).screenshot(path=str(shot("failed")))
                 failed = _cell_text(page, 2)
                 failed_result = str(_cell(page, 2).locator(".jp-OutputArea-output").first.inner_text())

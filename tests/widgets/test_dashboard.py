@@ -293,3 +293,13 @@ def test_the_layout_has_its_places_from_the_first_frame() -> None:
     assert dash.header.layout.flex == "1 1 auto" and dash.stop_button.layout.flex == "0 0 auto"
     assert 'min-width:4.2em;font-variant-numeric:tabular-nums' in dash.header.value  # a clock of fixed width
     assert dash.bar.layout is not dash.overall_bar.layout  # hiding the run bar (no total) leaves the loop's bar
+
+
+def test_a_run_of_unknown_length_shows_its_label_without_an_empty_bar() -> None:
+    dash, clock, _ = _dashboard()
+    dash.handle(Started(0, 1, "cpu"))
+    dash.handle(Progress(0, 5, 16, "train", 1.0, 1, "loader"))
+    clock.now += 1
+    dash.tick(clock.now)
+    assert "run · epoch 1 · 5 batches" in dash.overall_label.value
+    assert dash.overall_bar.layout.display == "none"  # no invisible bar pushing the label to the middle
