@@ -194,7 +194,8 @@ class RunState:
             return "stopped" if self.outcome.status == "interrupted" else self.outcome.status
         if self.status != "starting" and self.ranks and all(s.status in _ENDED for s in self.ranks.values()):
             return "finishing"
-        return self.status
+        return "stopped" if self.status == "interrupted" else self.status
+
     @property
     def progress(self) -> ProgressState:
         """The loop that reported last (an empty one before any report)."""
