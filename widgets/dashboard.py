@@ -210,6 +210,7 @@ class Dashboard:
         if state is None or self.frozen:
             return
         state.finish(outcome)
+        self._guarded(self._refresh, False)  # the final status at once, while the result's image is drawn
         self.frozen = True
         if state.series:
             self._guarded(self._render_png)
