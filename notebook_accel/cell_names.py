@@ -1,4 +1,4 @@
-"""Notebook cells by the names IPython gives them: ``Cell In[6], line 5`` instead of ``File "/tmp/ipykernel_…/3049281213.py", line 5``.
+"""Notebook cells by the names IPython gives them: ``Cell In[6], line 5``, not ``File "/tmp/ipykernel_…/30492.py"``.
 
 IPython compiles each cell under a temporary file name and remembers the execution count of each name; its own
 tracebacks print the cell. A traceback formatted by Python's :mod:`traceback` (a worker's) names the temporary

@@ -36,7 +36,8 @@ def shell() -> Iterator[object]:
 
 @pytest.mark.timeout(120)
 def test_a_worker_failure_names_the_cell(shell: object) -> None:
-    result = shell.run_cell("def broken():\n    raise ValueError('from a cell')\n", store_history=True)  # type: ignore[attr-defined]
+    code = "def broken():\n    raise ValueError('from a cell')\n"
+    result = shell.run_cell(code, store_history=True)  # type: ignore[attr-defined]
     assert result.success
     with pytest.raises(WorkerError) as caught:
         notebook_launcher(shell.user_ns["broken"], num_processes=2, dashboard=False)  # type: ignore[attr-defined]

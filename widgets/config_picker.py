@@ -320,7 +320,8 @@ class ConfigPicker(w.VBox):
         if self.device.value == _GPU and not self.gpus.value:
             out.append("GPUs: select at least one GPU, or choose CPU")
         if self.processes.value > self.process_limit:
-            devices = f"{len(self.gpus.value)} GPU(s) chosen" if self.device.value == _GPU else f"{self._cpus} CPU cores"
+            on_gpu = self.device.value == _GPU
+            devices = f"{len(self.gpus.value)} GPU(s) chosen" if on_gpu else f"{self._cpus} CPU cores"
             out.append(f"processes per machine: {self.processes.value} is more than the chosen devices allow "
                        f"({devices}); use 1 to {self.process_limit}")
         if self.machines.value > 1 and self.port.value == 0:
@@ -381,7 +382,8 @@ class ConfigPicker(w.VBox):
         lines += [f"<span style='color:#b00020'>⚠ {html.escape(p)}</span>" for p in self._problems]
         if config is not None:
             engine = "" if self.engine.value == _DDP else ENGINES[self.engine.value].title
-            lines.append(f"<span style='color:#1b5e20'>✓ {html.escape(picker_summary.describe(config, engine))}</span>")
+            described = html.escape(picker_summary.describe(config, engine))
+            lines.append(f"<span style='color:#1b5e20'>✓ {described}</span>")
         self.message.value = "<br>".join(lines)
         self._refresh_static_view()
 

@@ -40,7 +40,8 @@ def summary_html(config: Config | None, problems: Sequence[str], engine: str = "
     head = '<div style="font-family:sans-serif;font-size:13px"><b>Config picker</b>'
     if config is None:
         items = "".join(f"<li>{esc(p)}</li>" for p in problems)
-        return f'{head}<div style="color:#b42318">not a valid config yet:</div><ul style="margin:2px 0">{items}</ul></div>'
+        return (f'{head}<div style="color:#b42318">not a valid config yet:</div>'
+                f'<ul style="margin:2px 0">{items}</ul></div>')
     where = f' &middot; Save writes <code>{esc(path)}</code>' if path else ""
     return (f'{head}<div style="color:#1a7f37">&#10003; {esc(describe(config, engine))}{where}</div>'
             '<pre style="font-size:12px;background:#f6f8fa;padding:6px;margin:4px 0;white-space:pre-wrap">'

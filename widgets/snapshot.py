@@ -67,14 +67,17 @@ def summary_text(state: RunState, elapsed: float) -> str:
     return "\n".join(lines)
 
 
-def summary_html(state: RunState, elapsed: float, png: bytes | None = None) -> str:
-    """The HTML result: headline, the error (one line), the curves (inline PNG), final values, output block."""
+def summary_html(state: RunState, elapsed: float, png: bytes | None = None, where: str = "") -> str:
+    """The HTML result: headline, the error (one line), ``where`` (the ranks' rows and the last position, as the
+    live view showed them: the cell keeps about its live height), the curves (inline PNG), final values, output."""
     esc = html.escape
     color = {"finished": "#1a7f37", "stopped": "#b45309"}.get(state.shown_status, "#b42318")
     parts = [f'<div style="font-family:sans-serif;font-size:13px"><b style="color:{color}">'
              f"{esc(_headline(state, elapsed))}</b>"]
     if _error(state):
         parts.append(f'<div style="color:#b42318;white-space:pre-wrap;margin:2px 0">{esc(_error(state))}</div>')
+    if where:
+        parts.append(f'<div style="margin:2px 0">{where}</div>')
     if png is not None:
         data = base64.b64encode(png).decode("ascii")
         parts.append(f'<div><img alt="training curves" style="max-width:100%" src="data:image/png;base64,{data}"/></div>')
@@ -121,8 +124,8 @@ class StaticResult(Summary):
         'train: finished in 1.0s (1 process, gloo)'
     """
 
-    def __init__(self, state: RunState, png: bytes | None, elapsed: float) -> None:
-        super().__init__(summary_html(state, elapsed, png), summary_text(state, elapsed))
+    def __init__(self, state: RunState, png: bytes | None, elapsed: float, where: str = "") -> None:
+        super().__init__(summary_html(state, elapsed, png, where), summary_text(state, elapsed))
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
         """Both forms in one output (no widget view, so a saved or exported notebook shows it as is)."""

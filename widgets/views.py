@@ -13,7 +13,8 @@ from notebook_accel.widgets.log_style import line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.state import LogLine, RunState
 
-__all__ = ["header_html", "ranks_html", "progress_text", "label_html", "overall_text", "metrics_html", "logs_html", "error_html", "STATUS_COLORS"]
+__all__ = ["header_html", "ranks_html", "progress_text", "label_html", "overall_text", "metrics_html", "logs_html",
+           "error_html", "STATUS_COLORS"]
 
 STATUS_COLORS = {
     "starting": "#6b7280",
@@ -59,19 +60,22 @@ def header_html(state: RunState, elapsed: float) -> str:
     return '<div style="font-family:sans-serif;font-size:13px">' + " &middot; ".join(bits) + "</div>"
 
 
-def ranks_html(state: RunState) -> str:
+def ranks_html(state: RunState, with_detail: bool = True) -> str:
     """One row per rank: status, device, pid, detail (exit reason or error), and each rank's loop position when
     more than one rank reports one (a prepared DataLoader reports from the main process only: its position is
-    the progress bar, and a column empty for every other rank would say nothing)."""
+    the progress bar, and a column empty for every other rank would say nothing). ``with_detail=False`` leaves the
+    detail out (the static result names the error once, above)."""
     with_progress = sum(1 for s in state.ranks.values() if s.progress) > 1
-    names = ("rank", "status", "device", "pid", *(("progress",) if with_progress else ()), "")
+    names = ("rank", "status", "device", "pid", *(("progress",) if with_progress else ()),
+             *(("",) if with_detail else ()))
     head = "".join(f"<th {_CELL}>{h}</th>" for h in names)
     rows = []
     for rank, s in sorted(state.ranks.items()):
         cells = [str(rank), _badge(s.status), html.escape(s.device), "" if s.pid is None else str(s.pid)]
         if with_progress:
             cells.append(html.escape(s.progress))
-        cells.append(html.escape(s.detail[:200]))
+        if with_detail:
+            cells.append(html.escape(s.detail[:200]))
         rows.append("<tr>" + "".join(f"<td {_CELL}>{c}</td>" for c in cells) + "</tr>")
     return f"<table {_TABLE}><tr>{head}</tr>{''.join(rows)}</table>"
 

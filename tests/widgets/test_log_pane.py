@@ -41,7 +41,8 @@ def test_colours_render_as_html_and_only_errors_are_red() -> None:
     b.add(Log(0, "stderr", "after the traceback"))
     page = logs_html(b, with_rank=False, max_lines=20)
     assert '<span style="color:#0dbc79">passed</span> &lt;ok&gt;' in page
-    for calm in ("plain warning", "INFO:train:epoch 1 done", " 40%|####", "/x.py:3: UserWarning: careful", "  warnings.warn", "after the"):
+    for calm in ("plain warning", "INFO:train:epoch 1 done", " 40%|####", "/x.py:3: UserWarning: careful",
+                 "  warnings.warn", "after the"):
         assert f'<span style="border-left:2px solid #d1d5db;padding-left:4px">{calm}' in page, calm
     for alarm in ("ERROR:train:loss is nan", "Traceback (most recent call last):", "  File \"x.py\"",
                   "ValueError: boom"):
