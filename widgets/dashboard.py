@@ -214,7 +214,7 @@ class Dashboard:
         self.frozen = True
         if state.series:
             self._guarded(self._render_png)
-        position = views.progress_text(state, self.clock())[1] if state.run_progress.current is not None else ""
+        position = views.position_text(state)
         where = views.ranks_html(state, with_detail=False) + (views.label_html(position) if position else "")
         result = StaticResult(state, self.png if state.series else None, self._elapsed(self.clock()), where)
         update = getattr(self.display_handle, "update", None)

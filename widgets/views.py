@@ -13,7 +13,7 @@ from notebook_accel.widgets.log_style import line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.state import LogLine, RunState
 
-__all__ = ["header_html", "ranks_html", "progress_text", "label_html", "overall_text", "metrics_html", "logs_html",
+__all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
            "error_html", "STATUS_COLORS"]
 
 STATUS_COLORS = {
@@ -94,16 +94,25 @@ def progress_text(state: RunState, now: float = 0.0) -> tuple[float, str]:
         if not state.workers_spoke and state.outcome is None:
             return 0.0, "waiting for the workers (imports, rendezvous, engine setup)"
         return 0.0, "no progress yet: it shows a prepared DataLoader, progress() or accelerator.log(...)"
-    parts = [p.desc] if p.desc else []
-    if p.epoch is not None:
-        parts.append(f"epoch {p.epoch}")
-    parts.append(f"{p.n}/{p.total}" if p.total is not None else f"{p.n}")
+    parts = [position_text(state)]
     rate = p.rate
     parts.append(f"{rate:.2f} it/s" if rate is not None else "? it/s")
     if p.total is not None:
         parts.append(f"ETA {format_duration(p.eta_at(now))}")
     fraction = min(p.n / p.total, 1.0) if p.total else 0.0
     return fraction, " · ".join(parts)
+
+
+def position_text(state: RunState) -> str:
+    """Where the last loop stopped, without rate or ETA (for the static result): ``train · epoch 3 · 16/16``."""
+    p = state.run_progress.current
+    if p is None:
+        return ""
+    parts = [p.desc] if p.desc else []
+    if p.epoch is not None:
+        parts.append(f"epoch {p.epoch}")
+    parts.append(f"{p.n}/{p.total}" if p.total is not None else f"{p.n}")
+    return " · ".join(parts)
 
 
 def label_html(text: str) -> str:

@@ -176,6 +176,11 @@ def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None
     assert "<details open><summary>output of rank 0" in bundle["text/html"] and "epoch 1 done" in bundle["text/html"]
     assert "train: finished in 12.0s" in bundle["text/plain"] and "train/loss = 0.1" in bundle["text/plain"]
     assert "<th" in bundle["text/html"] and ">finished</b>" in bundle["text/html"]  # the ranks' rows, as seen live
+    dash2, clock2, shown2 = _dashboard()
+    dash2.handle(Progress(0, 16, 16, "train", 1.0, 3, "loader"))
+    dash2.finish(RunOutcome("finished", 1.0))
+    final = shown2.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
+    assert ">train · epoch 3 · 16/16<" in final and "ETA" not in final  # where it stopped; no rate or ETA
     assert dash.root.comm is None and dash.curves.comm is None  # closed: no model left for the front end
     dash.handle(Metrics(0, 99, {"train/loss": 9.0}, 0.0))
     dash.tick(clock.now + 10)
