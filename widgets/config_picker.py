@@ -14,6 +14,13 @@ Settings the form does not show (``rdzv_backend``, accelerate's extra sections, 
 The Engine control picks DDP, FSDP or DeepSpeed; the chosen engine's section (``fsdp_config`` /
 ``deepspeed_config``, accelerate's key names) appears under it, one :class:`~widgets.engine_section.EngineSection`
 per engine of :data:`notebook_accel.config.engine_form.ENGINES`, and is checked by the same table as the file.
+
+Numbers are typed freely (no box silently snaps a value back): a value the config cannot take is shown as a
+problem under the form, naming the value and what is allowed. Displayed, the picker shows the form and, as a second
+output under it, a summary of its configuration and the YAML it would write (:mod:`~widgets.picker_summary`),
+updated in place after every change. That output is plain HTML and text, so a saved notebook opened without the
+kernel or an HTML export still shows the configuration; where the form itself cannot render, its output reads
+as a short note, never the widget's raw ``repr``.
 """
 
 from __future__ import annotations
@@ -32,24 +39,26 @@ from notebook_accel.config import Config, ConfigError, default_config_path, load
 from notebook_accel.config.engine_form import ENGINES
 from notebook_accel.config.machine import config_for_machine, precision_choices
 from notebook_accel.hardware import GpuInfo
+from notebook_accel.widgets import picker_summary
 from notebook_accel.widgets.engine_section import EngineSection
+from notebook_accel.widgets.form_layout import ROW_WIDTH, STYLE, labelled, split_label
 
 __all__ = ["ConfigPicker"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 _GPU, _CPU = "GPU", "CPU"
 _DDP = "DDP"  # the engine choice without a section: plain data parallel (or one process)
-_MAX_STEPS = 1_000_000
-_STYLE = {"description_width": "190px"}
 
 
 def _gib(size: int) -> str:
     return f"{size / 2**30:.1f} GiB"
 
 
-def _int_box(description: str, value: int, low: int, high: int) -> w.BoundedIntText:
-    return w.BoundedIntText(value=min(max(value, low), high), min=low, max=high, description=description,
-                            style=_STYLE)
+
+
+def _asks_for_gpus(config: Config) -> bool:
+    """Whether ``config`` names GPUs itself (a default config only leaves the choice to the machine)."""
+    return not config.use_cpu and (config.gpu_ids is not None or config.distributed_type == "MULTI_GPU")
 
 
 class ConfigPicker(w.VBox):
@@ -64,6 +73,7 @@ class ConfigPicker(w.VBox):
     Attributes:
         device, gpus, processes, mixed_precision, accumulation, batch_size, port, machines, machine_rank,
         main_ip, engine, path: the controls (ipywidgets), public so code and tests can set them.
+        process_limit: the most processes per machine the chosen devices allow.
         engines: ``distributed_type`` -> that engine's :class:`EngineSection` (its ``controls`` by file key).
         effective: the effective batch size line; message: the inline problems or the summary.
 
@@ -87,8 +97,13 @@ class ConfigPicker(w.VBox):
         self._notes: list[str] = []
         self._problems: list[str] = []
         self._config: Config | None = None
+        self._display_handle: Any = None
+        self._shown_summary = ""
+        self.process_limit = 1
+        self._hints: dict[w.Widget, str] = {}  # control -> the explanation shown beside it
         self._build_controls(path)
         super().__init__(children=self._layout())
+        self.add_class("nacc-config-picker")
         start, note = self._starting_config(config)
         self._base = start
         self._apply(start, [note] if note else [])
@@ -147,29 +162,29 @@ class ConfigPicker(w.VBox):
     def _build_controls(self, path: PathLike | None) -> None:
         gpus = self._gpus
         self.hardware_info = w.HTML(self._hardware_html())
-        self.device = w.ToggleButtons(options=[_GPU, _CPU] if gpus else [_CPU], description="Device", style=_STYLE)
+        self.device = w.ToggleButtons(options=[_GPU, _CPU] if gpus else [_CPU], description="Device", style=STYLE)
         self.gpus = w.SelectMultiple(
             options=[(f"{g.index}: {g.name} ({_gib(g.total_memory_bytes)})", g.index) for g in gpus],
-            value=tuple(g.index for g in gpus), rows=min(max(len(gpus), 1), 8), description="GPUs", style=_STYLE,
+            value=tuple(g.index for g in gpus), rows=min(max(len(gpus), 1), 8), description="GPUs", style=STYLE,
         )
-        self.processes = _int_box("Processes per machine", 1, 1, max(len(gpus), self._cpus, 1))
+        self.processes = self._number("Processes per machine", 1)
         self.mixed_precision = w.Dropdown(options=precision_choices([]), value="no", description="Mixed precision",
-                                          style=_STYLE)
-        self.accumulation = _int_box("Gradient accumulation", 1, 1, _MAX_STEPS)
-        self.batch_size = _int_box("Batch size per device (0 = unset)", 0, 0, _MAX_STEPS)
+                                          style=STYLE)
+        self.accumulation = self._number("Gradient accumulation (1 = none)", 1)
+        self.batch_size = self._number("Batch size per device (0 = unset)", 0)
         self.effective = w.HTML()
-        self.port = _int_box("Port (0 = free)", 0, 0, 65535)
-        self.machines = _int_box("Machines", 1, 1, 10_000)
-        self.machine_rank = _int_box("This machine's rank", 0, 0, 9_999)
-        self.main_ip = w.Text(description="Main machine address", placeholder="e.g. 10.0.0.1", style=_STYLE)
+        self.port = self._number("Port (0 = pick a free one)", 0)
+        self.machines = self._number("Machines", 1)
+        self.machine_rank = self._number("This machine's rank (0 = the main one)", 0)
+        self.main_ip = w.Text(description="Main machine address", placeholder="e.g. 10.0.0.1", style=STYLE)
         self.engine = w.Dropdown(options=[("DDP (every process holds the whole model)", _DDP)] + [
-            (form.title, name) for name, form in ENGINES.items()], value=_DDP, description="Engine", style=_STYLE)
+            (form.title, name) for name, form in ENGINES.items()], value=_DDP, description="Engine", style=STYLE)
         self.engines = {name: EngineSection(form) for name, form in ENGINES.items()}
         self.message = w.HTML()
         self.path = w.Text(value=str(path if path is not None else default_config_path()), description="File",
-                           style=_STYLE, layout=w.Layout(width="60%"))
-        self.save_button = w.Button(description="Save", icon="save")
-        self.load_button = w.Button(description="Load", icon="folder-open")
+                           style=STYLE)
+        self.save_button = w.Button(description="Save", icon="save", layout=w.Layout(width="auto"))
+        self.load_button = w.Button(description="Load", icon="folder-open", layout=w.Layout(width="auto"))
         self.save_button.on_click(lambda _: self._guarded("save", self.save))
         self.load_button.on_click(lambda _: self._guarded("load", self.load))
         for control in (self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation,
@@ -178,10 +193,22 @@ class ConfigPicker(w.VBox):
         for section in self.engines.values():
             section.on_change(self._on_change)
 
+    def _number(self, label: str, value: int) -> w.IntText:
+        """A number box described by the label's short name; its explanation is shown beside it."""
+        name, hint = split_label(label)
+        box = w.IntText(value=value, description=name, style=STYLE)
+        self._hints[box] = hint
+        return box
+
     def _layout(self) -> list[w.Widget]:
-        return [self.hardware_info, self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation,
-                self.batch_size, self.effective, self.port, self.machines, self.machine_rank, self.main_ip,
-                self.engine, *self.engines.values(), self.message, w.HBox([self.path, self.save_button, self.load_button])]
+        def rows(*controls: w.Widget) -> list[w.Widget]:
+            return [labelled(c, self._hints.get(c, "")) for c in controls]
+
+        top = rows(self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation, self.batch_size)
+        bottom = rows(self.port, self.machines, self.machine_rank, self.main_ip, self.engine)
+        self.path.layout = w.Layout(flex="1 1 auto", width="auto", min_width=ROW_WIDTH)  # a long path stays readable
+        buttons = w.HBox([self.path, self.save_button, self.load_button], layout=w.Layout(flex_flow="row wrap"))
+        return [self.hardware_info, *top, self.effective, *bottom, *self.engines.values(), self.message, buttons]
 
     def _hardware_html(self) -> str:
         parts = [f"<b>CPU</b>: {self._cpus} cores"]
@@ -207,7 +234,7 @@ class ConfigPicker(w.VBox):
         self._applying = True
         try:
             use_cpu = config.use_cpu or not self._gpus
-            if not config.use_cpu and not self._gpus:
+            if not self._gpus and _asks_for_gpus(config):
                 notes.append("the config asks for GPUs but none was detected: using CPU")
             self.device.value = _CPU if use_cpu else _GPU
             if self._gpus:
@@ -219,10 +246,10 @@ class ConfigPicker(w.VBox):
                 self.gpus.value = tuple(chosen)
             self._refresh_limits()
             wanted = config.processes_per_machine
-            if wanted > self.processes.max:
-                notes.append(f"{wanted} processes per machine asked, {self.processes.max} possible here: using "
-                             f"{self.processes.max}")
-            self.processes.value = min(wanted, self.processes.max)
+            if wanted > self.process_limit:
+                notes.append(f"{wanted} processes per machine asked, {self.process_limit} possible here: using "
+                             f"{self.process_limit}")
+            self.processes.value = min(wanted, self.process_limit)
             mixed = config.mixed_precision
             if mixed not in self.mixed_precision.options:
                 notes.append(f"mixed precision {mixed!r} is not supported here: using 'no'")
@@ -254,13 +281,18 @@ class ConfigPicker(w.VBox):
         for name, section in self.engines.items():
             section.layout.display = None if name == self.engine.value else "none"
 
-    def _refresh_limits(self) -> None:
-        """Show the GPU list only on GPU; bound processes by the chosen devices; offer the supported precisions."""
+    def _refresh_limits(self, note: bool = False) -> None:
+        """Show the GPU list only on GPU; bound processes by the chosen devices (with a ``note`` when that lowers
+        the count); offer the supported precisions."""
         on_gpu = self.device.value == _GPU
         self.gpus.layout.display = None if on_gpu else "none"
         chosen = [g for g in self._gpus if g.index in self.gpus.value] if on_gpu else []
         limit = max(len(chosen), 1) if on_gpu else self._cpus
-        self.processes.max = max(limit, 1)
+        self.process_limit = max(limit, 1)
+        if self.processes.value > self.process_limit and note:
+            self._notes.append(f"processes per machine: {self.processes.value} → {self.process_limit}, the most "
+                               f"the chosen devices allow")
+        self.processes.value = min(self.processes.value, self.process_limit)
         options = precision_choices(chosen if on_gpu else [])
         if on_gpu and not chosen:
             options = precision_choices(self._gpus)
@@ -276,7 +308,7 @@ class ConfigPicker(w.VBox):
         if change.get("owner") in (self.device, self.gpus):
             self._applying = True
             try:
-                self._refresh_limits()
+                self._refresh_limits(note=True)
             finally:
                 self._applying = False
         self._refresh_engine()
@@ -287,6 +319,11 @@ class ConfigPicker(w.VBox):
         out = []
         if self.device.value == _GPU and not self.gpus.value:
             out.append("GPUs: select at least one GPU, or choose CPU")
+        if self.processes.value > self.process_limit:
+            on_gpu = self.device.value == _GPU
+            devices = f"{len(self.gpus.value)} GPU(s) chosen" if on_gpu else f"{self._cpus} CPU cores"
+            out.append(f"processes per machine: {self.processes.value} is more than the chosen devices allow "
+                       f"({devices}); use 1 to {self.process_limit}")
         if self.machines.value > 1 and self.port.value == 0:
             out.append("port: 0 (pick a free port) only works on one machine; every machine must use the same "
                        "port, e.g. 29500")
@@ -344,11 +381,48 @@ class ConfigPicker(w.VBox):
         lines = [f"<span style='color:#555'>{html.escape(n)}</span>" for n in self._notes]
         lines += [f"<span style='color:#b00020'>⚠ {html.escape(p)}</span>" for p in self._problems]
         if config is not None:
-            where = "CPU" if config.use_cpu else f"GPU ({config.gpu_ids or 'all'})"
-            engine = "" if self.engine.value == _DDP else f", {ENGINES[self.engine.value].title}"
-            lines.append(f"<span style='color:#1b5e20'>✓ {config.num_processes} process(es) on {where}{engine}, "
-                         f"mixed precision {config.mixed_precision}</span>")
+            engine = "" if self.engine.value == _DDP else ENGINES[self.engine.value].title
+            described = html.escape(picker_summary.describe(config, engine))
+            lines.append(f"<span style='color:#1b5e20'>✓ {described}</span>")
         self.message.value = "<br>".join(lines)
+        self._refresh_static_view()
+
+    # ----------------------------------------------------------------- display
+    def _summary(self) -> tuple[str, str]:
+        """The static view (HTML, plain text) of the form as it is now."""
+        engine = "" if self.engine.value == _DDP else ENGINES[self.engine.value].title
+        args = (self._config, self._problems, engine, self.path.value.strip())
+        return picker_summary.summary_html(*args), picker_summary.summary_text(*args)
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None, **kwargs: Any) -> dict[str, Any]:
+        """The widget view, with a short note instead of the widget's raw ``repr`` where it cannot render."""
+        bundle = dict(super()._repr_mimebundle_(**kwargs) or {})
+        bundle["text/plain"] = picker_summary.FORM_NOTE
+        bundle["text/html"] = f"<i>{html.escape(picker_summary.FORM_NOTE)}</i>"
+        return bundle
+
+    def _ipython_display_(self) -> None:
+        """Show the form, then the summary of its configuration and the YAML it would write, as a second output
+        that follows every change (a plain output: a saved notebook or an export shows it without the kernel)."""
+        from IPython.display import display  # late: only a displayed picker needs IPython.display
+
+        display(self._repr_mimebundle_(), raw=True)
+        html_text, plain = self._summary()
+        self._shown_summary = plain
+        self._display_handle = display({"text/html": html_text, "text/plain": plain}, raw=True, display_id=True)
+
+    def _refresh_static_view(self) -> None:
+        """Bring the displayed summary up to date (after every change of the form)."""
+        if self._display_handle is None:
+            return
+        html_text, plain = self._summary()
+        if plain != self._shown_summary:
+            self._shown_summary = plain
+            self._display_handle.update({"text/html": html_text, "text/plain": plain}, raw=True)
+
+    def __repr__(self) -> str:
+        """The plain-text summary (not the widget tree)."""
+        return self._summary()[1]
 
     # ----------------------------------------------------------------- buttons
     def _target(self, path: PathLike | None) -> Path:

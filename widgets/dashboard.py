@@ -16,6 +16,12 @@ main thread does too; the launcher's loop already wakes for its own deadlines, s
 The curves are rebuilt at most
 every ``plot_interval`` seconds (and never more than ``plot_share`` of the time) when new metrics arrived.
 
+Layout: every part has its place from the first frame (the curves' height is reserved before the first point, the
+progress rows and the log pane have fixed heights, the clock a fixed width, the stop button a fixed place), so the
+page below does not jump as the run fills in. Before the workers report, the header says what the launch is doing
+(:meth:`Dashboard.phase`). One clock: the live clock, the header's final time and "finished in" are all this
+dashboard's clock from :meth:`start`, stopped when the last rank ends.
+
 At ``finish`` the live widget view is *replaced in place* (its display id) by one static output
 (:class:`~notebook_accel.widgets.snapshot.StaticResult`: the curves drawn once by matplotlib as a PNG, the
 summary, the error once, the output in a collapsible block), and the widgets are closed: a saved notebook, an
@@ -33,7 +39,6 @@ import ipywidgets as w
 
 from notebook_accel.events import EngineReady, Event, Exited, Failed, Finished, RunInfo, RunOutcome, Started
 from notebook_accel.widgets import views
-from notebook_accel.widgets.plots import CurvePlot
 from notebook_accel.widgets.snapshot import StaticResult
 from notebook_accel.widgets.state import RunState
 from notebook_accel.widgets.svg import curves_svg
@@ -41,7 +46,10 @@ from notebook_accel.widgets.svg import curves_svg
 __all__ = ["Dashboard"]
 
 _URGENT = (Started, Finished, Failed, Exited, EngineReady)
-_BAR_STYLES = {"finished": "success", "failed": "danger", "timeout": "danger", "interrupted": "warning"}
+_BAR_STYLES = {"finished": "success", "failed": "danger", "timeout": "danger", "stopped": "warning"}
+_BAR = {"width": "260px", "flex": "0 0 auto"}  # keyword sets, not Layout objects: a Layout shared by two widgets
+_ROW = {"min_height": "24px", "align_items": "center"}  # would hide both when one is hidden
+_CURVES_HEIGHT = "184px"  # one row of SVG panels (svg._H) with its gap: reserved before the first point
 
 
 def _ipython_display(obj: object) -> Any:
@@ -96,7 +104,7 @@ class Dashboard:
         self.clock = clock
         self._display = display if display is not None else _ipython_display
         self.state: RunState | None = None
-        self.plot = CurvePlot()
+        self.plot: Any = None  # the matplotlib CurvePlot that drew the final PNG (made at the end)
         self.png: bytes | None = None
         self.svg = ""
         self.display_handle: Any = None
@@ -113,28 +121,34 @@ class Dashboard:
 
     def _build_widgets(self) -> None:
         """Create the widgets once; later only their values change."""
-        self.header = w.HTML()
+        self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
         self.stop_button = w.Button(description="Stop run", button_style="danger", icon="stop",
                                     tooltip="Stop this background run (as run.stop())",
-                                    layout=w.Layout(display="none"))
+                                    layout=w.Layout(display="none", flex="0 0 auto"))
         self.ranks = w.HTML()
-        self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="50%"))
-        self.bar_label = w.Label()
+        self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(**_BAR))
+        self.bar_label = w.HTML(layout=w.Layout(flex="1 1 auto"))
         self.error = w.HTML(layout=w.Layout(display="none"))
-        self.overall_bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="50%"))
-        self.overall_label = w.Label()
-        self.overall_row = w.HBox([self.overall_bar, self.overall_label], layout=w.Layout(display="none"))
-        self.curves = w.HTML()
+        self.overall_bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(**_BAR))
+        self.overall_label = w.HTML(layout=w.Layout(flex="1 1 auto"))
+        self.overall_row = w.HBox([self.overall_bar, self.overall_label], layout=w.Layout(**_ROW))
+        self.overall_bar.layout.display = "none"
+        self.curves = w.HTML(layout=w.Layout(min_height=_CURVES_HEIGHT))
         self.metrics = w.HTML()
         self.log_main = w.HTML()
         self.log_all = w.HTML()
         self.logs = w.Tab(children=[self.log_main, self.log_all], selected_index=1 if self.show_all_ranks else 0)
         self.logs.set_title(0, "main process")
         self.logs.set_title(1, "all ranks")
-        self.root = w.VBox(
-            [w.HBox([self.header, self.stop_button]), self.ranks, self.overall_row, w.HBox([self.bar, self.bar_label]), self.error, self.curves,
-             self.metrics, self.logs]
-        )
+        self.root = w.VBox([
+            w.HBox([self.header, self.stop_button], layout=w.Layout(**_ROW)), self.ranks, self.overall_row,
+            w.HBox([self.bar, self.bar_label], layout=w.Layout(**_ROW)), self.error,
+            w.HBox([self.curves, self.metrics], layout=w.Layout(flex_flow="row wrap", align_items="flex-start")),
+            self.logs,
+        ])
+        for widget, name in ((self.root, "nacc-dashboard"), (self.header, "nacc-header"), (self.ranks, "nacc-ranks"),
+                             (self.stop_button, "nacc-stop"), (self.logs, "nacc-logs")):
+            widget.add_class(name)  # stable names for styling and for the browser test
 
     def attach_stop(self, stop: Callable[[], None]) -> None:
         """Show the stop button, calling ``stop`` when pressed (a background run: the notebook's own stop
@@ -154,7 +168,7 @@ class Dashboard:
         """Show the dashboard under the cell for the run described by ``info``."""
         if self.state is not None:  # the same dashboard passed to a second launch: fresh widgets, old view kept
             self._build_widgets()
-            self.plot, self.png, self.svg, self._seen, self._next_plot = CurvePlot(), None, "", {}, 0.0
+            self.png, self.svg, self._seen, self._next_plot = None, "", {}, 0.0
         self.state = RunState(info, budget=self.budget, max_log_lines=self.max_log_lines)
         self._started_at = self.clock()
         self.frozen = False
@@ -170,6 +184,15 @@ class Dashboard:
         state.apply(event, now)
         if now >= self._next_refresh or isinstance(event, _URGENT):
             self._guarded(self._refresh, False)
+
+    def phase(self, text: str) -> None:
+        """Say what the launch is doing while nothing else shows it (``""``: nothing); shown at once, since the
+        launcher calls this right before a step that may take a while."""
+        if self.state is None or self.frozen:
+            return
+        self.state.phase = text
+        self.state.version += 1
+        self._guarded(self._refresh, False)
 
     def tick(self, now: float) -> None:
         """The launcher's periodic wake-up: move the clock and show every value held back by the throttle.
@@ -187,10 +210,13 @@ class Dashboard:
         if state is None or self.frozen:
             return
         state.finish(outcome)
+        self._guarded(self._refresh, False)  # the final status at once, while the result's image is drawn
         self.frozen = True
         if state.series:
             self._guarded(self._render_png)
-        result = StaticResult(state, self.png if state.series else None, outcome.elapsed)
+        position = views.position_text(state)
+        where = views.ranks_html(state, with_detail=False) + (views.label_html(position) if position else "")
+        result = StaticResult(state, self.png if state.series else None, self._elapsed(self.clock()), where)
         update = getattr(self.display_handle, "update", None)
         if update is not None:
             self._guarded(update, result)
@@ -199,8 +225,12 @@ class Dashboard:
         self._guarded(self._close_widgets)
 
     def _render_png(self) -> None:
-        """Draw the final curves with matplotlib for the static result."""
+        """Draw the final curves with matplotlib for the static result (imported only now: the first launch's
+        dashboard appears without waiting for matplotlib)."""
+        from notebook_accel.widgets.plots import CurvePlot
+
         if self.state is not None:
+            self.plot = CurvePlot()
             self.png = self.plot.render(self.state.series)
 
     def _close_widgets(self) -> None:
@@ -230,20 +260,16 @@ class Dashboard:
         now = self.clock()
         self.refreshes += 1
         self._next_refresh = now + self.refresh_interval
-        outcome = state.outcome
-        elapsed = outcome.elapsed if outcome is not None else now - self._started_at
-        self.header.value = views.header_html(state, elapsed)
+        self.header.value = views.header_html(state, self._elapsed(now))
         fraction, label = views.progress_text(state, now)
-        self.bar.value, self.bar_label.value = fraction, label
+        self.bar.value, self.bar_label.value = fraction, views.label_html(label)
         overall, overall_label = views.overall_text(state, now)
-        if overall_label:
-            self.overall_row.layout.display = ""
-            self.overall_bar.layout.visibility = "hidden" if overall is None else "visible"  # length unknown
-            self.overall_bar.value = overall if overall is not None else 0.0
-            self.overall_label.value = overall_label
+        self.overall_bar.layout.display = "none" if overall is None else None  # length unknown: the label alone
+        self.overall_bar.value = overall if overall is not None else 0.0
+        self.overall_label.value = views.label_html(overall_label)
         if self._changed("state", state.version):
             self.ranks.value = views.ranks_html(state)
-            self.bar.bar_style = _BAR_STYLES.get(state.status, "")
+            self.bar.bar_style = _BAR_STYLES.get(state.shown_status, "")
             error = views.error_html(state)
             if error and error != self.error.value:
                 self.error.value = error
@@ -256,6 +282,11 @@ class Dashboard:
             self.metrics.value = views.metrics_html(state)
         if (force or now >= self._next_plot) and (self._changed("plot", state.metrics_version) or not self.svg):
             self._redraw(now)
+
+    def _elapsed(self, now: float) -> float:
+        """The run's time on this dashboard's clock: from :meth:`start` to ``now``, or to when the last rank ended."""
+        end = self.state.ended_at if self.state is not None and self.state.ended_at is not None else now
+        return max(end - self._started_at, 0.0)
 
     def _redraw(self, now: float) -> None:
         """Rebuild the SVG curves; schedule the next redraw from how long this one took."""

@@ -3,6 +3,10 @@
 Every field of the form becomes one control (a dropdown for a choice, a checkbox for a flag, a number or text box);
 fields that do not apply (the layer classes under size-based wrapping, the ZeRO settings beside a DeepSpeed JSON)
 are hidden and left out of the section. Nothing here knows FSDP or DeepSpeed by name: the form describes them.
+
+A choice whose value is ``None`` ("automatic": the key is left out of the file) is offered as :data:`AUTOMATIC`,
+because an ipywidgets dropdown takes ``None`` as "nothing selected" and shows a blank box;
+:meth:`EngineSection.values` turns it back into ``None``.
 """
 
 from __future__ import annotations
@@ -13,25 +17,31 @@ from typing import Any
 import ipywidgets as w
 
 from notebook_accel.config.engine_form import EngineForm, FormField
+from notebook_accel.widgets.form_layout import STYLE, labelled, split_label
 
-__all__ = ["EngineSection"]
+__all__ = ["EngineSection", "AUTOMATIC"]
 
-_STYLE = {"description_width": "190px"}
-_WIDE = w.Layout(width="60%")
+AUTOMATIC = "automatic"  # the dropdown value standing for a choice of None
+
+
+def _shown(value: Any) -> Any:
+    """A field's value as its control holds it."""
+    return AUTOMATIC if value is None else value
 
 
 def _control(f: FormField) -> w.ValueWidget:
-    """The control for one field, showing its default."""
+    """The control for one field, showing its default, described by the field's short name."""
+    name, _ = split_label(f.label)
     if f.kind == "choice":
-        options = [("automatic" if c is None else str(c), c) for c in f.choices]
-        return w.Dropdown(options=options, value=f.default, description=f.label, style=_STYLE)
+        options = [(AUTOMATIC if c is None else str(c), _shown(c)) for c in f.choices]
+        return w.Dropdown(options=options, value=_shown(f.default), description=name, style=STYLE)
     if f.kind == "bool":
-        return w.Checkbox(value=bool(f.default), description=f.label, style=_STYLE, indent=True)
+        return w.Checkbox(value=bool(f.default), description=name, style=STYLE, indent=True)
     if f.kind == "int":
-        return w.IntText(value=f.default, description=f.label, style=_STYLE)
+        return w.IntText(value=f.default, description=name, style=STYLE)
     if f.kind == "float":
-        return w.FloatText(value=f.default, description=f.label, style=_STYLE)
-    return w.Text(value=str(f.default or ""), description=f.label, style=_STYLE, layout=_WIDE)
+        return w.FloatText(value=f.default, description=name, style=STYLE)
+    return w.Text(value=str(f.default or ""), description=name, style=STYLE)
 
 
 class EngineSection(w.VBox):
@@ -47,14 +57,16 @@ class EngineSection(w.VBox):
     def __init__(self, form: EngineForm) -> None:
         self.form = form
         self.controls: dict[str, w.ValueWidget] = {f.key: _control(f) for f in form.fields}
+        self._rows = {f.key: labelled(self.controls[f.key], split_label(f.label)[1]) for f in form.fields}
         title = w.HTML(f"<b>{form.title}</b> settings (<code>{form.section}</code>)")
-        super().__init__(children=[title, *self.controls.values()])
+        super().__init__(children=[title, *self._rows.values()])
         for control in self.controls.values():
             control.observe(lambda _: self.refresh(), names="value")
 
     def values(self) -> dict[str, Any]:
-        """Every control's value, by file key."""
-        return {key: control.value for key, control in self.controls.items()}
+        """Every control's value, by file key (``None`` for an automatic choice)."""
+        return {key: None if c.value == AUTOMATIC and isinstance(c, w.Dropdown) else c.value
+                for key, c in self.controls.items()}
 
     def set_values(self, section: dict[str, Any] | None) -> list[str]:
         """Show a loaded section; returns a note for each value the form cannot show (the default is used)."""
@@ -67,7 +79,7 @@ class EngineSection(w.VBox):
                 notes.append(f"{self.form.section}.{f.key}: {value!r} is not one of {list(f.choices)}: using "
                              f"{f.default!r}")
                 value = f.default
-            control.value = value
+            control.value = _shown(value) if f.kind == "choice" else value
         self.refresh()
         return notes
 
@@ -79,7 +91,9 @@ class EngineSection(w.VBox):
         """Hide the controls whose field does not apply to the current values."""
         values = self.values()
         for f in self.form.fields:
-            self.controls[f.key].layout.display = None if f.shown(values) else "none"
+            display = None if f.shown(values) else "none"
+            self.controls[f.key].layout.display = display
+            self._rows[f.key].layout.display = display
 
     def on_change(self, callback: Callable[[Any], None]) -> None:
         """Call ``callback`` whenever a control changes."""

@@ -85,14 +85,17 @@ class CurvePlot:
             fig.text(0.5, 0.5, "waiting for accelerator.log(...)", ha="center", va="center", color="gray")
         for i, (group, members) in enumerate(groups.items()):
             ax = fig.add_subplot(rows, cols, i + 1)
-            ax.set_title(group, fontsize=10)
+            ax.set_title(group, fontsize=10, loc="left")
             ax.set_xlabel("step", fontsize=8)
             ax.tick_params(labelsize=8)
             ax.locator_params(nbins=5)
             ax.grid(True, alpha=0.3)
             for name in members:
                 (self.lines[name],) = ax.plot([], [], linewidth=1.2, label=label_of(name))
-            ax.legend(fontsize=7, loc="upper right")  # "best" scans every point: slow
+            # above the plot area, right of the title: it never covers a point ("best" inside would scan every
+            # point, and any place inside can hide the newest one)
+            ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(members), frameon=False,
+                      borderaxespad=0.1, handlelength=1.2, columnspacing=0.8)
             self._axes[group] = ax
         self.figure, self._names = fig, names
 

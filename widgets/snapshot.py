@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 
+from notebook_accel.durations import format_duration
 from notebook_accel.widgets.state import RunState
 
 SNAPSHOT_LOG_LINES = 20  # the main process's last output lines in the plain-text summary
@@ -27,22 +28,12 @@ def format_value(value: float) -> str:
     return f"{value:.5g}"
 
 
-def format_duration(seconds: float | None) -> str:
-    """``4.2s`` under a minute, else ``mm:ss`` (``h:mm:ss`` past an hour); ``?`` when unknown."""
-    if seconds is None:
-        return "?"
-    if seconds < 60:
-        return f"{max(seconds, 0.0):.1f}s"
-    s = int(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"
-
-
 def _headline(state: RunState, elapsed: float) -> str:
     """``train: finished in 00:12 (2 processes, gloo, FSDP FULL_SHARD)``."""
     info = state.info
     noun = "process" if info.num_processes == 1 else "processes"
     engine = f", {state.engine}" if state.engine else ""
-    return (f"{info.function_name}: {state.status} in {format_duration(elapsed)} ({info.num_processes} {noun}, "
+    return (f"{info.function_name}: {state.shown_status} in {format_duration(elapsed)} ({info.num_processes} {noun}, "
             f"{info.backend}{engine})")
 
 
@@ -52,11 +43,18 @@ def _last_output(state: RunState, count: int = SNAPSHOT_LOG_LINES) -> list[str]:
     return [line.text for line in lines]
 
 
+def _error(state: RunState) -> str:
+    """The outcome's one-line error; none for a stop (the headline's "stopped" says it once, not as an error)."""
+    if state.outcome is None or state.shown_status == "stopped":
+        return ""
+    return state.outcome.error
+
+
 def summary_text(state: RunState, elapsed: float) -> str:
     """The plain-text summary (for ``text/plain``, terminals and nbval)."""
     lines = [_headline(state, elapsed)]
-    if state.outcome is not None and state.outcome.error:
-        lines.append(f"error: {state.outcome.error}")
+    if _error(state):
+        lines.append(f"error: {_error(state)}")
     lines.append("ranks: " + ", ".join(f"{r}={s.status}" for r, s in sorted(state.ranks.items())))
     for name, (step, value) in state.latest.items():
         lines.append(f"{name} = {format_value(value)} (step {step})")
@@ -69,14 +67,17 @@ def summary_text(state: RunState, elapsed: float) -> str:
     return "\n".join(lines)
 
 
-def summary_html(state: RunState, elapsed: float, png: bytes | None = None) -> str:
-    """The HTML result: headline, the error (one line), the curves (inline PNG), final values, output block."""
+def summary_html(state: RunState, elapsed: float, png: bytes | None = None, where: str = "") -> str:
+    """The HTML result: headline, the error (one line), ``where`` (the ranks' rows and the last position, as the
+    live view showed them: the cell keeps about its live height), the curves (inline PNG), final values, output."""
     esc = html.escape
-    color = {"finished": "#1a7f37"}.get(state.status, "#b42318")
+    color = {"finished": "#1a7f37", "stopped": "#b45309"}.get(state.shown_status, "#b42318")
     parts = [f'<div style="font-family:sans-serif;font-size:13px"><b style="color:{color}">'
              f"{esc(_headline(state, elapsed))}</b>"]
-    if state.outcome is not None and state.outcome.error:
-        parts.append(f'<div style="color:#b42318;white-space:pre-wrap;margin:2px 0">{esc(state.outcome.error)}</div>')
+    if _error(state):
+        parts.append(f'<div style="color:#b42318;white-space:pre-wrap;margin:2px 0">{esc(_error(state))}</div>')
+    if where:
+        parts.append(f'<div style="margin:2px 0">{where}</div>')
     if png is not None:
         data = base64.b64encode(png).decode("ascii")
         parts.append(f'<div><img alt="training curves" style="max-width:100%" src="data:image/png;base64,{data}"/></div>')
@@ -88,8 +89,9 @@ def summary_html(state: RunState, elapsed: float, png: bytes | None = None) -> s
         parts.append(f"<table><tr><th>metric</th><th>step</th><th>last value</th></tr>{rows}</table>")
     output = _last_output(state, SNAPSHOT_HTML_LINES)
     if output:
-        parts.append(f"<details><summary>output of rank {state.main_rank} ({len(output)} lines)</summary>"
-                     f'<pre style="white-space:pre-wrap;max-height:400px;overflow:auto;font-size:12px">'
+        # open, at the live pane's height: the cell keeps the size it had while the run was live
+        parts.append(f"<details open><summary>output of rank {state.main_rank} ({len(output)} lines)</summary>"
+                     f'<pre style="white-space:pre-wrap;max-height:180px;overflow:auto;font-size:12px">'
                      f"{esc(chr(10).join(output))}</pre></details>")
     if state.info.log_dir:
         parts.append(f'<div style="font-size:11px;color:#6b7280">full output of every rank: '
@@ -122,8 +124,8 @@ class StaticResult(Summary):
         'train: finished in 1.0s (1 process, gloo)'
     """
 
-    def __init__(self, state: RunState, png: bytes | None, elapsed: float) -> None:
-        super().__init__(summary_html(state, elapsed, png), summary_text(state, elapsed))
+    def __init__(self, state: RunState, png: bytes | None, elapsed: float, where: str = "") -> None:
+        super().__init__(summary_html(state, elapsed, png, where), summary_text(state, elapsed))
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
         """Both forms in one output (no widget view, so a saved or exported notebook shows it as is)."""

@@ -32,10 +32,15 @@ from notebook_accel.terminal import strip_ansi
 from notebook_accel.widgets.progress_model import ProgressState, RunProgress
 from notebook_accel.widgets.series import Series
 
-__all__ = ["RankState", "ProgressState", "LogLine", "RunState", "RankStatus", "RunStatus", "group_of", "label_of"]
+__all__ = ["RankState", "ProgressState", "LogLine", "RunState", "RankStatus", "RunStatus", "ShownStatus", "group_of",
+           "label_of"]
 
 RankStatus = Literal["starting", "running", "finished", "failed", "stopped"]
 RunStatus = Literal["starting", "running", "finished", "failed", "timeout", "interrupted"]
+# what the dashboard says: one vocabulary with the ranks and BackgroundRun.status ("stopped", not "interrupted"),
+# and "finishing" while every worker has ended but the launcher has not closed the run yet
+ShownStatus = Literal["starting", "running", "finishing", "finished", "failed", "timeout", "stopped"]
+_ENDED = ("finished", "failed", "stopped")
 _STOP_SIGNALS = {signal.SIGTERM.name, signal.SIGKILL.name, signal.SIGINT.name}
 
 
@@ -171,9 +176,27 @@ class RunState:
         self.logs_version = 0  # bumped when output lines arrive
         self.main_rank = 0  # the rank whose output fills the main log pane; its metrics carry no suffix
         self.engine = info.engine  # the launch config's engine until the main process names the one that runs
-        self.phase = ""  # what the main rank is busy with that no loop reports (a Phase event), "" when nothing
+        self.phase = ""  # what the launch is doing while nothing else shows it ("starting 2 worker processes")
+        self.workers_spoke = False  # a worker sent something of its own (output, metrics, progress, its engine)
+        self.ended_at: float | None = None  # the dashboard clock when the last rank ended: the run's duration
+        self.worker_phase = ""  # what the main rank is busy with that no loop reports (a Phase event)
         self._heard_from_a_rank = False
         self._now = 0.0
+
+    @property
+    def shown_status(self) -> ShownStatus:
+        """The run's status in the dashboard's words, consistent with the ranks' rows.
+
+        Example:
+            >>> state = RunState(RunInfo(1, ("cpu",), "gloo", "train")); state.finish(RunOutcome("interrupted", 1.0))
+            >>> state.shown_status
+            'stopped'
+        """
+        if self.outcome is not None:
+            return "stopped" if self.outcome.status == "interrupted" else self.outcome.status
+        if self.status != "starting" and self.ranks and all(s.status in _ENDED for s in self.ranks.values()):
+            return "finishing"
+        return "stopped" if self.status == "interrupted" else self.status
 
     @property
     def progress(self) -> ProgressState:
@@ -197,6 +220,8 @@ class RunState:
         if rank not in self.ranks or not self._heard_from_a_rank:
             self._rank(rank)
         kind = type(event)
+        if kind is not Started and kind is not Exited:
+            self.workers_spoke = True
         if kind is Metrics:
             self._metrics(event)  # type: ignore[arg-type]
         elif kind is Progress:
@@ -206,17 +231,20 @@ class RunState:
         elif kind is Started:
             self._started(event)  # type: ignore[arg-type]
         elif kind is Finished:
-            self._rank(event.rank).status = "finished"
+            self._rank(rank).status = "finished"
         elif kind is Failed:
             self._failed(event)  # type: ignore[arg-type]
         elif kind is Exited:
             self._exited(event)  # type: ignore[arg-type]
-        elif kind is EngineReady and event.rank == self.main_rank:
+        elif kind is EngineReady and rank == self.main_rank:
             self.engine = event.engine  # type: ignore[union-attr]
         elif kind is Phase:
-            self._rank(event.rank).detail = event.text  # type: ignore[union-attr]
-            if event.rank == self.main_rank:
-                self.phase = event.text  # type: ignore[union-attr]
+            self._rank(rank).detail = event.text  # type: ignore[union-attr]
+            if rank == self.main_rank:
+                self.worker_phase = event.text  # type: ignore[union-attr]
+        if self.ended_at is None and kind in (Finished, Failed, Exited) and all(
+                s.status in _ENDED for s in self.ranks.values()):
+            self.ended_at = now
 
     def finish(self, outcome: RunOutcome) -> None:
         """Record how the run ended; ranks still marked running are marked stopped (or failed if named)."""

@@ -9,10 +9,12 @@ import html
 from collections.abc import Iterable
 
 from notebook_accel.terminal import ansi_to_html
+from notebook_accel.widgets.log_style import line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.state import LogLine, RunState
 
-__all__ = ["header_html", "ranks_html", "progress_text", "overall_text", "metrics_html", "logs_html", "error_html", "STATUS_COLORS"]
+__all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
+           "error_html", "STATUS_COLORS"]
 
 STATUS_COLORS = {
     "starting": "#6b7280",
@@ -22,9 +24,14 @@ STATUS_COLORS = {
     "stopped": "#b45309",
     "timeout": "#b42318",
     "interrupted": "#b45309",
+    "finishing": "#1a7f37",
 }
+# the clock keeps its width as its digits change, so nothing after it (or beside the header) moves
+_CLOCK = 'style="display:inline-block;min-width:4.2em;font-variant-numeric:tabular-nums"'
+_NOTE = "color:#6b7280"
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
+_STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
 
 
 def _badge(status: str) -> str:
@@ -33,13 +40,14 @@ def _badge(status: str) -> str:
 
 
 def header_html(state: RunState, elapsed: float) -> str:
-    """``train · running · 00:12 · 2 processes · gloo · FSDP FULL_SHARD``."""
+    """``train · running · 12.0s · 2 processes · gloo · FSDP FULL_SHARD``, then what the launch is doing when
+    nothing else shows it (``starting 2 worker processes``), in grey."""
     info = state.info
     noun = "process" if info.num_processes == 1 else "processes"
     bits = [
         f"<b>{html.escape(info.function_name)}</b>",
-        _badge(state.status),
-        format_duration(elapsed),
+        _badge(state.shown_status),
+        f"<span {_CLOCK}>{format_duration(elapsed)}</span>",
         f"{info.num_processes} {noun}",
         html.escape(info.backend),
     ]
@@ -47,16 +55,27 @@ def header_html(state: RunState, elapsed: float) -> str:
         bits.append(f"<b>{html.escape(state.engine)}</b>")
     if info.mixed_precision not in ("no", ""):
         bits.append(html.escape(info.mixed_precision))
+    if state.phase and state.outcome is None:
+        bits.append(f'<span style="{_NOTE}">{html.escape(state.phase)}</span>')
     return '<div style="font-family:sans-serif;font-size:13px">' + " &middot; ".join(bits) + "</div>"
 
 
-def ranks_html(state: RunState) -> str:
-    """One row per rank: status, device, pid, progress, detail (exit reason or error)."""
-    head = "".join(f"<th {_CELL}>{h}</th>" for h in ("rank", "status", "device", "pid", "progress", ""))
+def ranks_html(state: RunState, with_detail: bool = True) -> str:
+    """One row per rank: status, device, pid, detail (exit reason or error), and each rank's loop position when
+    more than one rank reports one (a prepared DataLoader reports from the main process only: its position is
+    the progress bar, and a column empty for every other rank would say nothing). ``with_detail=False`` leaves the
+    detail out (the static result names the error once, above)."""
+    with_progress = sum(1 for s in state.ranks.values() if s.progress) > 1
+    names = ("rank", "status", "device", "pid", *(("progress",) if with_progress else ()),
+             *(("",) if with_detail else ()))
+    head = "".join(f"<th {_CELL}>{h}</th>" for h in names)
     rows = []
     for rank, s in sorted(state.ranks.items()):
-        cells = (str(rank), _badge(s.status), html.escape(s.device), "" if s.pid is None else str(s.pid),
-                 html.escape(s.progress), html.escape(s.detail[:200]))
+        cells = [str(rank), _badge(s.status), html.escape(s.device), "" if s.pid is None else str(s.pid)]
+        if with_progress:
+            cells.append(html.escape(s.progress))
+        if with_detail:
+            cells.append(html.escape(s.detail[:200]))
         rows.append("<tr>" + "".join(f"<td {_CELL}>{c}</td>" for c in cells) + "</tr>")
     return f"<table {_TABLE}><tr>{head}</tr>{''.join(rows)}</table>"
 
@@ -72,19 +91,35 @@ def progress_text(state: RunState, now: float = 0.0) -> tuple[float, str]:
         if overall is not None:  # no loop reports: the logged steps are the progress
             rate = f" · {overall.rate:.2f} steps/s" if overall.rate is not None else ""
             return 0.0, f"step {overall.done}{rate}"
-        if state.phase:  # busy with something slow before any loop (DeepSpeed compiling its op)
-            return 0.0, state.phase
-        return 0.0, "no progress yet (iterate a prepared DataLoader, use progress(), or accelerator.log(...))"
-    parts = [p.desc] if p.desc else []
-    if p.epoch is not None:
-        parts.append(f"epoch {p.epoch}")
-    parts.append(f"{p.n}/{p.total}" if p.total is not None else f"{p.n}")
+        if state.worker_phase:  # busy with something slow before any loop (DeepSpeed compiling its op)
+            return 0.0, state.worker_phase
+        if not state.workers_spoke and state.outcome is None:
+            return 0.0, "waiting for the workers (imports, rendezvous, engine setup)"
+        return 0.0, "no progress yet: it shows a prepared DataLoader, progress() or accelerator.log(...)"
+    parts = [position_text(state)]
     rate = p.rate
     parts.append(f"{rate:.2f} it/s" if rate is not None else "? it/s")
     if p.total is not None:
         parts.append(f"ETA {format_duration(p.eta_at(now))}")
     fraction = min(p.n / p.total, 1.0) if p.total else 0.0
     return fraction, " · ".join(parts)
+
+
+def position_text(state: RunState) -> str:
+    """Where the last loop stopped, without rate or ETA (for the static result): ``train · epoch 3 · 16/16``."""
+    p = state.run_progress.current
+    if p is None:
+        return ""
+    parts = [p.desc] if p.desc else []
+    if p.epoch is not None:
+        parts.append(f"epoch {p.epoch}")
+    parts.append(f"{p.n}/{p.total}" if p.total is not None else f"{p.n}")
+    return " · ".join(parts)
+
+
+def label_html(text: str) -> str:
+    """A progress label that wraps instead of being cut off (``""``: an empty line that keeps its height)."""
+    return f'<span style="font-family:sans-serif;font-size:12px;line-height:1.4">{html.escape(text)}</span>'
 
 
 def overall_text(state: RunState, now: float = 0.0) -> tuple[float | None, str]:
@@ -119,10 +154,12 @@ def metrics_html(state: RunState) -> str:
     return f"<table {_TABLE}><tr>{head}</tr>{rows}</table>"
 
 
-def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_px: int = 220) -> str:
+def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_px: int = 180) -> str:
     """A scroll box with the last ``max_lines`` lines, anchored at the bottom (newest visible), in their colours.
 
-    Lines keep the worker's ANSI colours (as HTML); stderr is red where the worker chose no colour. The live
+    Lines keep the worker's ANSI colours (as HTML); where the worker chose none, only tracebacks, exception lines
+    and ERROR/CRITICAL log records are red (:mod:`~notebook_accel.widgets.log_style`), and the rest of stderr
+    (tqdm bars, INFO lines, warnings) looks like ordinary output with a thin grey mark at its left. The live
     lines (a tqdm bar being redrawn) come last. When ``lines`` is a :class:`~notebook_accel.widgets.state.LogBuffer`
     whose output is kept in files, a caption says where (the pane keeps only a tail).
     ``flex-direction: column-reverse`` keeps the box scrolled to the end without any script.
@@ -130,14 +167,16 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
     everything = list(lines)
     tail = everything[-max_lines:]
     out = []
-    for line in tail:
+    for line, kind in zip(tail, line_kinds([line.text for line in tail])):
         text = ansi_to_html(line.styled) if line.styled else html.escape(line.text, quote=False)
         prefix = f"[{line.rank}] " if with_rank else ""
-        if line.stream == "stderr":
+        if kind == "error" and not line.styled:
             out.append(f'<span style="color:#b42318">{prefix}{text}</span>')
+        elif line.stream == "stderr":
+            out.append(f'<span style="{_STDERR}">{prefix}{text}</span>')
         else:
             out.append(prefix + text)
-    body = "\n".join(out) if out else '<span style="color:#6b7280">no output yet</span>'
+    body = "\n".join(out) if out else '<span style="color:#6b7280">no output yet (print() and logging show here)</span>'
     where = getattr(lines, "where", "")
     caption = ""
     if where:
@@ -157,8 +196,8 @@ def error_html(state: RunState) -> str:
     """The first failure: rank, exception and traceback; else the outcome's error (timeout); else ``""``."""
     f = state.failure
     if f is None:
-        if state.outcome is None or not state.outcome.error:
-            return ""
+        if state.outcome is None or not state.outcome.error or state.shown_status == "stopped":
+            return ""  # a stop is not an error: the header says "stopped", once
         return (
             '<div style="border-left:4px solid #b42318;padding:4px 8px;background:#fef3f2">'
             f'<b style="color:#b42318;font-family:sans-serif">{html.escape(state.outcome.error)}</b></div>'

@@ -24,7 +24,7 @@ from notebook_accel.config.errors import ConfigError, ConfigWarning
 from notebook_accel.config.model import FIELD_NAMES, OUR_FIELDS, Config
 from notebook_accel.config.validation import BOOL_FIELDS
 
-__all__ = ["load_config", "save_config", "config_from_mapping", "config_to_dict", "parse_config_text"]
+__all__ = ["load_config", "save_config", "config_from_mapping", "config_to_dict", "config_to_yaml", "parse_config_text"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -253,6 +253,16 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
+def config_to_yaml(config: Config) -> str:
+    """The YAML text :func:`save_config` writes for ``config`` (its header comment included).
+
+    Example:
+        >>> "num_processes: 2" in config_to_yaml(Config(num_processes=2, use_cpu=True))
+        True
+    """
+    return _HEADER + yaml.safe_dump(config_to_dict(config), sort_keys=False, default_flow_style=False)
+
+
 def save_config(config: Config, path: PathLike) -> Path:
     """Write ``config`` to ``path`` (YAML, or JSON for ``.json``), creating folders; atomic.
 
@@ -266,11 +276,10 @@ def save_config(config: Config, path: PathLike) -> Path:
         >>> save_config(Config(num_processes=2, use_cpu=True), tmp_path / "config.yaml")   # doctest: +SKIP
     """
     file = Path(os.path.expanduser(os.fspath(path)))
-    data = config_to_dict(config)
     if file.suffix.lower() == ".json":
-        text = json.dumps(data, indent=2) + "\n"
+        text = json.dumps(config_to_dict(config), indent=2) + "\n"
     else:
-        text = _HEADER + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+        text = config_to_yaml(config)
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", dir=file.parent)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -28,7 +29,8 @@ from notebook_accel.launcher.sinks import GuardedSink, choose_sink
 from notebook_accel.launcher.spawn import start_workers
 from notebook_accel.launcher.supervisor import finish_aborted, supervise
 from notebook_accel.launcher.tracebacks import user_facing
-from notebook_accel.launcher.warmup import warm_kernel
+from notebook_accel.launcher.phases import launch_phase
+from notebook_accel.launcher.warmup import warm_kernel, warming_needed
 
 __all__ = ["notebook_launcher"]
 
@@ -227,7 +229,7 @@ def notebook_launcher(
         ...     return dist.get_rank()
         >>> notebook_launcher(train, args=(1e-3,), num_processes=2)   # doctest: +SKIP
         Launching 2 processes on CPU (gloo)
-        Finished in 1.2 s
+        Finished in 1.2s
         0
     """
     start = time.monotonic()
@@ -358,11 +360,15 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
                            plan.engine))
         if plan.in_process:
             return run_in_process(plan.function, plan.args, envs[0], sink, start)
-        warm_kernel(plan.backend)
+        warming = "importing torch's distributed modules in the kernel (once)" if warming_needed(plan.backend) else ""
+        with launch_phase(sink, warming, ticking=True) if warming else nullcontext():
+            warm_kernel(plan.backend)
         try:
             inherited = tuple(fd for fd in (store.fd if store else -1, guard.fd if guard else -1) if fd >= 0)
-            handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
-                                    inherited_fds=inherited)
+            noun = "process" if local == 1 else "processes"
+            with launch_phase(sink, f"starting {local} worker {noun}"):
+                handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
+                                        inherited_fds=inherited)
         except BaseException as e:
             finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
             raise

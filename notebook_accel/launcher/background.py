@@ -10,6 +10,10 @@ The stop button interrupts whatever cell is running, never the background run: :
 time per kernel unless ``concurrent=True``; every run still going when the interpreter exits (kernel
 shutdown or restart) is stopped first (``atexit``), and the workers die with the kernel in any case
 (``PR_SET_PDEATHSIG``).
+
+Displayed in a cell (``run`` as a cell's last line), the handle shows one line that follows the run: "running in
+the background" with no clock that could go stale, replaced in place (its display id) by "finished" (or how it
+ended) when the run ends, so a saved notebook never keeps an outdated status under the result.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
+from notebook_accel.durations import format_duration
 from notebook_accel.errors import LaunchError, NotebookAccelError
 from notebook_accel.events import Event, Log, Metrics, RunInfo, RunOutcome, Sink
 from notebook_accel.launcher.supervisor import StopRequested
@@ -99,6 +104,8 @@ class BackgroundRun:
         self._future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._stop_read, self._stop_write = os.pipe()
         self._status: RunStatus = "running"
+        self.ended: float | None = None  # time.time() when the run ended
+        self._displays: list[Any] = []  # display handles showing this run's line (updated when it ends)
         self._thread = threading.Thread(target=self._supervise, args=(body,), name=f"notebook-accel {name}",
                                         daemon=True)
         with _LOCK:
@@ -119,12 +126,14 @@ class BackgroundRun:
 
             self._settle("timeout" if isinstance(e, LaunchTimeoutError) else "failed", e)
         else:
-            self._status = "finished"
+            self._status, self.ended = "finished", time.time()
+            self._announce()
             self._future.set_result(value)
             self._forget()
 
     def _settle(self, status: RunStatus, error: BaseException) -> None:
-        self._status = status
+        self._status, self.ended = status, time.time()
+        self._announce()
         self._future.set_exception(error)
         self._forget()
 
@@ -133,6 +142,14 @@ class BackgroundRun:
             if self in _ACTIVE:
                 _ACTIVE.remove(self)
         os.close(self._stop_read)  # a later stop() writes into a pipe nobody reads: harmless (EPIPE)
+
+    def _announce(self) -> None:
+        """Replace every displayed line of this run by how it ended (before anyone waiting is woken)."""
+        for handle in self._displays:
+            try:
+                handle.update(self._repr_mimebundle_(), raw=True)
+            except Exception:  # noqa: BLE001 - the front end may be gone; the run's outcome matters more
+                pass
 
     def __del__(self) -> None:
         try:
@@ -190,8 +207,32 @@ class BackgroundRun:
         return asyncio.wrap_future(self._future).__await__()
 
     def __repr__(self) -> str:
-        elapsed = time.time() - self.started
-        return f"<BackgroundRun {self.name}: {self.status}, {elapsed:.0f} s since start>"
+        elapsed = (self.ended or time.time()) - self.started
+        return f"<BackgroundRun {self.name}: {self.status}, {format_duration(elapsed)} since start>"
+
+    def summary(self) -> str:
+        """One line with nothing that goes stale: ``train: running in the background (run.wait(), ...)`` while it
+        runs, then ``train: finished (background run; run.result() has the outcome)`` (``failed``, ``timeout``,
+        ``stopped``). No duration: the dashboard above gives the run's one clock."""
+        if self.ended is None:
+            return f"{self.name}: running in the background (run.wait(), run.result(), run.stop())"
+        return f"{self.name}: {self.status} (background run; run.result() has the outcome)"
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
+        """The :meth:`summary` as plain text and HTML."""
+        import html
+
+        color = {"finished": "#1a7f37", "running": "#1d4ed8", "stopped": "#b45309"}.get(self.status, "#b42318")
+        page = f'<span style="font-family:sans-serif;font-size:13px;color:{color}">{html.escape(self.summary())}</span>'
+        return {"text/plain": self.summary(), "text/html": page}
+
+    def _ipython_display_(self) -> None:
+        """Show the summary with a display id; it is replaced in place when the run ends."""
+        from IPython.display import display  # late: the core package loads no display code at import
+
+        handle = display(self._repr_mimebundle_(), raw=True, display_id=True)
+        if handle is not None and not self.done:
+            self._displays.append(handle)
 
 
 def check_can_start(concurrent: bool) -> None:

@@ -21,6 +21,7 @@ import sys
 import time
 from typing import Callable, Literal, TextIO
 
+from notebook_accel.durations import format_duration
 from notebook_accel.engine_label import PLAIN_ENGINES
 from notebook_accel.events import (
     EngineReady,
@@ -283,7 +284,7 @@ class ConsoleSink:
         found = verdict(self._steps, self._summary.gpu_means())
         if found:
             self._write(sys.stdout, f"Verdict: {found}")
-        elapsed = f"{outcome.elapsed:.1f} s"
+        elapsed = format_duration(outcome.elapsed)
         if outcome.status == "finished":
             self._write(sys.stdout, f"Finished in {elapsed}")
             return

@@ -50,6 +50,11 @@ class GuardedSink:
         """Forward :meth:`Sink.finish`."""
         self._call("finish", outcome)
 
+    def phase(self, text: str) -> None:
+        """Forward the optional ``phase`` (what the launch is doing; see :mod:`.phases`) when the sink has one."""
+        if self._sink is not None and hasattr(self._sink, "phase"):
+            self._call("phase", text)
+
     def tick(self, now: float) -> None:
         """Forward the optional ``tick`` (see :class:`~notebook_accel.events.Sink`) when the sink has one."""
         if self._sink is not None and hasattr(self._sink, "tick"):

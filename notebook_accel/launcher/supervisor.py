@@ -25,10 +25,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal
 
+from notebook_accel.cell_names import cell_names
 from notebook_accel.channel import decode
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started
 from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure, partial_collective
@@ -134,6 +136,7 @@ class _Supervisor:
         elif isinstance(event, Saved):
             self.saved = event.path
         elif isinstance(event, Failed) and event.rank not in self.failures:
+            event = replace(event, traceback=cell_names(event.traceback))  # Cell In[6], as IPython names it
             message = event.message
             if event.exc_type == "OutOfMemoryError" or "out of memory" in message.lower():
                 last = self.sampler.last if self.sampler is not None else None

@@ -21,7 +21,7 @@ import threading
 
 from notebook_accel import hardware
 
-__all__ = ["WARM_MODULES", "warm_kernel", "start_early"]
+__all__ = ["WARM_MODULES", "warm_kernel", "start_early", "warming_needed"]
 
 WARM_MODULES = ("torch.distributed", "torch.nn.parallel", "torch._dynamo")
 _early: list[threading.Thread] = []  # the background import, once started
@@ -63,3 +63,11 @@ def warm_kernel(backend: str) -> list[str]:
     if backend != "gloo" or "torch" not in sys.modules:
         return []
     return _import_all()
+
+
+def warming_needed(backend: str) -> bool:
+    """Whether :func:`warm_kernel` has work left (an early import still going, or modules to import): the
+    launcher then tells the dashboard, since it may take seconds."""
+    if any(thread.is_alive() for thread in _early):
+        return True
+    return backend == "gloo" and "torch" in sys.modules and any(name not in sys.modules for name in WARM_MODULES)

@@ -141,3 +141,30 @@ def test_the_dashboard_stop_button_stops_the_run() -> None:
     dashboard.stop_button.click()
     assert run.wait(timeout=60) and run.status == "stopped"
     assert child_pids() == []
+
+
+def test_the_displayed_handle_follows_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import IPython.display
+
+    shown: list[dict[str, str]] = []
+    updates: list[dict[str, str]] = []
+
+    class Handle:
+        def update(self, bundle: dict[str, str], raw: bool) -> None:
+            updates.append(bundle)
+
+    def display(bundle: dict[str, str], raw: bool, display_id: bool) -> Handle:
+        shown.append(bundle)
+        return Handle()
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    run = notebook_launcher(train, args=(8, 0.1), num_processes=2, block=False, dashboard=RecordingSink())
+    run._ipython_display_()  # what a cell ending in `run` does
+    assert shown[0]["text/plain"] == "train: running in the background (run.wait(), run.result(), run.stop())"
+    assert "since start" not in shown[0]["text/html"]  # no clock that a saved notebook would keep stale
+    run.wait(60)
+    assert len(updates) == 1
+    assert updates[0]["text/plain"] == "train: finished (background run; run.result() has the outcome)"
+    assert "running" not in updates[0]["text/html"]
+    run._ipython_display_()  # shown after the end: the final line at once, nothing left to update
+    assert shown[1]["text/plain"] == updates[0]["text/plain"] and len(updates) == 1

@@ -87,10 +87,10 @@ def test_metrics_line_at_most_every_interval(capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize(
     ("outcome", "stream", "text"),
     [
-        (RunOutcome("finished", 1.23), "out", "Finished in 1.2 s\n"),
-        (RunOutcome("failed", 2.0, "rank 1: ValueError: x", (1,)), "err", "Failed after 2.0 s: rank 1: ValueError: x\n"),
-        (RunOutcome("timeout", 5.0, "too slow"), "err", "Timed out after 5.0 s: too slow\n"),
-        (RunOutcome("interrupted", 0.5, "interrupted"), "err", "Interrupted after 0.5 s\n"),
+        (RunOutcome("finished", 1.23), "out", "Finished in 1.2s\n"),
+        (RunOutcome("failed", 2.0, "rank 1: ValueError: x", (1,)), "err", "Failed after 2.0s: rank 1: ValueError: x\n"),
+        (RunOutcome("timeout", 5.0, "too slow"), "err", "Timed out after 5.0s: too slow\n"),
+        (RunOutcome("interrupted", 0.5, "interrupted"), "err", "Interrupted after 0.5s\n"),
     ],
 )
 def test_closing_line(outcome: RunOutcome, stream: str, text: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -133,4 +133,4 @@ def test_the_closing_lines_give_each_ranks_step_split_and_the_verdict(capsys: py
                          "5%; rank 1: 100 ms a step: data 60%, compute 25%, communication 5%, optimizer 5%, other 5%")
     assert lines[-2] == ("Verdict: data-bound: every rank waits 60% of each step for its DataLoader; raise num_workers "
                          "(now 2) or make loading cheaper")
-    assert lines[-1] == "Finished in 2.0 s"
+    assert lines[-1] == "Finished in 2.0s"

@@ -43,7 +43,7 @@ def test_on_a_terminal_colours_pass_and_the_live_bar_stays_at_the_bottom(monkeyp
     assert _shown(tty.getvalue()) == ["\x1b[32mok\x1b[0m", "epoch 1 done", " 50%|#####"]
     sink.handle(Log(0, "stderr", "100%|##########"))
     sink.finish(RunOutcome("finished", 1.0))
-    assert _shown(tty.getvalue()) == ["\x1b[32mok\x1b[0m", "epoch 1 done", "100%|##########", "Finished in 1.0 s"]
+    assert _shown(tty.getvalue()) == ["\x1b[32mok\x1b[0m", "epoch 1 done", "100%|##########", "Finished in 1.0s"]
 
 
 def test_a_live_area_of_several_ranks_and_lines_is_redrawn_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,7 +57,7 @@ def test_a_live_area_of_several_ranks_and_lines_is_redrawn_in_place(monkeypatch:
         "[rank 1] hello", "[rank 0] outer 2/3", "[rank 0] inner 0/5", "[rank 1] outer 1/3",
     ]
     sink.finish(RunOutcome("finished", 1.0))
-    assert _shown(tty.getvalue()) == ["[rank 1] hello", "Finished in 1.0 s"]
+    assert _shown(tty.getvalue()) == ["[rank 1] hello", "Finished in 1.0s"]
 
 
 def test_into_a_file_colours_are_stripped_and_live_lines_left_out(capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,4 +75,4 @@ def test_the_first_and_a_failing_last_line_say_where_the_output_is(capsys: pytes
     sink.finish(RunOutcome("failed", 2.0, "rank 1: ValueError: x", (1,)))
     out, err = capsys.readouterr()
     assert out == "Launching 2 processes on CPU (gloo); every rank's output is kept in runs/20261124-101500-train/\n"
-    assert err == "Failed after 2.0 s: rank 1: ValueError: x (every rank's output: runs/20261124-101500-train/)\n"
+    assert err == "Failed after 2.0s: rank 1: ValueError: x (every rank's output: runs/20261124-101500-train/)\n"

@@ -63,3 +63,15 @@ def test_a_kernel_imports_dynamo_in_the_background_before_any_launch() -> None:
         launch = execute(kc, "def train():\n    return 'torch._dynamo' in sys.modules\n"
                              "notebook_launcher(train, num_processes=2, dashboard=False)", timeout=120)
         assert launch.status == "ok" and launch.result == "True", launch.evalue
+
+
+def test_warming_needed_says_whether_the_launcher_has_imports_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch  # noqa: F401 - warming applies once torch is imported
+
+    from notebook_accel.launcher import warmup
+
+    monkeypatch.setattr(warmup, "WARM_MODULES", ("json",))
+    assert warmup.warming_needed("gloo") is False  # imported already: nothing to show
+    monkeypatch.setattr(warmup, "WARM_MODULES", ("notebook_accel_no_such_module_for_the_test",))
+    assert warmup.warming_needed("gloo") is True
+    assert warmup.warming_needed("nccl") is False  # with GPUs the imports stay in the workers

@@ -11,6 +11,7 @@ from notebook_accel import hardware
 from notebook_accel.config import Config, ConfigError, load_config, resolve_config, save_config
 from notebook_accel.hardware import GpuInfo
 from notebook_accel.widgets.config_picker import ConfigPicker
+from notebook_accel.widgets.engine_section import AUTOMATIC
 
 A100 = [GpuInfo(i, "NVIDIA A100-SXM4-80GB", 80 * 2**30, (8, 0)) for i in range(2)]
 T4 = [GpuInfo(0, "Tesla T4", 15 * 2**30, (7, 5))]
@@ -29,7 +30,7 @@ def test_cpu_machine_defaults_to_one_cpu_process() -> None:
     assert picker.config == Config(num_processes=1, use_cpu=True)
     assert picker.device.options == ("CPU",)
     assert list(picker.mixed_precision.options) == ["no", "bf16"]
-    assert picker.processes.max == 4
+    assert picker.process_limit == 4
     assert "4 cores" in picker.hardware_info.value and "none detected" in picker.hardware_info.value
     assert picker.problems == [] and "✓ 1 process(es) on CPU" in picker.message.value
 
@@ -44,10 +45,15 @@ def test_gpu_machine_shows_gpus_and_uses_all_of_them() -> None:
 
 def test_processes_are_bounded_by_the_selected_gpus() -> None:
     picker = ConfigPicker(cpu_count=8, gpus=A100)
-    picker.processes.value = 5
-    assert picker.processes.value == 2
-    picker.gpus.value = (1,)
-    assert picker.processes.max == 1 and picker.processes.value == 1
+    picker.processes.value = 5  # typed: kept as typed and refused with the reason, never snapped back silently
+    assert picker.processes.value == 5
+    assert picker.problems == ["processes per machine: 5 is more than the chosen devices allow (2 GPU(s) chosen); "
+                               "use 1 to 2"]
+    assert "5 is more than the chosen devices allow" in picker.message.value
+    picker.processes.value = 2
+    picker.gpus.value = (1,)  # fewer devices: the count follows, and the form says so
+    assert picker.process_limit == 1 and picker.processes.value == 1
+    assert "processes per machine: 2 → 1, the most the chosen devices allow" in picker.message.value
     assert (picker.config.gpu_ids, picker.config.num_processes) == ("1", 1)
 
 
@@ -216,7 +222,8 @@ def test_choosing_fsdp_shows_its_section_and_writes_accelerates_keys(tmp_path: P
     assert fsdp.layout.display is None and picker.engines["DEEPSPEED"].layout.display == "none"
     assert [v for _, v in fsdp.controls["fsdp_sharding_strategy"].options] == ["FULL_SHARD", "SHARD_GRAD_OP",
                                                                               "NO_SHARD", "HYBRID_SHARD"]
-    assert fsdp.controls["fsdp_auto_wrap_policy"].value is None  # automatic: named classes, else _no_split_modules
+    assert fsdp.values()["fsdp_auto_wrap_policy"] is None  # automatic: named classes, else _no_split_modules
+    assert fsdp.controls["fsdp_auto_wrap_policy"].value == AUTOMATIC  # a dropdown shows None as a blank box
     fsdp.controls["fsdp_sharding_strategy"].value = "SHARD_GRAD_OP"
     fsdp.controls["fsdp_transformer_layer_cls_to_wrap"].value = "LlamaDecoderLayer"
     fsdp.controls["fsdp_cpu_ram_efficient_loading"].value = True
@@ -296,3 +303,73 @@ def test_switching_back_to_ddp_keeps_the_sections_unused() -> None:
     picker.engine.value = "FSDP"
     picker.engine.value = "DDP"
     assert picker.config.distributed_type == "MULTI_CPU" and picker.engines["FSDP"].layout.display == "none"
+
+
+def test_a_refused_number_says_why_instead_of_snapping_back() -> None:
+    picker = ConfigPicker(cpu_count=4, gpus=[])
+    picker.accumulation.value = 0
+    assert picker.accumulation.value == 0
+    assert any("gradient_accumulation_steps" in p and "0" in p for p in picker.problems), picker.problems
+    assert "⚠" in picker.message.value
+    with pytest.raises(ConfigError):
+        picker.config
+    picker.accumulation.value = 3
+    assert picker.problems == [] and picker.config.gradient_accumulation_steps == 3
+
+
+def test_a_default_config_on_a_cpu_machine_has_no_gpu_note() -> None:
+    picker = ConfigPicker(Config(), cpu_count=2, gpus=[])
+    assert picker.messages == [], picker.messages
+    asks = ConfigPicker(Config(gpu_ids="0,1", num_processes=2), cpu_count=2, gpus=[])
+    assert "the config asks for GPUs but none was detected: using CPU" in asks.messages
+
+
+def test_the_picker_shows_a_static_summary_where_widgets_cannot_render(tmp_path: Path) -> None:
+    picker = ConfigPicker(Config(num_processes=2, use_cpu=True, mixed_precision="bf16"), cpu_count=4, gpus=[],
+                          path=tmp_path / "c.yaml")
+    bundle = picker._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # the live form where widgets render
+    for form in (bundle["text/plain"], bundle["text/html"], repr(picker)):  # never the widget tree
+        assert "ConfigPicker(" not in form and "children=" not in form and "HTML(value" not in form
+    text = repr(picker)
+    assert text.startswith("Config picker: 2 process(es) on CPU, mixed precision bf16")
+    assert "num_processes: 2" in text and "mixed_precision: bf16" in text  # the YAML Save would write
+    picker.accumulation.value = 0
+    assert "not a valid config yet" in repr(picker) and "gradient_accumulation_steps" in repr(picker)
+
+
+def test_the_displayed_summary_is_a_second_output_that_follows_every_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import IPython.display
+
+    shown: list[dict[str, str]] = []
+    updates: list[dict[str, str]] = []
+
+    class Handle:
+        def update(self, bundle: dict[str, str], raw: bool) -> None:
+            updates.append(bundle)
+
+    def display(bundle: dict[str, str], raw: bool, display_id: bool = False) -> Handle | None:
+        shown.append(bundle)
+        return Handle() if display_id else None
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    picker = ConfigPicker(cpu_count=4, gpus=[], path=tmp_path / "c.yaml")
+    picker._ipython_display_()  # what a cell ending in `picker` does
+    form, summary = shown
+    assert "application/vnd.jupyter.widget-view+json" in form
+    assert set(summary) == {"text/html", "text/plain"} and "num_processes: 1" in summary["text/plain"]
+    assert str(tmp_path / "c.yaml") in summary["text/html"]
+    picker.processes.value = 3
+    assert "num_processes: 3" in updates[-1]["text/plain"] and "num_processes: 3" in updates[-1]["text/html"]
+    count = len(updates)
+    picker.save()  # a note, the same configuration: no new update
+    assert len(updates) == count
+
+
+def test_long_labels_are_split_into_a_name_and_a_hint() -> None:
+    picker = ConfigPicker(cpu_count=4, gpus=[])
+    fsdp = picker.engines["FSDP"]
+    names = [c.description for c in fsdp.controls.values()] + [picker.batch_size.description]
+    assert "Layer classes to wrap" in names and "CPU offload" in names and "Batch size per device" in names
+    assert all(len(n) <= 33 for n in names), [n for n in names if len(n) > 33]  # fits the 230 px label column

@@ -67,10 +67,11 @@ def test_widget_values_follow_the_run() -> None:
     dash.handle(Log(1, "stdout", "hello from rank 1"))
     clock.now += 10
     dash.refresh()
-    assert "4242" in dash.ranks.value and "running" in dash.ranks.value and "train 50/100" in dash.ranks.value
+    assert "4242" in dash.ranks.value and "running" in dash.ranks.value
+    assert "progress" not in dash.ranks.value  # only the main process reports: its position is the bar, no empty cells
     assert dash.bar.value == pytest.approx(0.5)
     # ETA 25 s at the last report, counted down by the 10 s since it arrived
-    assert dash.bar_label.value == "train · epoch 1 · 50/100 · 2.00 it/s · ETA 15.0s"
+    assert ">train · epoch 1 · 50/100 · 2.00 it/s · ETA 15.0s<" in dash.bar_label.value
     assert "train/loss" in dash.metrics.value and "0.02" in dash.metrics.value
     assert "hello from rank 0" in dash.log_main.value and "rank 1" not in dash.log_main.value
     assert "[1] hello from rank 1" in dash.log_all.value
@@ -158,8 +159,13 @@ def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None
     for step in range(10):
         dash.handle(Metrics(0, step, {"train/loss": 1.0 - step / 10}, 0.0))  # all in one throttle window
     dash.handle(Log(0, "stdout", "epoch 1 done"))
+    clock.now += 12
     dash.handle(Finished(0, 3))
-    dash.finish(RunOutcome("finished", 12.0))
+    dash.handle(Finished(1))
+    clock.now += 3  # the workers exit, the launcher tears down: the run's clock has stopped
+    dash.tick(clock.now)
+    assert "finishing" in dash.header.value and "12.0s" in dash.header.value
+    dash.finish(RunOutcome("finished", 15.5))  # the launcher's count also has the set-up before the dashboard
     assert list(shown) == [dash.root]  # nothing displayed below: the live view itself was replaced
     (result,) = shown.updates
     assert isinstance(result, StaticResult)
@@ -167,8 +173,14 @@ def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None
     assert set(bundle) == {"text/html", "text/plain"}
     assert len(dash.plot.lines["train/loss"].get_xdata()) == 10  # the last values are in the PNG
     assert dash.png is not None and 'src="data:image/png;base64,' in bundle["text/html"]
-    assert "<details><summary>output of rank 0" in bundle["text/html"] and "epoch 1 done" in bundle["text/html"]
+    assert "<details open><summary>output of rank 0" in bundle["text/html"] and "epoch 1 done" in bundle["text/html"]
     assert "train: finished in 12.0s" in bundle["text/plain"] and "train/loss = 0.1" in bundle["text/plain"]
+    assert "<th" in bundle["text/html"] and ">finished</b>" in bundle["text/html"]  # the ranks' rows, as seen live
+    dash2, clock2, shown2 = _dashboard()
+    dash2.handle(Progress(0, 16, 16, "train", 1.0, 3, "loader"))
+    dash2.finish(RunOutcome("finished", 1.0))
+    final = shown2.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
+    assert ">train · epoch 3 · 16/16<" in final and "ETA" not in final  # where it stopped; no rate or ETA
     assert dash.root.comm is None and dash.curves.comm is None  # closed: no model left for the front end
     dash.handle(Metrics(0, 99, {"train/loss": 9.0}, 0.0))
     dash.tick(clock.now + 10)
@@ -245,8 +257,9 @@ def test_a_second_launch_gets_fresh_widgets() -> None:
 
 
 def test_a_timeout_without_a_failed_event_shows_the_outcome_error() -> None:
-    dash, _, shown = _dashboard()
+    dash, clock, shown = _dashboard()
     dash.handle(Started(0, 1, "cpu"))
+    clock.now += 30
     dash.finish(RunOutcome("timeout", 30.0, "the run exceeded timeout=30 s"))
     page = shown.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
     assert "train: timeout in 30.0s" in page and page.count("exceeded timeout=30 s") == 1
@@ -259,3 +272,41 @@ def test_the_header_names_the_engine_as_soon_as_the_main_process_reports_it() ->
     assert "FSDP FULL_SHARD" in dash.header.value
     dash.finish(RunOutcome("finished", 1.0))
     assert "FSDP FULL_SHARD" in dash.header.value
+
+
+def test_one_clock_and_one_vocabulary_from_the_first_frame_to_the_result() -> None:
+    dash, clock, shown = _dashboard()
+    dash.phase("starting 2 worker processes")
+    assert "starting" in dash.header.value and "starting 2 worker processes" in dash.header.value
+    assert "waiting for the workers" in dash.bar_label.value
+    dash.handle(Started(0, 1, "cpu"))
+    dash.handle(Started(1, 2, "cpu"))
+    dash.phase("")
+    clock.now += 4.25
+    dash.tick(clock.now)
+    assert "running" in dash.header.value and "4.2s" in dash.header.value
+    assert "worker processes" not in dash.header.value
+    clock.now += 1
+    dash.finish(RunOutcome("interrupted", 9.0, "interrupted"))  # the stop button, or run.stop()
+    page = shown.updates[-1]._repr_mimebundle_()  # type: ignore[attr-defined]
+    assert page["text/plain"].startswith("train: stopped in 5.2s")  # run.status's word, the live clock's time
+    assert "interrupted" not in page["text/html"] and "#b42318" not in page["text/html"]  # not an error, not red
+    assert "1=stopped" in page["text/plain"]
+
+
+def test_the_layout_has_its_places_from_the_first_frame() -> None:
+    dash, _, _ = _dashboard()
+    assert dash.curves.layout.min_height and dash.overall_row.layout.display is None
+    assert dash.header.layout.flex == "1 1 auto" and dash.stop_button.layout.flex == "0 0 auto"
+    assert 'min-width:4.2em;font-variant-numeric:tabular-nums' in dash.header.value  # a clock of fixed width
+    assert dash.bar.layout is not dash.overall_bar.layout  # hiding the run bar (no total) leaves the loop's bar
+
+
+def test_a_run_of_unknown_length_shows_its_label_without_an_empty_bar() -> None:
+    dash, clock, _ = _dashboard()
+    dash.handle(Started(0, 1, "cpu"))
+    dash.handle(Progress(0, 5, 16, "train", 1.0, 1, "loader"))
+    clock.now += 1
+    dash.tick(clock.now)
+    assert "run · epoch 1 · 5 batches" in dash.overall_label.value
+    assert dash.overall_bar.layout.display == "none"  # no invisible bar pushing the label to the middle

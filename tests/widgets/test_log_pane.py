@@ -30,13 +30,24 @@ def test_the_buffer_is_bounded() -> None:
     assert [line.text for line in b] == ["line 7", "line 8", "line 9"]
 
 
-def test_colours_render_as_html_and_stderr_stays_red() -> None:
-    b = LogBuffer(10)
+def test_colours_render_as_html_and_only_errors_are_red() -> None:
+    b = LogBuffer(20)
     b.add(Log(0, "stdout", "\x1b[32mpassed\x1b[0m <ok>"))
     b.add(Log(0, "stderr", "plain warning"))
-    page = logs_html(b, with_rank=False, max_lines=10)
+    b.add(Log(0, "stderr", "INFO:train:epoch 1 done\n 40%|####      | 4/10 [00:01<00:02]"))
+    b.add(Log(0, "stderr", "/x.py:3: UserWarning: careful\n  warnings.warn(msg)"))
+    b.add(Log(0, "stderr", "ERROR:train:loss is nan"))
+    b.add(Log(0, "stderr", 'Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: boom'))
+    b.add(Log(0, "stderr", "after the traceback"))
+    page = logs_html(b, with_rank=False, max_lines=20)
     assert '<span style="color:#0dbc79">passed</span> &lt;ok&gt;' in page
-    assert '<span style="color:#b42318">plain warning</span>' in page
+    for calm in ("plain warning", "INFO:train:epoch 1 done", " 40%|####", "/x.py:3: UserWarning: careful",
+                 "  warnings.warn", "after the"):
+        assert f'<span style="border-left:2px solid #d1d5db;padding-left:4px">{calm}' in page, calm
+    for alarm in ("ERROR:train:loss is nan", "Traceback (most recent call last):", "  File \"x.py\"",
+                  "ValueError: boom"):
+        assert f'<span style="color:#b42318">{alarm}' in page, alarm
+    assert page.count("#b42318") == 4
     assert "\x1b" not in page
     assert b[0].text == "passed <ok>" and b[0].styled.startswith("\x1b[32m")
 

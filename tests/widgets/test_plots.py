@@ -21,7 +21,7 @@ def test_one_panel_per_group_and_the_line_data_is_the_series() -> None:
     png = plot.render(series)
     assert png.startswith(b"\x89PNG")
     assert plot.figure is not None
-    titles = [ax.get_title() for ax in plot.figure.axes]
+    titles = [ax.get_title(loc="left") for ax in plot.figure.axes]
     assert titles == ["loss", "lr"]
     line = plot.lines["train/loss"]
     assert list(line.get_xdata()) == [0, 1] and list(line.get_ydata()) == [1.0, 0.5]
@@ -68,3 +68,22 @@ def test_a_single_point_is_drawn_with_a_marker() -> None:
     series["loss"].append(4, 0.4)
     plot.render(series)
     assert plot.lines["loss"].get_marker() in ("", "None")
+
+
+def test_the_legend_sits_above_the_plot_and_covers_no_point() -> None:
+    from notebook_accel.widgets.plots import CurvePlot
+    from notebook_accel.widgets.series import Series
+
+    train, evaluation = Series(), Series()
+    for step in range(20):
+        train.append(step, 1.0 - step / 40)
+        evaluation.append(step, 0.9 - step / 40)  # the last point high in the upper right corner
+    plot = CurvePlot()
+    plot.render({"train/loss": train, "eval/loss": evaluation})
+    assert plot.canvas is not None
+    renderer = plot.canvas.get_renderer()
+    (ax,) = plot._axes.values()
+    legend = ax.get_legend().get_window_extent(renderer)  # type: ignore[attr-defined]
+    area = ax.get_window_extent(renderer)  # type: ignore[attr-defined]
+    assert legend.y0 >= area.y1 - 1, (legend, area)
+    assert legend.y1 <= plot.figure.bbox.y1 + 1  # still inside the image

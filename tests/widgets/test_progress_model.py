@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from notebook_accel.events import Metrics, Progress, RunInfo
+from notebook_accel.events import Log, Metrics, Progress, RunInfo
 from notebook_accel.widgets import views
 from notebook_accel.widgets.state import RunState
 
@@ -49,4 +49,7 @@ def test_without_any_loop_the_logged_steps_are_the_progress() -> None:
 
 
 def test_before_anything_reports_the_label_says_how_to_get_progress() -> None:
-    assert "prepared DataLoader" in views.progress_text(_state())[1]
+    state = _state()
+    assert views.progress_text(state)[1] == "waiting for the workers (imports, rendezvous, engine setup)"
+    state.apply(Log(0, "stdout", "loading data"))  # a worker is up, but no loop reports
+    assert "prepared DataLoader" in views.progress_text(state)[1]

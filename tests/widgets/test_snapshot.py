@@ -19,13 +19,13 @@ def _finished_state() -> RunState:
 
 
 def test_format_duration() -> None:
-    assert [format_duration(x) for x in (None, 0.04, 59.94, 75, 3725)] == ["?", "0.0s", "59.9s", "01:15", "1:02:05"]
+    assert [format_duration(x) for x in (None, 0.04, 59.94, 75, 3725)] == ["?", "0.0s", "59.9s", "1m 15s", "1h 02m 05s"]
 
 
 def test_summary_text_and_html() -> None:
     s = _finished_state()
     text = summary_text(s, 75.0)
-    assert text.splitlines()[0] == "fit: finished in 01:15 (1 process, gloo)"
+    assert text.splitlines()[0] == "fit: finished in 1m 15s (1 process, gloo)"
     assert "train/loss = 0.12346 (step 5)" in text and "ranks: 0=finished" in text
     page = summary_html(s, 75.0)
     assert "weird&lt;name&gt;" in page and "<td>0.12346</td>" in page

@@ -1,0 +1,44 @@
+"""Notebook cells by the names IPython gives them: ``Cell In[6], line 5``, not ``File "/tmp/ipykernel_…/30492.py"``.
+
+IPython compiles each cell under a temporary file name and remembers the execution count of each name; its own
+tracebacks print the cell. A traceback formatted by Python's :mod:`traceback` (a worker's) names the temporary
+file instead. The launcher, in the kernel, rewrites those frames with the running shell's map (:func:`cell_names`)
+when a worker's failure arrives (the workers forget the shell right after the fork); outside IPython it changes
+nothing. IPython is never imported here: only looked up when loaded.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+
+__all__ = ["cell_names", "rename_cells"]
+
+_FRAME = re.compile(r'File "([^"\n]+)", line (\d+)')
+
+
+def rename_cells(text: str, name_of: Callable[[str], tuple[str, str] | None]) -> str:
+    """Replace each ``File "<file>", line N`` whose file ``name_of`` knows by ``<label> <name>, line N``.
+
+    Example:
+        >>> rename_cells('  File "/tmp/ipykernel_1/42.py", line 5, in train',
+        ...              lambda f: ("Cell", "In[6]") if f.endswith("42.py") else None)
+        '  Cell In[6], line 5, in train'
+    """
+
+    def swap(match: re.Match[str]) -> str:
+        named = name_of(match.group(1))
+        return match.group(0) if named is None else f"{named[0]} {named[1]}, line {match.group(2)}"
+
+    return _FRAME.sub(swap, text)
+
+
+def cell_names(text: str) -> str:
+    """``text`` with the frames of notebook cells named as IPython names them (unchanged outside IPython)."""
+    getipython = sys.modules.get("IPython.core.getipython")
+    shell = getipython.get_ipython() if getipython is not None else None  # type: ignore[attr-defined]
+    name_of = getattr(getattr(shell, "compile", None), "format_code_name", None)
+    if name_of is None:
+        return text
+    return rename_cells(text, lambda name: name_of(name) or None)

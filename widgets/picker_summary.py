@@ -1,0 +1,48 @@
+"""The static view of a config picker: what a saved notebook, an HTML export or a terminal shows in its place.
+
+A widget view needs the live kernel (or saved widget state) to render. So a displayed picker writes, under its
+form, a second output that is plain ``text/html`` and ``text/plain``: a summary of the configuration the form
+describes and the YAML its Save button would write (or the problems that keep it from being valid). It is built
+here from plain values (no widgets), so it is cheap to test.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from notebook_accel.config import Config
+from notebook_accel.config.io import config_to_yaml
+
+__all__ = ["describe", "summary_text", "summary_html", "FORM_NOTE"]
+
+FORM_NOTE = "Config picker form (it needs the running kernel; the configuration it describes is shown below)"
+
+
+def describe(config: Config, engine: str = "") -> str:
+    """``2 process(es) on GPU (all), FSDP, mixed precision bf16``: the one-line description of ``config``."""
+    where = "CPU" if config.use_cpu else f"GPU ({config.gpu_ids or 'all'})"
+    engine_part = f", {engine}" if engine else ""
+    return f"{config.num_processes} process(es) on {where}{engine_part}, mixed precision {config.mixed_precision}"
+
+
+def summary_text(config: Config | None, problems: Sequence[str], engine: str = "", path: str = "") -> str:
+    """The plain-text summary: the description and the YAML, or the problems."""
+    if config is None:
+        return "Config picker: not a valid config yet\n" + "\n".join(f"  - {p}" for p in problems)
+    where = f" (Save writes {path})" if path else ""
+    return f"Config picker: {describe(config, engine)}{where}\n{config_to_yaml(config).rstrip()}"
+
+
+def summary_html(config: Config | None, problems: Sequence[str], engine: str = "", path: str = "") -> str:
+    """The HTML summary: the description, then the YAML in a block (or the problems in red)."""
+    esc = html.escape
+    head = '<div style="font-family:sans-serif;font-size:13px"><b>Config picker</b>'
+    if config is None:
+        items = "".join(f"<li>{esc(p)}</li>" for p in problems)
+        return (f'{head}<div style="color:#b42318">not a valid config yet:</div>'
+                f'<ul style="margin:2px 0">{items}</ul></div>')
+    where = f' &middot; Save writes <code>{esc(path)}</code>' if path else ""
+    return (f'{head}<div style="color:#1a7f37">&#10003; {esc(describe(config, engine))}{where}</div>'
+            '<pre style="font-size:12px;background:#f6f8fa;padding:6px;margin:4px 0;white-space:pre-wrap">'
+            f"{esc(config_to_yaml(config))}</pre></div>")
