@@ -65,7 +65,11 @@ def compare(manifest: Manifest, objects: list[Saved], world_size: int, skipped: 
     ``skipped``: kinds not loaded (per-rank states in a resume with another world size), so not compared.
     """
     problems: list[str] = []
-    if manifest.world_size != world_size and not skipped:
+    fixed = [s for s in objects if s.fixed_world] if manifest.world_size != world_size else []
+    if fixed:
+        problems.append(f"the checkpoint was saved by {manifest.world_size} process(es), this run has {world_size}: "
+                        f"{fixed[0].entry.label()}: {fixed[0].fixed_world}")
+    elif manifest.world_size != world_size and not skipped:
         problems.append(_world_problem(manifest.world_size, world_size))
     saved = Counter(e.kind for e in manifest.entries if e.kind not in skipped)
     here = Counter(s.entry.kind for s in objects if s.entry.kind not in skipped)
@@ -150,8 +154,9 @@ def _apply(objects: list[Saved], payloads: list[Any]) -> str | None:
             saved.set(payload)
         except Exception as e:  # validated above; a failure here is a bug in an object's load_state_dict
             note = _undo(undo)
-            if not small:
-                note += f"; the state is partially restored: {', '.join(changed + [saved.entry.label()])} changed"
+            if not small:  # models or optimizers changed: "nothing was modified" would not be true
+                note = (f"{note}; " if undo else "") + (f"the state is partially restored: "
+                                                        f"{', '.join(changed + [saved.entry.label()])} changed")
             return f"{saved.entry.label()}: {error_text(e)} ({note})"
         if small:
             undo.append((saved, before))

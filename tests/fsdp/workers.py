@@ -210,12 +210,13 @@ def _same(a: list[Any], b: list[Any]) -> bool:
                                     else x == y for x, y in zip(a, b))
 
 
-def attempt_load(accelerator: Accelerator, model: Any, directory: str, optimizer: Any = None) -> dict[str, Any]:
-    """``load_state(directory)``: the error (``"loaded"`` when none), and whether, on every rank, the full
-    weights and (given ``optimizer``) every value of the optimizer's state dict are unchanged, bit for bit."""
+def attempt_load(accelerator: Accelerator, model: Any, directory: str, optimizer: Any = None,
+                 **load_options: Any) -> dict[str, Any]:
+    """``load_state(directory, **load_options)``: the error (``"loaded"`` when none), and whether, on every rank,
+    the full weights and (given ``optimizer``) every value of the optimizer's state dict are unchanged, bit for bit."""
     before = _leaves(accelerator.get_state_dict(model)) + _leaves(optimizer.state_dict() if optimizer else None)
     try:
-        accelerator.load_state(directory)
+        accelerator.load_state(directory, **load_options)
         error = "loaded"
     except Exception as e:  # noqa: BLE001 - the test reads the message
         error = f"{type(e).__name__}: {e}"
