@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections import Counter
 from typing import Any, cast
 
 from notebook_accel.checkpointing.agreement import agree
-from notebook_accel.checkpointing.atomic import read_torch
+from notebook_accel.checkpointing.atomic import is_temporary, read_torch, temp_target
 from notebook_accel.checkpointing.collective import read_collective
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Manifest, read_manifest
@@ -208,7 +209,8 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     Args:
         accelerator: the Accelerator to restore into.
         input_dir: the checkpoint directory. ``None`` with automatic naming: the newest complete
-            ``<project_dir>/checkpoints/checkpoint_<n>`` (partial saves are skipped), and
+            ``<project_dir>/checkpoints/checkpoint_<n>`` (partial saves are skipped; a complete one a killed commit
+            left under a ``.tmp-`` name counts as its number while ``checkpoint_<n>`` is missing), and
             ``project_configuration.iteration`` becomes ``n + 1`` so the next save does not collide.
         allow_world_size_change: load a checkpoint saved by another number of processes, without the per-rank
             states (RNG streams, loader positions).
@@ -246,4 +248,16 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     if manifest.iteration is not None and automatic_naming(accelerator):
         newest = complete_checkpoints(checkpoints_root(project_dir_of(accelerator)))
         accelerator.project_configuration.iteration = max([manifest.iteration] + [n for n, _ in newest]) + 1
+    if state.is_main_process and is_temporary(os.path.basename(path)):
+        _note_left_aside(path)
     return path
+
+
+def _note_left_aside(path: str) -> None:
+    """Say that the loaded checkpoint lies where a killed commit left it, and what puts it back."""
+    target = temp_target(os.path.basename(path))
+    name = target[0] if target is not None else "its name"
+    warnings.warn(f"loaded {path!r}: a save killed while committing left this complete checkpoint under a temporary "
+                  f"name; it stays there (beside any other leftovers of that save) until the next save to {name!r} "
+                  "(or, with automatic naming, the next save_state()) puts it back under its name", UserWarning,
+                  stacklevel=3)
