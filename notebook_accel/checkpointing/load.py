@@ -260,4 +260,4 @@ def _note_left_aside(path: str) -> None:
     warnings.warn(f"loaded {path!r}: a save killed while committing left this complete checkpoint under a temporary "
                   f"name; it stays there (beside any other leftovers of that save) until the next save to {name!r} "
                   "(or, with automatic naming, the next save_state()) puts it back under its name", UserWarning,
-                  stacklevel=3)
+                  stacklevel=4)

@@ -254,9 +254,31 @@ def killed_mid_save(project_dir: str, victim: int) -> None:
     accelerator.save_state()
 
 
-def load_newest(project_dir: str) -> dict[str, Any]:
-    """Automatic load of the newest complete checkpoint; its path and the optimizer's step count."""
+def killed_before_rename(project_dir: str) -> None:
+    """Save checkpoint_0 after 2 steps; 2 steps later rank 0 is SIGKILLed right before renaming the complete
+    checkpoint_1 into place."""
+    import notebook_accel.checkpointing.atomic as atomic
+
+    accelerator, model, optimizer, batches = _automatic(project_dir)
+    steps(accelerator, model, optimizer, batches, 2)
+    accelerator.save_state()
+    steps(accelerator, model, optimizer, batches, 2)
+    real = os.rename
+
+    def dies_before_renaming(src: Any, dst: Any) -> None:
+        if os.path.basename(os.fspath(dst)) == "checkpoint_1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(src, dst)
+
+    atomic.os.rename = dies_before_renaming  # type: ignore[assignment]  # this worker's os; it dies right after
+    accelerator.save_state()
+
+
+def load_newest(project_dir: str, then_save: bool = False) -> dict[str, Any]:
+    """Automatic load of the newest complete checkpoint; its path and the optimizer's step count (and, with
+    ``then_save``, the path of the next automatic save)."""
     accelerator, model, optimizer, _ = _automatic(project_dir)
     path = accelerator.load_state()
     state = optimizer.state_dict()["state"]
-    return {"path": path, "adam_step": int(state[next(iter(state))]["step"])}
+    out = {"path": path, "adam_step": int(state[next(iter(state))]["step"])}
+    return {**out, "saved": accelerator.save_state()} if then_save else out
