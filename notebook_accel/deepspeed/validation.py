@@ -2,9 +2,9 @@
 
 DeepSpeed loads the module's weights, then the optimizer partitions, and only on the way refuses what does not
 fit (another number of processes, an extra layer, another partition layout): by then the model has changed. So
-before it is called, each rank reads every DeepSpeed file its ``load_checkpoint`` will read with
-``torch.load(weights_only=True)`` (DeepSpeed itself unpickles them in full, so a file that could run code is
-refused here) and compares them with the live engine: the ZeRO stage, the number of processes, the keys and full
+before it is called, each rank reads its own DeepSpeed files (together, the ranks read every file DeepSpeed's
+``load_checkpoint`` will read) with ``torch.load(weights_only=True)`` (DeepSpeed itself unpickles them in full, so
+a file that could run code is refused here) and compares them with the live engine: the ZeRO stage, the number of processes, the keys and full
 shapes of the weights (from ``param_shapes`` under ZeRO-3, whose saved module holds empty partitions), and the
 ZeRO partition layout (partition counts, alignment paddings, the size of each flat fp32 partition).
 """
@@ -59,9 +59,13 @@ def _safe_load(path: str, label: str) -> Any:
                               "only checkpoints saved by this run's DeepSpeed version") from e
 
 
-def _read_files(directory: str, engine: Any, stage: int, label: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """This rank's model file and optimizer file (``None`` at stage 0: the optimizer is in the model file); with
-    ``elastic_checkpoint``, where DeepSpeed reads every rank's optimizer file, the others are read as plain data too."""
+def _read_files(directory: str, stage: int, label: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """This rank's model file and optimizer file (``None`` at stage 0: the optimizer is in the model file).
+
+    With ``elastic_checkpoint`` DeepSpeed reads every rank's optimizer file on every rank; each of them is read
+    here by its own rank (the number of processes is the saved one, checked below), and no rank goes on unless
+    all succeeded.
+    """
     rank = torch.distributed.get_rank()
     model = _safe_load(os.path.join(directory, model_files(stage)[0].format(rank=rank)), label)
     if not isinstance(model, dict):
@@ -69,11 +73,6 @@ def _read_files(directory: str, engine: Any, stage: int, label: str) -> tuple[di
     if stage == 0:
         return model, None
     own = _safe_load(os.path.join(directory, OPTIM.format(rank=rank)), label)
-    if bool(engine.zero_elastic_checkpoint()):
-        saved_world = model.get("dp_world_size")
-        for other in range(saved_world if isinstance(saved_world, int) else 0):
-            if other != rank:
-                _safe_load(os.path.join(directory, OPTIM.format(rank=other)), label)
     return model, own if isinstance(own, dict) else {}
 
 
@@ -144,7 +143,7 @@ def check_saved(directory: str, engine: Any, label: str) -> None:
         CheckpointError: what does not fit, before DeepSpeed changes anything.
     """
     stage = int(engine.zero_optimization_stage())
-    state, optim = _read_files(directory, engine, stage, label)
+    state, optim = _read_files(directory, stage, label)
     saved = (state.get("ds_config") or {}).get("zero_optimization", {}).get("stage", 0)
     if int(saved) != stage:
         raise CheckpointError(f"{label}: the checkpoint was saved with ZeRO stage {saved}, this run uses stage {stage}; "
