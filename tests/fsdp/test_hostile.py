@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from notebook_accel import notebook_launcher
 from tests.checkpointing.hostile import CodeRunning, record, torch_bytes
@@ -113,6 +114,20 @@ def test_full_weights_that_would_run_code_are_refused(tmp_path: Path) -> None:
     record(directory, "pytorch_model_fsdp_0.bin")
     _refused_without_running(directory, marker, "with torch.load(weights_only=True)",
                              state_dict_type="FULL_STATE_DICT")
+
+
+@pytest.mark.timeout(180)
+def test_a_full_optimizer_state_that_does_not_fit_is_refused_first(tmp_path: Path) -> None:
+    directory = tmp_path / "full"
+    launch(workers.resume, "FULL_SHARD", str(directory), False, 2, 0, "FULL_STATE_DICT")
+    file = directory / "optimizer_0.bin"
+    state = torch.load(file, weights_only=True)
+    state["state"]["head.weight"]["exp_avg"] = torch.zeros(2, workers.WIDTH)
+    torch.save(state, file)
+    record(directory, file.name)
+    _refused_without_running(directory, tmp_path / "ran", "the full optimizer state does not fit this model and "
+                             "optimizer: exp_avg of 'head.weight' has shape (2, 16) in the checkpoint, the parameter "
+                             "is (1, 16)", state_dict_type="FULL_STATE_DICT")
 
 
 @pytest.mark.timeout(180)
