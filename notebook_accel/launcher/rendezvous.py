@@ -12,9 +12,10 @@ torch's ``TCPStore`` has no authentication, so another local process (another us
 could still connect to the port. On one machine every worker is a fork of the launching kernel, so the launcher
 draws a random key prefix per run (:func:`new_store_prefix`) and hands it to the workers through the fork (in
 memory, never in ``argv`` or the environment); each worker wraps the store that ``init_process_group``'s
-``env://`` rendezvous yields in a ``PrefixStore`` of it (:func:`use_store_prefix`). A process without the prefix
-finds none of the run's keys, and keys it writes are not the ones the run reads. (With several machines the
-workers of the other nodes are not forks of this kernel, so there the keys are not prefixed.)
+``env://`` rendezvous yields in a ``PrefixStore`` of it (:func:`use_store_prefix`). A process that uses the usual
+key names finds none of the run's keys, and keys it writes are not the ones the run reads. It is no
+authentication: ``TCPStore.list_keys()`` (torch 2.13) shows any client every key name, prefix included. (With
+several machines the workers of the other nodes are not forks of this kernel, so there the keys are not prefixed.)
 
 On a single machine with a loopback ``master_addr`` the collectives' own sockets stay on loopback too
 (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` set to the loopback interface unless the user set them).
