@@ -27,6 +27,7 @@ from notebook_accel.checkpointing.errors import CheckpointError
 
 __all__ = [
     "TEMP_PREFIX",
+    "owner",
     "is_temporary",
     "temp_target",
     "temp_sibling",
@@ -41,7 +42,18 @@ __all__ = [
 ]
 
 TEMP_PREFIX = ".tmp-"
-OWNER = f"p{os.getpid()}h{hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]}"
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def owner() -> str:
+    """``p<pid>h<host>``: the calling process and machine, as a temporary directory's name records its owner.
+
+    Read at each call, never at import: a worker forked from a kernel that imported this module is its own
+    process, and the directories it leaves when killed must name it (not the live kernel) to be recognised as
+    dead saves.
+    """
+    return f"p{os.getpid()}h{_HOST}"
+
 # what follows the target's name in a temporary directory's name: owner, nonce, and the tag of a renamed one
 _OWNER_RE = re.compile(r"-p(\d+)h([0-9a-f]{8})-[0-9a-f]{8}(?:\.(old|del))?$")
 
@@ -53,7 +65,7 @@ def owner_alive(name: str) -> bool:
     match = _OWNER_RE.search(name)
     if match is None:
         return False
-    if match.group(2) != OWNER[-8:]:
+    if match.group(2) != _HOST:
         return True
     pid = int(match.group(1))
     if pid == os.getpid():
@@ -87,7 +99,7 @@ def is_temporary(name: str) -> bool:
 
 def temp_sibling(path: str, tag: Literal["", "old", "del"] = "") -> str:
     """A fresh, unused path next to ``path``: ``<parent>/.tmp-<name>-<owner>-<nonce>[.<tag>]``, where ``<owner>``
-    (:data:`OWNER`) names this process and machine, so a later save can tell a dead save's debris from a live one,
+    (:func:`owner`) names this process and machine, so a later save can tell a dead save's debris from a live one,
     and the tag (``old``: a previous checkpoint moved aside; ``del``: one being deleted) comes last, so the
     target's name can be read back exactly (:func:`temp_target`).
 
@@ -96,7 +108,7 @@ def temp_sibling(path: str, tag: Literal["", "old", "del"] = "") -> str:
     """
     parent, name = os.path.split(os.path.abspath(path))
     suffix = f".{tag}" if tag else ""
-    return os.path.join(parent, f"{TEMP_PREFIX}{name}-{OWNER}-{secrets.token_hex(4)}{suffix}")
+    return os.path.join(parent, f"{TEMP_PREFIX}{name}-{owner()}-{secrets.token_hex(4)}{suffix}")
 
 
 def _os_error(action: str, path: str, e: OSError) -> CheckpointError:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections import Counter
 from typing import Any, cast
 
 from notebook_accel.checkpointing.agreement import agree
-from notebook_accel.checkpointing.atomic import read_torch
+from notebook_accel.checkpointing.atomic import is_temporary, read_torch, temp_target
 from notebook_accel.checkpointing.collective import read_collective
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Manifest, read_manifest
@@ -65,7 +66,11 @@ def compare(manifest: Manifest, objects: list[Saved], world_size: int, skipped: 
     ``skipped``: kinds not loaded (per-rank states in a resume with another world size), so not compared.
     """
     problems: list[str] = []
-    if manifest.world_size != world_size and not skipped:
+    fixed = [s for s in objects if s.fixed_world] if manifest.world_size != world_size else []
+    if fixed:
+        problems.append(f"the checkpoint was saved by {manifest.world_size} process(es), this run has {world_size}: "
+                        f"{fixed[0].entry.label()}: {fixed[0].fixed_world}")
+    elif manifest.world_size != world_size and not skipped:
         problems.append(_world_problem(manifest.world_size, world_size))
     saved = Counter(e.kind for e in manifest.entries if e.kind not in skipped)
     here = Counter(s.entry.kind for s in objects if s.entry.kind not in skipped)
@@ -150,8 +155,9 @@ def _apply(objects: list[Saved], payloads: list[Any]) -> str | None:
             saved.set(payload)
         except Exception as e:  # validated above; a failure here is a bug in an object's load_state_dict
             note = _undo(undo)
-            if not small:
-                note += f"; the state is partially restored: {', '.join(changed + [saved.entry.label()])} changed"
+            if not small:  # models or optimizers changed: "nothing was modified" would not be true
+                note = (f"{note}; " if undo else "") + (f"the state is partially restored: "
+                                                        f"{', '.join(changed + [saved.entry.label()])} changed")
             return f"{saved.entry.label()}: {error_text(e)} ({note})"
         if small:
             undo.append((saved, before))
@@ -203,7 +209,8 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     Args:
         accelerator: the Accelerator to restore into.
         input_dir: the checkpoint directory. ``None`` with automatic naming: the newest complete
-            ``<project_dir>/checkpoints/checkpoint_<n>`` (partial saves are skipped), and
+            ``<project_dir>/checkpoints/checkpoint_<n>`` (partial saves are skipped; a complete one a killed commit
+            left under a ``.tmp-`` name counts as its number while ``checkpoint_<n>`` is missing), and
             ``project_configuration.iteration`` becomes ``n + 1`` so the next save does not collide.
         allow_world_size_change: load a checkpoint saved by another number of processes, without the per-rank
             states (RNG streams, loader positions).
@@ -241,4 +248,16 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     if manifest.iteration is not None and automatic_naming(accelerator):
         newest = complete_checkpoints(checkpoints_root(project_dir_of(accelerator)))
         accelerator.project_configuration.iteration = max([manifest.iteration] + [n for n, _ in newest]) + 1
+    if state.is_main_process and is_temporary(os.path.basename(path)):
+        _note_left_aside(path)
     return path
+
+
+def _note_left_aside(path: str) -> None:
+    """Say that the loaded checkpoint lies where a killed commit left it, and what puts it back."""
+    target = temp_target(os.path.basename(path))
+    name = target[0] if target is not None else "its name"
+    warnings.warn(f"loaded {path!r}: a save killed while committing left this complete checkpoint under a temporary "
+                  f"name; it stays there (beside any other leftovers of that save) until the next save to {name!r} "
+                  "(or, with automatic naming, the next save_state()) puts it back under its name", UserWarning,
+                  stacklevel=4)

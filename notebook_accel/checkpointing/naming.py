@@ -2,7 +2,11 @@
 and keeping at most ``total_limit``.
 
 A directory counts as a checkpoint only when its name is ``checkpoint_<n>`` and it holds a manifest; partial
-saves (``.tmp-...`` directories) and directories without a manifest are skipped.
+saves (``.tmp-...`` directories) and directories without a manifest are skipped. One exception: a save killed
+between finishing ``checkpoint_<n>`` and renaming it into place leaves it complete under a ``.tmp-`` name (see
+:mod:`.recovery`); while ``checkpoint_<n>`` itself is missing, that folder counts as checkpoint ``n`` (so an
+automatic ``load_state()`` resumes from it, as ``load_state(path)`` does), and the next automatic save puts it back
+under its name.
 """
 
 from __future__ import annotations
@@ -10,9 +14,10 @@ from __future__ import annotations
 import os
 import re
 
-from notebook_accel.checkpointing.atomic import is_temporary, owner_alive, remove_dir
+from notebook_accel.checkpointing.atomic import is_temporary, owner_alive, remove_dir, temp_target
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import MANIFEST_NAME
+from notebook_accel.checkpointing.recovery import recover, recovery_candidate
 
 __all__ = [
     "CHECKPOINTS_DIR",
@@ -22,6 +27,7 @@ __all__ = [
     "newest_checkpoint",
     "rotate",
     "remove_stale_temporaries",
+    "restore_left_aside",
 ]
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -49,16 +55,36 @@ def checkpoint_path(project_dir: str | None, iteration: int) -> str:
 
 
 def complete_checkpoints(root: str) -> list[tuple[int, str]]:
-    """``(iteration, path)`` of every complete checkpoint under ``root``, oldest first."""
+    """``(iteration, path)`` of every complete checkpoint under ``root``, oldest first (for a missing
+    ``checkpoint_<n>``, the complete folder a killed commit left aside, see the module's docstring)."""
     if not os.path.isdir(root):
         return []
-    found: list[tuple[int, str]] = []
-    for name in os.listdir(root):
+    found: dict[int, str] = {}
+    names = os.listdir(root)
+    for name in names:
         match = _NAME.match(name)
         path = os.path.join(root, name)
         if match and os.path.isfile(os.path.join(path, MANIFEST_NAME)):
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+            found[int(match.group(1))] = path
+    for name in names:
+        target = temp_target(name)
+        match = _NAME.match(target[0]) if target is not None else None
+        if match is not None and int(match.group(1)) not in found:
+            candidate = recovery_candidate(os.path.join(root, target[0]))  # type: ignore[index]
+            if candidate is not None:
+                found[int(match.group(1))] = candidate
+    return sorted(found.items())
+
+
+def restore_left_aside(root: str) -> list[str]:
+    """Main process, after an automatic save: put every complete checkpoint a killed commit left under a
+    temporary name back under its own name; returns the restored paths."""
+    restored = []
+    for number, path in complete_checkpoints(root):
+        target = os.path.join(root, f"checkpoint_{number}")
+        if is_temporary(os.path.basename(path)) and recover(target) is not None:
+            restored.append(target)
+    return restored
 
 
 def newest_checkpoint(root: str) -> tuple[int, str]:

@@ -31,6 +31,8 @@ class Saved:
 
     ``write``/``read``, when given, replace the plain ``torch.save``/``torch.load`` of the entry's file: they are
     collective (every rank calls them with the checkpoint directory), as for FSDP's sharded states.
+    ``fixed_world``, when given, says why the state cannot be loaded by another number of processes than saved
+    it (DeepSpeed's ZeRO partitions), even with ``allow_world_size_change=True``.
     """
 
     entry: Entry
@@ -39,6 +41,7 @@ class Saved:
     set: Callable[[Any], None]
     write: Callable[[str, Any], None] | None = None
     read: Callable[[str], Any] | None = None
+    fixed_world: str | None = None
 
 
 def check_registrable(obj: object) -> None:

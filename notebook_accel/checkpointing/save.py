@@ -24,7 +24,13 @@ from notebook_accel.checkpointing.agreement import agree
 from notebook_accel.checkpointing.atomic import commit_dir, make_dir, remove_dir, temp_sibling, write_torch
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Manifest, write_manifest
-from notebook_accel.checkpointing.naming import checkpoint_path, checkpoints_root, remove_stale_temporaries, rotate
+from notebook_accel.checkpointing.naming import (
+    checkpoint_path,
+    checkpoints_root,
+    remove_stale_temporaries,
+    restore_left_aside,
+    rotate,
+)
 from notebook_accel.checkpointing.objects import Saved, collect
 from notebook_accel.checkpointing.recovery import recover
 
@@ -123,6 +129,7 @@ def _phase_commit(accelerator: Any, objects: list[Saved], temp: str, path: str, 
     commit_dir(temp, path)
     if iteration is not None:
         root = checkpoints_root(project_dir_of(accelerator))
+        restore_left_aside(root)
         rotate(root, getattr(accelerator.project_configuration, "total_limit", None), keep=path)
         remove_stale_temporaries(root)
 

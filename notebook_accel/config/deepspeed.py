@@ -21,6 +21,7 @@ from typing import Any
 
 from notebook_accel.config.checks import Check, check_bool, check_class_names, choice_check, optional, run_checks, show
 from notebook_accel.config.compat import suggest
+from notebook_accel.config.files import read_regular_file
 
 __all__ = [
     "ZERO_STAGES",
@@ -180,11 +181,15 @@ def cross_field_problems(values: Mapping[str, Any], bad: set[str]) -> dict[str, 
 
 
 def read_ds_json(path: str) -> tuple[dict[str, Any] | None, str | None]:
-    """A DeepSpeed JSON file's object, or ``(None, problem)`` when it is missing, unreadable or not an object."""
+    """A DeepSpeed JSON file's object, or ``(None, problem)`` when it is missing, unreadable, not a regular file of
+    at most 1 MiB (a device, FIFO or folder; see :func:`~notebook_accel.config.files.read_regular_file`) or not an
+    object."""
     try:
-        text = Path(path).expanduser().read_text()
+        text = read_regular_file(Path(path).expanduser(), "a DeepSpeed JSON file").decode("utf-8")
     except OSError as e:
         return None, f"cannot read the DeepSpeed JSON {path!r} ({e.strerror or e}); check the path"
+    except UnicodeDecodeError as e:
+        return None, f"{path!r} is not UTF-8 text ({e}); a DeepSpeed config is a JSON file"
     try:
         data = json.loads(text)
     except ValueError as e:

@@ -7,10 +7,8 @@ file renamed over the old one), so a crash never leaves half a config behind.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import stat
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -21,6 +19,7 @@ import yaml
 
 from notebook_accel.config.compat import UNSUPPORTED_KEYS, coerce_yaml_values, is_inactive, unknown_key_problem
 from notebook_accel.config.errors import ConfigError, ConfigWarning
+from notebook_accel.config.files import MAX_CONFIG_BYTES, read_regular_file
 from notebook_accel.config.model import FIELD_NAMES, OUR_FIELDS, Config
 from notebook_accel.config.validation import BOOL_FIELDS
 
@@ -53,7 +52,6 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-MAX_CONFIG_BYTES = 1 << 20  # a config file is a few hundred bytes; anything past 1 MiB is not one
 MAX_YAML_NODES = 10_000  # values in the document with aliases expanded (a 300-byte "billion laughs" has 10**8)
 
 
@@ -200,7 +198,7 @@ def load_config(path: PathLike) -> Config:
     file = Path(os.path.expanduser(os.fspath(path)))
     source = str(file)
     try:
-        text = _read_regular_file(file).decode("utf-8")
+        text = read_regular_file(file).decode("utf-8")
     except FileNotFoundError as e:
         raise ConfigError([f"no config file at {source}; write one with `notebook-accel config "
                            f"--config_file {source}` or check the path"], source) from e
@@ -209,34 +207,6 @@ def load_config(path: PathLike) -> Config:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError([f"cannot read {source}: {e}"], source) from e
     return config_from_mapping(parse_config_text(text, source, as_json=file.suffix.lower() == ".json"), source)
-
-
-def _read_regular_file(file: Path) -> bytes:
-    """The bytes of ``file``, which must be a regular file of at most :data:`MAX_CONFIG_BYTES`.
-
-    Opened without blocking (a FIFO with no writer would hang ``open``), checked with ``fstat`` on the open
-    descriptor (no swap between check and read), and read with a bound (``/dev/zero`` never ends).
-    """
-    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "is a folder", str(file))
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (a device, pipe or socket); give the path of a YAML file")
-        if info.st_size > MAX_CONFIG_BYTES:
-            raise OSError(errno.EFBIG, f"the file has {info.st_size} bytes; a config file is at most "
-                                       f"{MAX_CONFIG_BYTES} bytes")
-        data = os.read(fd, MAX_CONFIG_BYTES + 1)
-        chunk = data
-        while chunk and len(data) <= MAX_CONFIG_BYTES:
-            chunk = os.read(fd, MAX_CONFIG_BYTES + 1 - len(data))
-            data += chunk
-        if len(data) > MAX_CONFIG_BYTES:
-            raise OSError(errno.EFBIG, f"the file grew past {MAX_CONFIG_BYTES} bytes while being read")
-        return data
-    finally:
-        os.close(fd)
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:

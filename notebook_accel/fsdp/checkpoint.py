@@ -171,11 +171,46 @@ def full_model(model: torch.nn.Module, index: int) -> Saved:
                  write=write, read=read)
 
 
+def _buffer_problem(name: str, key: str, value: Any, shape: tuple[int, ...]) -> str | None:
+    """Why the saved buffer ``key`` of parameter ``name`` cannot be loaded into it (``None``: it can)."""
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and tuple(value.shape) != shape:
+        return f"{key} of {name!r} has shape {tuple(value.shape)} in the checkpoint, the parameter is {shape}"
+    if not isinstance(value, (torch.Tensor, int, float, bool)) and value is not None:
+        return f"{key} of {name!r} is a {type(value).__name__}"
+    return None
+
+
+def _full_optimizer_problems(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: Any) -> list[str]:
+    """The full optimizer state (keyed by parameter name) against this optimizer's groups and the full shapes."""
+    if not isinstance(state, dict) or not isinstance(state.get("state"), dict) \
+            or not isinstance(state.get("param_groups"), list):
+        return ["it is not a state dict with 'state' and 'param_groups'"]
+    names = {id(p): name for name, p in model.named_parameters()}
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}  # a DTensor's shape is the full one
+    live = [[names.get(id(p), "?") for p in group["params"]] for group in optimizer.param_groups]
+    saved = [group.get("params") if isinstance(group, dict) else None for group in state["param_groups"]]
+    problems = [] if saved == live else [f"the parameter groups hold {saved} in the checkpoint, {live} here"]
+    for name, buffers in state["state"].items():
+        if name not in shapes or not isinstance(buffers, dict):
+            problems.append(f"it holds state for {name!r:.80}, which is not a parameter of this model")
+            continue
+        problems += [p for key, value in buffers.items() if (p := _buffer_problem(name, key, value, shapes[name]))]
+    return problems[:10]
+
+
 def full_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, index: int) -> Saved:
     """The checkpoint object for optimizer ``index`` as its full state, gathered to and written by rank 0."""
     file = f"optimizer_{index}.bin"
     entry = Entry(kind="optimizer", index=index, file=file, type_name=type(optimizer).__name__)
-    write, read = _rank0_file(file)
+    write, read_file = _rank0_file(file)
+
+    def read(directory: str) -> dict[str, Any]:
+        state = read_file(directory)
+        problems = _full_optimizer_problems(model, optimizer, state) if _rank() == 0 else []
+        if problems:
+            raise CheckpointError(f"{entry.label()}: the full optimizer state does not fit this model and optimizer: "
+                                  + "; ".join(problems))
+        return state
 
     def apply(state: dict[str, Any]) -> None:
         set_optimizer_state_dict(model, optimizer, state, options=_scatter())

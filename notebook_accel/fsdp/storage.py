@@ -3,7 +3,9 @@
 DCP's file writer names its files ``__<rank>_0.distcp`` and ``.metadata`` inside a folder of their own (accelerate
 uses a subfolder per object). A checkpoint here holds only plain file names in one folder, so the writer and
 reader below give every file the object's name instead: ``<name>_rank<r>_0.distcp`` (one per rank, that rank's
-shards) and ``<name>.metadata``. Everything else (planning, resharding, checks) is DCP's own.
+shards) and ``<name>.metadata``. Everything else (planning, resharding) is DCP's own, except what it would
+unpickle in full: the reader reads the metadata, and the planner the non-tensor values, as plain data only, and
+the planner refuses a checkpoint whose keys, shapes or dtypes differ from the live state (see :mod:`.dcp_safety`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +22,11 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import SavePlan
 
 from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.fsdp.dcp_safety import CheckedLoadPlanner, metadata_problems, read_metadata
 
 __all__ = ["shard_files", "metadata_file", "save_sharded", "load_sharded"]
 
@@ -54,22 +59,54 @@ class _NamedWriter(dcp.FileSystemWriter):
 
 
 class _NamedReader(dcp.FileSystemReader):
-    """DCP's file reader for files written by :class:`_NamedWriter`."""
+    """DCP's file reader for files written by :class:`_NamedWriter`, which reads the metadata as plain data."""
 
-    def __init__(self, directory: str, name: str) -> None:
+    def __init__(self, directory: str, name: str, label: str) -> None:
         super().__init__(directory)
         self.object_name = name
+        self.label = label
 
     def _get_metadata_path(self, rank: int | None = None) -> os.PathLike[str]:
         return Path(self.path) / metadata_file(self.object_name)
 
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        """The object's metadata, unpickled with only DCP's metadata classes allowed and checked field by field.
+
+        Raises:
+            CheckpointError: it holds anything else, or points at files other than the object's shards.
+        """
+        path = self._get_metadata_path()
+        try:
+            with open(path, "rb") as stream:
+                metadata = read_metadata(stream)
+        except OSError as e:
+            raise CheckpointError(f"{self.label}: could not read {os.fspath(path)!r}: {e}") from e
+        except Exception as e:  # refused globals, truncated or garbled pickles
+            raise CheckpointError(f"{self.label}: {os.path.basename(path)} is not sharded-checkpoint metadata as "
+                                  f"DCP writes it ({type(e).__name__}: {str(e)[:200]}); it was not loaded, since "
+                                  "anything else could run code when unpickled") from e
+        shards = re.compile(re.escape(self.object_name) + r"_rank\d{1,6}_0\.distcp")
+        problems = metadata_problems(metadata, shards)
+        if problems:
+            raise CheckpointError(f"{self.label}: {os.path.basename(path)} is malformed: " + "; ".join(problems))
+        storage_meta = metadata.storage_meta if isinstance(metadata.storage_meta, StorageMeta) else StorageMeta()
+        storage_meta.load_id = self.load_id
+        metadata.storage_meta = storage_meta
+        return metadata
+
+
+def _first_failure(e: BaseException) -> tuple[str, BaseException]:
+    """``("rank <r>: ", cause)`` of the first failing rank of a DCP failure (``("", e)`` for another error)."""
+    if isinstance(e, CheckpointException) and e.failures:
+        rank, (cause, _) = next(iter(sorted(e.failures.items())))
+        return f"rank {rank}: ", cause
+    return "", e
+
 
 def _reason(e: BaseException) -> str:
     """One line for a DCP failure: the first failing rank's own exception (DCP's text holds every traceback)."""
-    if isinstance(e, CheckpointException) and e.failures:
-        rank, (cause, _) = next(iter(sorted(e.failures.items())))
-        return f"rank {rank}: {type(cause).__name__}: {str(cause)[:300]}"
-    return f"{type(e).__name__}: {str(e)[:300]}"
+    where, cause = _first_failure(e)
+    return f"{where}{type(cause).__name__}: {str(cause)[:300]}"
 
 
 def _no_dist() -> bool:
@@ -102,11 +139,16 @@ def load_sharded(template: dict[str, Any], directory: str, name: str, label: str
     """Read object ``name`` from ``directory`` into ``template`` (fresh tensors, sharded like the live ones).
 
     Raises:
-        CheckpointError: on every rank, e.g. for a missing key or a shape that does not fit.
+        CheckpointError: on every rank, e.g. for a missing or an extra key, a shape that does not fit, or a file
+            that holds anything but plain data.
     """
     try:
         with _single_process_quiet():
-            dcp.load(template, storage_reader=_NamedReader(directory, name), no_dist=_no_dist())
+            dcp.load(template, storage_reader=_NamedReader(directory, name, label), planner=CheckedLoadPlanner(label),
+                     no_dist=_no_dist())
     except (Exception, CheckpointException) as e:  # DCP's own error is a BaseException
+        where, cause = _first_failure(e)
+        if isinstance(cause, CheckpointError):  # the checks of the reader and planner say what failed
+            raise CheckpointError(f"{cause} (found on {where.rstrip(': ') or 'this process'})") from e
         raise CheckpointError(f"{label}: the sharded state does not fit this model ({_reason(e)})") from e
     return template

@@ -23,7 +23,7 @@ from notebook_accel.launcher.errors import WorkerError
 from notebook_accel.launcher.guard import KernelDeathGuard
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.ports import check_port_free, free_port
-from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, worker_variables
+from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, new_store_prefix, worker_variables
 from notebook_accel.launcher.runlogs import create_run_folder, display_path
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
 from notebook_accel.launcher.spawn import start_workers
@@ -366,9 +366,10 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
         try:
             inherited = tuple(fd for fd in (store.fd if store else -1, guard.fd if guard else -1) if fd >= 0)
             noun = "process" if local == 1 else "processes"
+            prefix = new_store_prefix() if store is not None and plan.nodes == 1 else None  # all forks of us
             with launch_phase(sink, f"starting {local} worker {noun}"):
                 handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
-                                        inherited_fds=inherited)
+                                        inherited_fds=inherited, store_prefix=prefix)
         except BaseException as e:
             finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
             raise

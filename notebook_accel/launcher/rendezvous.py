@@ -8,6 +8,15 @@ also held from the check to the run: no race with another program), serves the s
 a client, the way ``torchrun``'s agent does (``TORCHELASTIC_USE_AGENT_STORE``). The workers' own
 ``init_process_group("gloo"/"nccl")`` is unchanged.
 
+torch's ``TCPStore`` has no authentication, so another local process (another user's, on a shared GPU server)
+could still connect to the port. On one machine every worker is a fork of the launching kernel, so the launcher
+draws a random key prefix per run (:func:`new_store_prefix`) and hands it to the workers through the fork (in
+memory, never in ``argv`` or the environment); each worker wraps the store that ``init_process_group``'s
+``env://`` rendezvous yields in a ``PrefixStore`` of it (:func:`use_store_prefix`). A process that uses the usual
+key names finds none of the run's keys, and keys it writes are not the ones the run reads. It is no
+authentication: ``TCPStore.list_keys()`` (torch 2.13) shows any client every key name, prefix included. (With
+several machines the workers of the other nodes are not forks of this kernel, so there the keys are not prefixed.)
+
 On a single machine with a loopback ``master_addr`` the collectives' own sockets stay on loopback too
 (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` set to the loopback interface unless the user set them).
 With several machines, node 0 exposes the store port on ``master_addr`` and each node's gloo/nccl opens
@@ -18,13 +27,21 @@ from __future__ import annotations
 
 import datetime
 import errno
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import secrets
 import socket
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 from notebook_accel import environment
 from notebook_accel.errors import LaunchError
 
-__all__ = ["StoreServer", "bind_listener", "worker_variables", "LOOPBACK_ADDRESSES"]
+__all__ = ["StoreServer", "bind_listener", "worker_variables", "LOOPBACK_ADDRESSES", "new_store_prefix",
+           "use_store_prefix"]
 
 LOOPBACK_ADDRESSES = ("127.0.0.1", "localhost", "::1")
 _BACKLOG = 1024
@@ -140,3 +157,62 @@ class StoreServer:
             self._store = None  # the server stops and closes its socket when the object goes
         elif self.listener.fileno() >= 0:
             self.listener.close()
+
+
+def new_store_prefix() -> str:
+    """A fresh random key prefix for one run's store (128 bits from ``os.urandom``)."""
+    return f"run-{secrets.token_hex(16)}"
+
+
+def _wrap_env_handler(rendezvous: ModuleType, prefix: str) -> None:
+    """Make torch's ``env://`` rendezvous yield its store inside ``PrefixStore(prefix, ...)``."""
+    from torch.distributed import PrefixStore
+
+    original = rendezvous._rendezvous_handlers["env"]
+
+    def prefixed(url: str, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, int, int]]:
+        for store, rank, world_size in original(url, *args, **kwargs):
+            yield PrefixStore(prefix, store), rank, world_size
+
+    rendezvous._rendezvous_handlers["env"] = prefixed
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then(module)`` right after the module ``name`` is first imported (once)."""
+
+    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        """The module's own spec, its loader made to call ``then`` after executing it."""
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = spec.loader if spec is not None else None
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        execute, then = loader.exec_module, self.then
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            then(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def use_store_prefix(prefix: str) -> None:
+    """In a worker: every ``env://`` rendezvous (``init_process_group``) uses the store under ``prefix``.
+
+    Applied at once when torch.distributed is imported already, else right after it is first imported (a
+    worker that never uses torch never imports it).
+    """
+    name = "torch.distributed.rendezvous"
+    module = sys.modules.get(name)
+    if module is not None:
+        _wrap_env_handler(module, prefix)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, lambda m: _wrap_env_handler(m, prefix)))

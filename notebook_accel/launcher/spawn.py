@@ -109,7 +109,7 @@ def _interrupts_held() -> Iterator[None]:
 
 def start_workers(
     envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...],
-    inherited_fds: Sequence[int] = (),
+    inherited_fds: Sequence[int] = (), store_prefix: str | None = None,
 ) -> list[WorkerHandle]:
     """Fork one worker per environment; on any error the ones already started are killed with their process
     groups, and reaped.
@@ -120,6 +120,8 @@ def start_workers(
         function: the user's function; ``args`` its positional arguments.
         inherited_fds: more of the kernel's descriptors each worker must close at once (the rendezvous
             listener).
+        store_prefix: the run's secret store key prefix, handed to each worker through the fork (see
+            :mod:`.rendezvous`); ``None``: keys are not prefixed.
 
     Returns:
         The handles, in the order of ``envs``.
@@ -128,7 +130,7 @@ def start_workers(
     kernel = survey_kernel()
     try:
         with _interrupts_held():
-            _fork_all(envs, threads, function, args, inherited_fds, kernel, handles)
+            _fork_all(envs, threads, function, args, inherited_fds, kernel, handles, store_prefix)
     except BaseException:
         for handle in handles:  # the worker and whatever it started already (a subprocess, a loader worker)
             signal_worker(handle.pid, handle.exit_code is not None, signal.SIGKILL)
@@ -140,7 +142,7 @@ def start_workers(
 
 def _fork_all(
     envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...],
-    inherited_fds: Sequence[int], kernel: KernelState, handles: list[WorkerHandle],
+    inherited_fds: Sequence[int], kernel: KernelState, handles: list[WorkerHandle], store_prefix: str | None = None,
 ) -> None:
     """The loop of :func:`start_workers`: each new handle is appended as soon as its process exists."""
     for env in envs:
@@ -149,7 +151,7 @@ def _fork_all(
         err_r, err_w = _pipe()
         held = {fd for h in handles for fd in (h.events.fileno(), h.stdout_fd, h.stderr_fd, h.exit_fd, h.sentinel) if fd >= 0}
         own = (events_r.fileno(), out_r, err_r)
-        spec = WorkerSpec(env, threads, events_w, out_w, err_w, (*inherited_fds, *held, *own))
+        spec = WorkerSpec(env, threads, events_w, out_w, err_w, (*inherited_fds, *held, *own), store_prefix)
         process = _FORK.Process(
             target=worker_main, args=(spec, kernel, function, args), name=f"notebook-accel-rank{env.rank}", daemon=False
         )

@@ -28,6 +28,7 @@ from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Failed, Finished
 from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.kernel_detach import detach_from_kernel
+from notebook_accel.launcher.rendezvous import use_store_prefix
 from notebook_accel.launcher.streams import FramedWriter
 from notebook_accel.launcher.user_frames import library_call, user_traceback
 from notebook_accel.monitor import steps
@@ -52,6 +53,8 @@ class WorkerSpec:
         stdout_fd: write end of the ordered pipe, duplicated onto fd 1; ``sys.stderr`` writes frames into it.
         stderr_fd: write end of the fd-2 pipe (C-level stderr only).
         close_fds: the launcher's read ends inherited by the fork, closed at once in the child.
+        store_prefix: the run's secret key prefix in the rendezvous store (in memory only: never in the
+            environment or ``argv``), or ``None``.
     """
 
     env: LaunchEnvironment
@@ -60,6 +63,7 @@ class WorkerSpec:
     stdout_fd: int
     stderr_fd: int
     close_fds: tuple[int, ...]
+    store_prefix: str | None = None
 
 
 def _libc_function(name: str) -> Callable[..., int] | None:
@@ -236,6 +240,8 @@ def worker_main(
         detach_from_kernel()
         _redirect_output(spec.stdout_fd, spec.stderr_fd, kernel)
         spec.env.apply()
+        if spec.store_prefix is not None:
+            use_store_prefix(spec.store_prefix)
         _set_threads(spec.threads)
         writer = channel.EventWriter(spec.events)
         channel.install(writer)

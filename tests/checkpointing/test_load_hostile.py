@@ -8,7 +8,6 @@ optimizer, scheduler, loader, custom object, step and every RNG (python, numpy, 
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import subprocess
@@ -23,9 +22,9 @@ import pytest
 import torch
 
 from notebook_accel.checkpointing import CheckpointError, load_state, save_state
-from notebook_accel.checkpointing.atomic import file_digest
 from notebook_accel.checkpointing.manifest import MANIFEST_NAME
 from tests.checkpointing.fakes import FakeAccelerator, fingerprint, make_accelerator, train_step
+from tests.checkpointing.hostile import CodeRunning, record, torch_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,24 +61,24 @@ def _refused(path: str, pattern: str) -> None:
     assert _everything(acc) == before
 
 
-def _record(path: str, name: str) -> None:
-    """Make the manifest agree with the file ``name`` as it is now (size and SHA-256)."""
-    size, digest = file_digest(os.path.join(path, name))
-    file = os.path.join(path, MANIFEST_NAME)
-    with open(file) as f:
-        data = json.load(f)
-    data["files"][name] = {"size": size, "sha256": digest}
-    with open(file, "w") as f:
-        json.dump(data, f)
-
-
 def _rewrite(path: str, name: str, change: Callable[[Any], None]) -> None:
     """Apply ``change`` to the object in file ``name`` in place, save it back and record it in the manifest."""
     file = os.path.join(path, name)
     obj = torch.load(file, weights_only=True)
     change(obj)
     torch.save(obj, file)
-    _record(path, name)
+    record(path, name)
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "optimizer.bin", "scheduler.bin", "dl_state_dict_rank0.bin",
+                                  "random_states_0.pkl", "custom_checkpoint_0.pkl"])
+def test_a_file_that_would_run_code_is_refused_without_running_it(saved, tmp_path, name: str) -> None:
+    marker = tmp_path / "ran"
+    with open(os.path.join(saved, name), "wb") as f:
+        f.write(torch_bytes({"state": CodeRunning(str(marker))}))
+    record(saved, name)
+    _refused(saved, r"could not load .* with torch.load\(weights_only=True\)")
+    assert not marker.exists()
 
 
 def test_python_gauss_of_another_type(saved) -> None:
@@ -160,7 +159,7 @@ def test_compressed_weights_are_refused_without_allocating_them(saved) -> None:
     name = os.path.join(saved, "pytorch_model.bin")
     subprocess.run([sys.executable, "-c", _CRAFT, name], cwd=ROOT, check=True, timeout=120)  # 256 MiB: not here
     assert os.path.getsize(name) < 2 << 20
-    _record(saved, "pytorch_model.bin")
+    record(saved, "pytorch_model.bin")
     peak, outcome = _load_in_child(saved)
     assert peak - baseline < 64 << 10, (baseline, peak, outcome)  # KiB: the 256 MiB tensor was never built
     assert outcome.startswith("refused: ") and "compressed tensor data" in outcome, outcome

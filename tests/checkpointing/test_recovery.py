@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import notebook_accel.checkpointing.atomic as atomic
 from notebook_accel.checkpointing import CheckpointError, load_state, save_state
-from notebook_accel.checkpointing.atomic import OWNER, TEMP_PREFIX
+from notebook_accel.checkpointing.atomic import TEMP_PREFIX, owner
 from tests.checkpointing.fakes import fingerprint, make_accelerator, train_step
 
 pytestmark = pytest.mark.timeout(120)
@@ -126,7 +129,7 @@ def test_another_checkpoints_leftovers_are_not_taken_for_this_ones(tmp_path: Pat
 
 def test_a_live_saves_temporary_folder_is_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "ckpt"
-    live = tmp_path / f"{TEMP_PREFIX}ckpt-{OWNER}-0123abcd"  # this process: alive
+    live = tmp_path / f"{TEMP_PREFIX}ckpt-{owner()}-0123abcd"  # this process: alive
     live.mkdir()
     other_machine = tmp_path / f"{TEMP_PREFIX}ckpt-p1h00000000-0123abcd"
     other_machine.mkdir()
@@ -186,3 +189,79 @@ def test_a_save_elsewhere_in_the_folder_removes_partial_debris_and_keeps_what_is
     reader = make_accelerator(seed=5)
     load_state(reader, tmp_path / "epoch2")
     assert fingerprint(reader) == _state_of(2)
+
+
+def _in_a_fork(body: Callable[[], None]) -> None:
+    """Run ``body`` in a fork of this process (which imported notebook_accel.checkpointing, as a kernel that
+    launches workers has); ``body`` ends by SIGKILLing itself."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            body()
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+
+
+def _kill_at_rename(when: Callable[[str, str], bool], before: bool) -> None:
+    """In the fork: SIGKILL this process at the first ``os.rename(src, dst)`` for which ``when(src, dst)``,
+    before or after renaming."""
+    real = os.rename
+
+    def rename(src: str, dst: str) -> None:
+        hit = when(os.fspath(src), os.fspath(dst))
+        if hit and before:
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(src, dst)
+        if hit:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    atomic.os.rename = rename  # type: ignore[assignment]  # the fork's own os module; it dies right after
+
+
+def test_a_forked_workers_killed_commit_is_read_by_load_state(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt"
+    _save_trained(0, path)
+
+    def killed() -> None:
+        acc = make_accelerator(seed=1)
+        train_step(acc)
+        _kill_at_rename(lambda src, dst: dst.endswith(".old"), before=False)  # the old one aside, the new not in
+        save_state(acc, path)
+
+    _in_a_fork(killed)
+    leftovers = _temporaries(path)
+    assert all(f"-p{os.getpid()}h" not in name for name in leftovers), leftovers  # the fork's pid, not ours
+    reader = make_accelerator(seed=5)
+    with pytest.warns(UserWarning, match="a save killed while committing left this complete checkpoint under a "
+                                         "temporary name; it stays there .* until the next save to 'ckpt'"):
+        assert os.path.basename(load_state(reader, path)).startswith(".tmp-ckpt-")
+    assert fingerprint(reader) == _state_of(1)
+
+
+def test_automatic_resume_after_a_kill_before_the_rename_loads_it_and_numbers_on(tmp_path: Path) -> None:
+    root = tmp_path / "checkpoints"
+
+    def killed() -> None:
+        acc = make_accelerator(seed=1, project_dir=str(tmp_path))
+        train_step(acc)
+        save_state(acc)  # checkpoint_0
+        train_step(acc)
+        _kill_at_rename(lambda src, dst: os.path.basename(dst) == "checkpoint_1", before=True)
+        save_state(acc)  # complete under .tmp-checkpoint_1-..., never renamed
+
+    _in_a_fork(killed)
+    assert sorted(p.name for p in root.iterdir())[-1] == "checkpoint_0"
+    expected = make_accelerator(seed=1)
+    train_step(expected)
+    train_step(expected)
+    reader = make_accelerator(seed=5, project_dir=str(tmp_path))
+    with pytest.warns(UserWarning, match="the next save_state"):
+        loaded = load_state(reader)  # the newest complete state: checkpoint 1, where the killed commit left it
+    assert os.path.basename(loaded).startswith(".tmp-checkpoint_1-")
+    assert fingerprint(reader) == fingerprint(expected)
+    assert reader.project_configuration.iteration == 2
+    train_step(reader)
+    assert os.path.basename(save_state(reader)) == "checkpoint_2"
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint_0", "checkpoint_1", "checkpoint_2"]

@@ -242,6 +242,17 @@ def test_failing_model_load_says_the_state_is_partial(tmp_path, monkeypatch) -> 
         load_state(acc, path)
 
 
+def test_failing_model_load_without_small_states_does_not_say_nothing_changed(tmp_path, monkeypatch) -> None:
+    acc = make_accelerator()
+    acc._schedulers, acc._dataloaders, acc._custom_objects = [], [], []
+    path = save_state(acc, tmp_path / "ckpt")
+    monkeypatch.setattr(acc._models[0], "load_state_dict", lambda state: (_ for _ in ()).throw(ValueError("bug")))
+    with pytest.raises(CheckpointError) as caught:
+        load_state(acc, path)
+    assert "nothing was modified" not in str(caught.value)
+    assert "(the state is partially restored: optimizer 0 (SGD), model 0 (Sequential) changed)" in str(caught.value)
+
+
 class _Big:
     """A registered object whose state is a 4 MB tensor."""
 

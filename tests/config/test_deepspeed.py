@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import pytest
 
 from notebook_accel.config import Config, ConfigError, load_config
 from notebook_accel.config.deepspeed import check_fields, cross_field_problems, plugin_kwargs_from_file
-from tests.deepspeed.files import ZERO2
+from notebook_accel.config.files import MAX_CONFIG_BYTES
+from tests.deepspeed.files import HEADER, ZERO2
 
 def test_an_accelerate_zero2_file_loads_without_warnings(tmp_path: Path) -> None:
     path = tmp_path / "ds.yaml"
@@ -35,6 +37,40 @@ def test_a_config_file_path_is_read_and_its_json_checked(tmp_path: Path) -> None
     assert len(problems) == 1 and "not valid JSON" in problems[0] and "broken.json" in problems[0]
     _, problems = plugin_kwargs_from_file({"deepspeed_config_file": str(tmp_path / "missing.json")})
     assert "cannot read the DeepSpeed JSON" in problems[0] and "missing.json" in problems[0]
+
+
+def _special(kind: str, tmp_path: Path) -> str:
+    """A path that is no JSON file: a device that never ends, a FIFO with no writer, a folder, a 2 GiB file."""
+    if kind == "device":
+        return "/dev/zero"
+    path = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        with open(path, "wb") as f:
+            f.truncate(2 << 30)  # sparse: no disk used
+    return str(path)
+
+
+_WHY = {"device": "not a regular file (a device, pipe or socket); give the path of a DeepSpeed JSON file",
+        "fifo": "not a regular file (a device, pipe or socket); give the path of a DeepSpeed JSON file",
+        "folder": "is a folder",
+        "huge": f"the file has {2 << 30} bytes; a DeepSpeed JSON file is at most {MAX_CONFIG_BYTES} bytes"}
+
+
+@pytest.mark.timeout(60)  # a hang guard: reading /dev/zero or opening a FIFO without a writer never ended
+@pytest.mark.parametrize("kind", ["device", "fifo", "folder", "huge"])
+def test_a_deepspeed_config_file_that_is_not_a_json_file_is_refused_at_once(kind: str, tmp_path: Path) -> None:
+    path = _special(kind, tmp_path)
+    _, problems = plugin_kwargs_from_file({"deepspeed_config_file": path})
+    assert problems == [f"deepspeed_config.deepspeed_config_file: cannot read the DeepSpeed JSON {path!r} "
+                        f"({_WHY[kind]}); check the path"]
+    config = tmp_path / "ds.yaml"
+    config.write_text(HEADER + f"deepspeed_config:\n  deepspeed_config_file: {path}\n")
+    with pytest.raises(ConfigError, match="cannot read the DeepSpeed JSON"):
+        load_config(config)
 
 
 def test_every_problem_is_reported_at_once_with_the_file_key() -> None:

@@ -23,9 +23,9 @@ def _accelerator(options: dict[str, Any] | None, accumulation: int = 1) -> Accel
                        dataloader_config=DataLoaderConfiguration(data_seed=3))
 
 
-def _prepared(accelerator: Accelerator, n: int = 80) -> tuple[Any, Any, Any, Any]:
+def _prepared(accelerator: Accelerator, n: int = 80, aux: bool = False) -> tuple[Any, Any, Any, Any]:
     set_seed(0)
-    model = TinyNet()
+    model = TinyNet(aux=aux)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
     loader = DataLoader(dataset(n), batch_size=4, shuffle=True)
@@ -67,11 +67,12 @@ def train(options: dict[str, Any] | None, accumulation: int = 1, save_dir: str |
 
 
 def resume(options: dict[str, Any], directory: str, load: bool, before: int = 4, after: int = 4,
-           kill_during_save: bool = False) -> dict[str, Any]:
+           kill_during_save: bool = False, aux: bool = False) -> dict[str, Any]:
     """Exact resume: train ``before`` steps and save (``load=False``) or load that checkpoint (``load=True``),
-    then train ``after`` more. ``kill_during_save`` makes rank 1 die inside DeepSpeed's save_checkpoint."""
+    then train ``after`` more. ``kill_during_save`` makes rank 1 die inside DeepSpeed's save_checkpoint; ``aux``
+    adds a layer to the model."""
     accelerator = _accelerator(options)
-    model, optimizer, loader, _ = _prepared(accelerator)
+    model, optimizer, loader, _ = _prepared(accelerator, aux=aux)
     batches = iter(loader)
     if load:
         accelerator.load_state(directory)
@@ -93,8 +94,10 @@ def resume(options: dict[str, Any], directory: str, load: bool, before: int = 4,
     return {"losses": losses, "weights": weights, "files": files, "random": torch.rand(1).item()}
 
 
-def load_refused(options: dict[str, Any], directory: str) -> dict[str, Any]:
-    """Try to load ``directory`` with other options; the error, and whether the weights changed."""
+def load_refused(options: dict[str, Any], directory: str, trained: int = 0, **load_options: Any) -> dict[str, Any]:
+    """Try to load ``directory`` (after ``trained`` steps) with other options; the error, and whether the weights
+    or the ZeRO optimizer's state (its fp32 partitions, its optimizer's moments) changed on any rank."""
     accelerator = _accelerator(options)
-    model, _, _, _ = _prepared(accelerator)
-    return attempt_load(accelerator, model, directory)
+    model, optimizer, loader, _ = _prepared(accelerator)
+    steps(accelerator, model, optimizer, iter(loader), trained, clip=False)
+    return attempt_load(accelerator, model, directory, model.optimizer, **load_options)

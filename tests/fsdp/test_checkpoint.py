@@ -95,6 +95,21 @@ def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint(tmp_path: Path, v
     assert out == {"path": str(root / "checkpoint_0"), "adam_step": 2}
 
 
+@pytest.mark.timeout(180)
+def test_rank0_killed_before_renaming_resumes_from_that_checkpoint_and_numbers_on(tmp_path: Path) -> None:
+    import notebook_accel.checkpointing  # noqa: F401 - imported in the launching process, as a notebook may have
+
+    with pytest.raises(WorkerError, match="SIGKILL"):
+        launch(workers.killed_before_rename, str(tmp_path))
+    root = tmp_path / "checkpoints"
+    left = [n for n in os.listdir(root) if n.startswith(".tmp-checkpoint_1-")]
+    assert left and all(f"-p{os.getpid()}h" not in n for n in left), left  # named after the worker, not us
+    out = launch(workers.load_newest, str(tmp_path), True)
+    assert os.path.basename(out["path"]).startswith(".tmp-checkpoint_1-") and out["adam_step"] == 4
+    assert out["saved"] == str(root / "checkpoint_2")
+    assert sorted(os.listdir(root)) == ["checkpoint_0", "checkpoint_1", "checkpoint_2"]
+
+
 def test_manifest_entries_round_trip_shared_files() -> None:
     entry = Entry("model", 0, "m_rank{rank}_0.distcp", "TinyNet", per_rank=True,
                   shared_files=["m.metadata"])  # type: ignore[arg-type]  # as JSON gives it

@@ -39,18 +39,21 @@ class Block(torch.nn.Module):
 
 
 class TinyNet(torch.nn.Module):
-    """Embedding, two Blocks, a head: about 4,600 parameters."""
+    """Embedding, two Blocks, a head: about 4,600 parameters (``aux=True``: one more layer, ``aux``)."""
 
-    def __init__(self, width: int = WIDTH, depth: int = 2) -> None:
+    def __init__(self, width: int = WIDTH, depth: int = 2, aux: bool = False) -> None:
         super().__init__()
         self.embed = torch.nn.Linear(8, width)
         self.blocks = torch.nn.ModuleList(Block(width) for _ in range(depth))
+        self.aux = torch.nn.Linear(width, width) if aux else None
         self.head = torch.nn.Linear(width, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.embed(x)
         for block in self.blocks:
             h = block(h)
+        if self.aux is not None:
+            h = h + self.aux(h)
         return self.head(h)
 
 
@@ -145,13 +148,13 @@ def steps(accelerator: Accelerator, model: Any, optimizer: Any, batches: Any, co
 
 
 def resume(strategy: str | None, directory: str, load: bool, before: int = 4, after: int = 4,
-           state_dict_type: str = "SHARDED_STATE_DICT") -> dict[str, Any]:
+           state_dict_type: str = "SHARDED_STATE_DICT", aux: bool = False) -> dict[str, Any]:
     """Exact resume: train ``before`` steps and save (``load=False``) or load that checkpoint (``load=True``),
     then train ``after`` more; returns the losses after, the full weights and the checkpoint's files."""
     plugin = _plugin(strategy, {"state_dict_type": state_dict_type})
     accelerator = Accelerator(fsdp_plugin=plugin, dataloader_config=DataLoaderConfiguration(data_seed=3))
     set_seed(0)
-    model = TinyNet()
+    model = TinyNet(aux=aux)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     loader = DataLoader(dataset(80), batch_size=4, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -176,27 +179,49 @@ def resume(strategy: str | None, directory: str, load: bool, before: int = 4, af
             "random": torch.rand(1).item()}
 
 
-def load_refused(directory: str, width: int, state_dict_type: str = "SHARDED_STATE_DICT") -> dict[str, Any]:
-    """Try to load ``directory`` into a FULL_SHARD TinyNet of ``width``; the error, and whether anything changed."""
+def load_refused(directory: str, width: int, state_dict_type: str = "SHARDED_STATE_DICT",
+                 trained: int = 0) -> dict[str, Any]:
+    """Try to load ``directory`` into a FULL_SHARD TinyNet of ``width`` (trained ``trained`` steps first); the
+    error, and whether anything changed."""
     accelerator = Accelerator(fsdp_plugin=_plugin("FULL_SHARD", {"state_dict_type": state_dict_type}))
     set_seed(1)
     model = TinyNet(width)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     loader = DataLoader(dataset(80), batch_size=4, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)  # the objects the checkpoint holds
-    return {**attempt_load(accelerator, model, directory), "optimizer_state": len(optimizer.state)}
+    steps(accelerator, model, optimizer, iter(loader), trained)
+    return {**attempt_load(accelerator, model, directory, optimizer), "optimizer_state": len(optimizer.state)}
 
 
-def attempt_load(accelerator: Accelerator, model: Any, directory: str) -> dict[str, Any]:
-    """``load_state(directory)``: the error (``"loaded"`` when none), and whether the full weights are unchanged."""
-    before = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
+def _leaves(state: Any) -> list[Any]:
+    """Every value in a nested state, tensors as copies of this rank's local data (a DTensor's shard)."""
+    if isinstance(state, dict):
+        return [leaf for key in sorted(state, key=str) for leaf in [repr(key), *_leaves(state[key])]]
+    if isinstance(state, (list, tuple)):
+        return [leaf for item in state for leaf in _leaves(item)]
+    if isinstance(state, torch.Tensor):
+        local = state.to_local() if isinstance(state, DTensor) else state
+        return [local.detach().clone()]
+    return [repr(state)]
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+                                    else x == y for x, y in zip(a, b))
+
+
+def attempt_load(accelerator: Accelerator, model: Any, directory: str, optimizer: Any = None,
+                 **load_options: Any) -> dict[str, Any]:
+    """``load_state(directory, **load_options)``: the error (``"loaded"`` when none), and whether, on every rank,
+    the full weights and (given ``optimizer``) every value of the optimizer's state dict are unchanged, bit for bit."""
+    before = _leaves(accelerator.get_state_dict(model)) + _leaves(optimizer.state_dict() if optimizer else None)
     try:
-        accelerator.load_state(directory)
+        accelerator.load_state(directory, **load_options)
         error = "loaded"
     except Exception as e:  # noqa: BLE001 - the test reads the message
         error = f"{type(e).__name__}: {e}"
-    after = accelerator.get_state_dict(model)
-    return {"error": error, "unchanged": all(torch.equal(before[k], after[k]) for k in before)}
+    after = _leaves(accelerator.get_state_dict(model)) + _leaves(optimizer.state_dict() if optimizer else None)
+    return {"error": error, "unchanged": all(accelerator.gather_object([_same(before, after)]))}
 
 
 def _automatic(project_dir: str) -> tuple[Accelerator, Any, Any, Any]:
@@ -229,9 +254,31 @@ def killed_mid_save(project_dir: str, victim: int) -> None:
     accelerator.save_state()
 
 
-def load_newest(project_dir: str) -> dict[str, Any]:
-    """Automatic load of the newest complete checkpoint; its path and the optimizer's step count."""
+def killed_before_rename(project_dir: str) -> None:
+    """Save checkpoint_0 after 2 steps; 2 steps later rank 0 is SIGKILLed right before renaming the complete
+    checkpoint_1 into place."""
+    import notebook_accel.checkpointing.atomic as atomic
+
+    accelerator, model, optimizer, batches = _automatic(project_dir)
+    steps(accelerator, model, optimizer, batches, 2)
+    accelerator.save_state()
+    steps(accelerator, model, optimizer, batches, 2)
+    real = os.rename
+
+    def dies_before_renaming(src: Any, dst: Any) -> None:
+        if os.path.basename(os.fspath(dst)) == "checkpoint_1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(src, dst)
+
+    atomic.os.rename = dies_before_renaming  # type: ignore[assignment]  # this worker's os; it dies right after
+    accelerator.save_state()
+
+
+def load_newest(project_dir: str, then_save: bool = False) -> dict[str, Any]:
+    """Automatic load of the newest complete checkpoint; its path and the optimizer's step count (and, with
+    ``then_save``, the path of the next automatic save)."""
     accelerator, model, optimizer, _ = _automatic(project_dir)
     path = accelerator.load_state()
     state = optimizer.state_dict()["state"]
-    return {"path": path, "adam_step": int(state[next(iter(state))]["step"])}
+    out = {"path": path, "adam_step": int(state[next(iter(state))]["step"])}
+    return {**out, "saved": accelerator.save_state()} if then_save else out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,78 @@ def test_worker_variables_keep_a_local_run_on_loopback(monkeypatch: pytest.Monke
     assert "GLOO_SOCKET_IFNAME" not in several and several["TORCHELASTIC_USE_AGENT_STORE"] == "True"
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
     assert "GLOO_SOCKET_IFNAME" not in rendezvous.worker_variables("127.0.0.1", 1)  # the user's choice stays
+
+
+def _keeps_a_secret(folder: str) -> bool:
+    """A worker: rank 0 stores a key and publishes the port; after an outsider had its go, whether the run's
+    store holds the key the outsider wrote."""
+    dist.init_process_group("gloo")
+    store = dist.distributed_c10d._get_default_store()
+    if dist.get_rank() == 0:
+        store.set("secret", "run data")
+        Path(folder, "port").write_text(os.environ["MASTER_PORT"])
+    deadline = time.monotonic() + 60
+    while not Path(folder, "probed").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    dist.barrier()
+    injected = store.check(["injected"])
+    dist.destroy_process_group()
+    return injected
+
+
+def test_another_process_on_the_port_cannot_read_or_inject_the_runs_keys(tmp_path: Path) -> None:
+    run = notebook_launcher(_keeps_a_secret, (str(tmp_path),), num_processes=2, dashboard=False, use_cpu=True,
+                            block=False)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "port").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        port = int((tmp_path / "port").read_text())
+        outsider = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10),
+                                 wait_for_workers=False)
+        outsider.set("probe", "x")  # connected: it can use the store for its own keys
+        assert outsider.get("probe") == b"x"
+        # the default group's store keeps its keys under "default_pg/0//" (torch 2.13): where an unprefixed run's are
+        assert not outsider.check(["default_pg/0//secret"]), "the run's key is readable under its plain name"
+        outsider.set("default_pg/0//injected", "evil")
+        (tmp_path / "probed").touch()
+        assert run.result(timeout=60) is False  # the run does not see the key written under its plain name
+    finally:
+        (tmp_path / "probed").touch()
+        run.wait(timeout=60)
+
+
+def test_the_store_prefix_never_reaches_the_environment_or_argv(tmp_path: Path) -> None:
+    prefixes = {rendezvous.new_store_prefix() for _ in range(3)}
+    assert len(prefixes) == 3 and all(len(p) == len("run-") + 32 for p in prefixes)
+    out = notebook_launcher(_environment_and_argv, (), num_processes=2, dashboard=False, use_cpu=True)
+    assert "run-" not in out, out
+
+
+def _environment_and_argv() -> str:
+    """A worker: its environment and command line as the kernel shows them in /proc."""
+    with open(f"/proc/{os.getpid()}/environ", "rb") as f:
+        environ = f.read().decode(errors="replace")
+    with open(f"/proc/{os.getpid()}/cmdline", "rb") as f:
+        argv = f.read().decode(errors="replace")
+    return environ + argv + " ".join(f"{k}={v}" for k, v in os.environ.items())
+
+
+_LATE_IMPORT = """
+import sys
+from notebook_accel.launcher.rendezvous import use_store_prefix
+assert "torch" not in sys.modules
+use_store_prefix("run-abc")
+import torch.distributed
+r = sys.modules["torch.distributed.rendezvous"]
+print(r._rendezvous_handlers["env"].__name__)
+"""
+
+
+def test_the_prefix_applies_when_the_worker_imports_torch_later() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LATE_IMPORT], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2], check=True)
+    assert done.stdout.strip() == "prefixed"
