@@ -1,0 +1,79 @@
+"""accelerate's free prepare_data_loader(...) and DataLoaderDispatcher over our loader preparation."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from notebook_accel import DataLoaderDispatcher, notebook_launcher, prepare_data_loader
+from notebook_accel.data import DataPrepareError, PreparedDataLoader
+from tests.helpers import import_accelerate
+from tests.launcher.recording import RecordingSink
+
+
+class Stream(IterableDataset):  # type: ignore[type-arg]
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        yield from range(8)
+
+
+def batches(loader: DataLoader) -> list[list[int]]:  # type: ignore[type-arg]
+    return [b.tolist() for b in loader]
+
+
+def test_takes_accelerates_parameters_in_its_order() -> None:
+    theirs = list(inspect.signature(import_accelerate().data_loader.prepare_data_loader).parameters)
+    assert list(inspect.signature(prepare_data_loader).parameters)[: len(theirs)] == theirs
+
+
+def test_shards_for_the_process_asked_for() -> None:
+    loader = DataLoader(range(8), batch_size=2)
+    assert batches(prepare_data_loader(loader, num_processes=2, process_index=0)) == [[0, 1], [4, 5]]
+    assert batches(prepare_data_loader(loader, None, 2, 1)) == [[2, 3], [6, 7]]
+    assert batches(prepare_data_loader(loader, None, 2, 1, split_batches=True)) == [[1], [3], [5], [7]]
+    assert batches(prepare_data_loader(loader)) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_even_batches_and_device() -> None:
+    loader = DataLoader(range(5), batch_size=2)
+    assert batches(prepare_data_loader(loader, num_processes=2, process_index=1)) == [[2, 3], [1, 2]]
+    assert batches(prepare_data_loader(loader, num_processes=2, process_index=1, even_batches=False)) == [[2, 3]]
+    placed = prepare_data_loader(loader, torch.device("cpu"), put_on_device=True)
+    assert isinstance(placed, PreparedDataLoader) and placed.device == torch.device("cpu")
+    assert prepare_data_loader(loader).device is None  # accelerate's put_on_device=False default
+
+
+def test_dispatching_gives_a_dispatcher_with_the_same_batches() -> None:
+    loader = DataLoader(range(8), batch_size=2)
+    dispatched = prepare_data_loader(loader, num_processes=2, process_index=1, dispatch_batches=True)
+    assert isinstance(dispatched, DataLoaderDispatcher) and batches(dispatched) == [[2, 3], [6, 7]]
+    assert not isinstance(prepare_data_loader(loader), DataLoaderDispatcher)
+    stream = prepare_data_loader(DataLoader(Stream(), batch_size=2))  # accelerate dispatches iterables by default
+    assert isinstance(stream, DataLoaderDispatcher) and batches(stream) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert not isinstance(prepare_data_loader(DataLoader(Stream(), batch_size=2), dispatch_batches=False),
+                          DataLoaderDispatcher)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"num_processes": 2, "process_index": 2}, "process_index=2 is not one of the 2 processes"),
+    ({"num_processes": 0, "process_index": 0}, "allowed: 0 to -1"),
+    ({"slice_fn_for_dispatch": len}, "slice_fn_for_dispatch= is not supported"),
+    ({"torch_device_mesh": object()}, "torch_device_mesh= is not supported"),
+])
+def test_refusals(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(DataPrepareError, match=match):
+        prepare_data_loader(DataLoader(range(4), batch_size=2), **kwargs)  # type: ignore[arg-type]
+
+
+def shard_in_a_run() -> list[list[int]]:
+    """Each launched rank prepares with the defaults: its own rank of the run."""
+    from notebook_accel.ops import gather_object
+
+    return gather_object([batches(prepare_data_loader(DataLoader(range(6), batch_size=1)))])
+
+
+def test_defaults_come_from_the_run() -> None:
+    assert notebook_launcher(shard_in_a_run, num_processes=2, dashboard=RecordingSink()) == [[[0], [2], [4]],
+                                                                                            [[1], [3], [5]]]
