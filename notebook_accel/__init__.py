@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "GradientState": "notebook_accel.state",
     "prepare_data_loader": "notebook_accel.data.compat",
     "DataLoaderDispatcher": "notebook_accel.data.compat",
+    "is_rich_available": "notebook_accel.utils.availability",
     "ProfileKwargs": "notebook_accel.plugins",
     "AutocastKwargs": "notebook_accel.plugins",
     "init_empty_weights": "notebook_accel.empty_weights",
@@ -91,4 +92,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.utils.random import synchronize_rng_states
     from notebook_accel.state import AcceleratorState, DistributedType, GradientState, PartialState
     from notebook_accel.data.compat import DataLoaderDispatcher, prepare_data_loader
+    from notebook_accel.utils.availability import is_rich_available
     from notebook_accel.utils import set_seed

@@ -77,3 +77,13 @@ def shard_in_a_run() -> list[list[int]]:
 def test_defaults_come_from_the_run() -> None:
     assert notebook_launcher(shard_in_a_run, num_processes=2, dashboard=RecordingSink()) == [[[0], [2], [4]],
                                                                                             [[1], [3], [5]]]
+
+
+def test_the_accelerator_method_takes_accelerates_parameters() -> None:
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    prepared = accelerator.prepare_data_loader(data_loader=DataLoader(range(4), batch_size=2), device_placement=False)
+    assert batches(prepared) == [[0, 1], [2, 3]]
+    with pytest.raises(DataPrepareError, match="slice_fn_for_dispatch=.* is not supported"):
+        accelerator.prepare_data_loader(DataLoader(range(4)), slice_fn_for_dispatch=len)
