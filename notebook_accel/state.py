@@ -99,6 +99,12 @@ def _init_group(env: LaunchEnvironment, backend: str, kwargs: InitProcessGroupKw
     if kwargs is not None and kwargs.timeout is not None:
         extra["timeout"] = kwargs.timeout
     dist.init_process_group(backend, init_method=init_method, rank=env.rank, world_size=env.world_size, **extra)
+    if backend == "gloo":
+        # gloo connects the ranks pairwise inside init: one rank can return from it while another still reads its
+        # handshake, and a worker that then exits at once (a short launched function) breaks that peer's init
+        # ("connectFullMesh failed ... Connection closed by peer"; 2 in 15 launches here). A barrier ends init
+        # together on every rank.
+        dist.barrier()
     atexit.register(_destroy_at_exit, dist.group.WORLD)
 
 
