@@ -260,11 +260,12 @@ def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
         raise CollectiveShapeError(f"{problem}; pass the tensor on process 0 and None on the others")
     if not _distributed():
         return cast(torch.Tensor, tensor)
-    header = broadcast_object_list([(tuple(tensor.shape), tensor.dtype) if rank == 0 else None])[0]
+    sent = tensor if rank == 0 and isinstance(tensor, torch.Tensor) else None
+    header = broadcast_object_list([None if sent is None else (tuple(sent.shape), sent.dtype)])[0]
     if isinstance(header, str):
         raise CollectiveShapeError(f"{header}; pass the tensor on process 0 and None on the others")
     shape, dtype = header
-    out = cast(torch.Tensor, tensor).to(_comm_device()).contiguous() if rank == 0 else torch.empty(
+    out = sent.to(_comm_device()).contiguous() if sent is not None else torch.empty(
         shape, dtype=dtype, device=_comm_device())
     if out.numel():  # sent as bytes: gloo has no int16/uint16/complex broadcast, bytes go everywhere
         dist.broadcast(out.reshape(-1).view(torch.uint8), src=0)
