@@ -26,6 +26,7 @@ from notebook_accel import ops
 from notebook_accel.arguments import check_accelerator_arguments
 from notebook_accel.compat_methods import CompatMethods
 from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
+from notebook_accel.data.compat import mark_dispatching
 from notebook_accel.engine_label import report_engine
 from notebook_accel.model import unwrap_model
 from notebook_accel.environment import LaunchEnvironment
@@ -249,7 +250,9 @@ class Accelerator(CompatMethods, ProcessFacade):
             raise DataPrepareError(f"prepare_data_loader: slice_fn_for_dispatch={slice_fn_for_dispatch!r} is not "
                                    "supported (each process reads its own share; nothing is sliced); pass None")
         place = self.device_placement if device_placement is None else device_placement
-        prepared = prepare_data_loader(data_loader, self.state, self.gradient_state, self.dataloader_config, place)
+        prepared = mark_dispatching(prepare_data_loader(data_loader, self.state, self.gradient_state,
+                                                        self.dataloader_config, place),
+                                    self.dataloader_config.dispatch_batches)
         if not any(prepared is d for d in self._dataloaders):
             prepared.loader_index = len(self._dataloaders)
             prepared.training_probe = self._models_training

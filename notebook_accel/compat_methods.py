@@ -184,7 +184,7 @@ class CompatMethods:
 
     @property
     def dispatch_batches(self) -> bool | None:
-        """``dataloader_config.dispatch_batches`` (only ``None``/``False`` are supported)."""
+        """``dataloader_config.dispatch_batches`` (any value: each process reads its own share)."""
         return self.dataloader_config.dispatch_batches  # type: ignore[no-any-return]
 
     @property

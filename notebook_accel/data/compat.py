@@ -24,7 +24,7 @@ from notebook_accel.data.sharding import DataPrepareError
 from notebook_accel.plugins import DataLoaderConfiguration
 from notebook_accel.state import GradientState, ProcessState
 
-__all__ = ["DataLoaderDispatcher", "prepare_data_loader"]
+__all__ = ["DataLoaderDispatcher", "mark_dispatching", "prepare_data_loader"]
 
 
 class DataLoaderDispatcher(_loader.PreparedDataLoader):
@@ -118,7 +118,17 @@ def prepare_data_loader(
                                      non_blocking=non_blocking)
     prepared = _loader.prepare_data_loader(dataloader, state, GradientState(), config,
                                            device_placement=put_on_device)
-    dispatch = dispatch_batches if dispatch_batches is not None else isinstance(dataloader.dataset, IterableDataset)
+    return mark_dispatching(prepared, dispatch_batches)
+
+
+def mark_dispatching(prepared: _loader.PreparedDataLoader, dispatch_batches: bool | None) -> _loader.PreparedDataLoader:
+    """``prepared`` as a :class:`DataLoaderDispatcher` when accelerate would dispatch it, else unchanged.
+
+    accelerate dispatches with ``dispatch_batches=True``, and with ``None`` for an iterable dataset. Only the
+    type changes (the subclass adds nothing), so the loader's batches and state are the same either way.
+    """
+    iterable = isinstance(prepared.dataset, IterableDataset)  # a prepared iterable's shard is one too
+    dispatch = dispatch_batches if dispatch_batches is not None else iterable
     if dispatch and type(prepared) is _loader.PreparedDataLoader:
-        prepared.__class__ = DataLoaderDispatcher  # the same object and state; only the type code checks differs
+        prepared.__class__ = DataLoaderDispatcher
     return prepared

@@ -13,6 +13,7 @@ list: a new failure fails it, and so does a listed call that now passes (take it
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -22,10 +23,10 @@ from tests.compat.accelerate_scripts import SCRIPTS, Script, run_script, scripts
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
-# The calls that pass under accelerate 1.15 on 2 CPU processes (torchrun, ACCELERATE_USE_CPU), 51 in all.
+# The calls that pass under accelerate 1.15 on 2 CPU processes (torchrun, ACCELERATE_USE_CPU), 59 in all.
 # Not here: calls that fail or hang under accelerate on CPU (its join_uneven_inputs is a no-op outside multi-GPU;
-# test_fault_tolerant's queue race; torchdata is not installed), and external_deps/test_metrics.py, which imports
-# the datasets and evaluate packages at the top (no call of it runs without them, under accelerate either).
+# test_fault_tolerant's queue race; the stateful-loader checks need torchdata, not installed), and test_metrics'
+# GPU-only calls.
 PASSING_UNDER_ACCELERATE: dict[str, tuple[str, ...]] = {
     "test_script.py": (
         "init_state_check()",
@@ -34,6 +35,7 @@ PASSING_UNDER_ACCELERATE: dict[str, tuple[str, ...]] = {
         "test_split_between_processes_nested_dict()",
         "test_split_between_processes_tensor()",
         "test_split_between_processes_evenly()",
+        "test_split_between_processes_dataset(datasets_Dataset)",
         "rng_sync_check()",
         "dl_preparation_check()",
         "central_dl_preparation_check()",
@@ -88,7 +90,33 @@ PASSING_UNDER_ACCELERATE: dict[str, tuple[str, ...]] = {
         "main",
     ),
     "test_cli.py": ("main",),
+    "external_deps/test_metrics.py": (
+        "test_torch_metrics(accelerator, num_samples=99)",
+        "test_torch_metrics(accelerator, num_samples=99)#2",
+        "test_torch_metrics(accelerator, num_samples=99)#3",
+        "test_torch_metrics(accelerator, num_samples=99)#4",
+        "test_torch_metrics(accelerator, num_samples=512)",
+        "test_gather_for_metrics_drop_last()",
+        "main",
+    ),
 }
+
+# What a script or a call needs beyond the test extra's core (the test extra installs them; without them the
+# script is skipped or the call is not counted, under accelerate too).
+NEEDS: dict[str, tuple[str, ...]] = {
+    "external_deps/test_metrics.py": ("datasets", "evaluate", "transformers"),
+    "test_script.py::test_split_between_processes_dataset(datasets_Dataset)": ("datasets",),
+}
+
+
+def missing(key: str) -> list[str]:
+    """The packages ``key`` (a script or ``script::call``) needs that cannot be imported here."""
+    return [m for m in NEEDS.get(key, ()) if importlib.util.find_spec(m) is None]
+
+
+def counted(script: str) -> tuple[str, ...]:
+    """The calls of ``script`` that pass under accelerate and can run here."""
+    return tuple(c for c in PASSING_UNDER_ACCELERATE[script] if not missing(f"{script}::{c}"))
 
 _CALL = re.compile(r"`([\w/]+\.py::[^`]+)`")
 
@@ -103,7 +131,7 @@ def explained_in_readme() -> set[str]:
 
 def expected_failures(script: str, explained: set[str]) -> set[str]:
     """The calls of ``script`` the README explains (all of them when it explains the script's import)."""
-    calls = PASSING_UNDER_ACCELERATE[script]
+    calls = counted(script)
     if f"{script}::import" in explained:
         return set(calls)
     return {c for c in calls if f"{script}::{c}" in explained}
@@ -119,8 +147,10 @@ def test_the_readme_names_only_calls_that_exist() -> None:
 def test_accelerate_script_passes_with_only_the_imports_changed(script: Script, tmp_path: Path) -> None:
     if scripts_dir() is None:
         pytest.skip("accelerate is not installed (the test extra has it): its test scripts cannot be read")
+    if missing(script.path):
+        pytest.skip(f"{script.path} imports {missing(script.path)}, not installed (the test extra has them)")
     outcomes, output = run_script(script, "notebook_accel", tmp_path)
-    failing = {c: outcomes.get(c, outcomes.get("import", "not reached")) for c in PASSING_UNDER_ACCELERATE[script.path]
+    failing = {c: outcomes.get(c, outcomes.get("import", "not reached")) for c in counted(script.path)
                if outcomes.get(c) != "ok"}
     expected = expected_failures(script.path, explained_in_readme())
     new = {c: why for c, why in failing.items() if c not in expected}

@@ -87,3 +87,35 @@ def test_the_accelerator_method_takes_accelerates_parameters() -> None:
     assert batches(prepared) == [[0, 1], [2, 3]]
     with pytest.raises(DataPrepareError, match="slice_fn_for_dispatch=.* is not supported"):
         accelerator.prepare_data_loader(DataLoader(range(4)), slice_fn_for_dispatch=len)
+
+
+def test_the_accelerator_dispatches_as_accelerate_would() -> None:
+    from notebook_accel import Accelerator, DataLoaderConfiguration
+
+    plain = Accelerator(cpu=True)
+    assert not isinstance(plain.prepare(DataLoader(range(4), batch_size=2)), DataLoaderDispatcher)
+    assert isinstance(plain.prepare(DataLoader(Stream(), batch_size=2)), DataLoaderDispatcher)
+    dispatching = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=True))
+    prepared = dispatching.prepare(DataLoader(range(4), batch_size=2))
+    assert isinstance(prepared, DataLoaderDispatcher) and batches(prepared) == [[0, 1], [2, 3]]
+    assert dispatching.dispatch_batches is True
+    never = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=False))
+    assert not isinstance(never.prepare(DataLoader(Stream(), batch_size=2)), DataLoaderDispatcher)
+
+
+def dispatched_in_a_run() -> list[list[list[int]]]:
+    """dispatch_batches=True on 2 processes: each gets what rank 0 would have sent it."""
+    from notebook_accel import Accelerator, DataLoaderConfiguration
+
+    for split in (False, True):
+        accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(dispatch_batches=True,
+                                                                            split_batches=split))
+        loader = accelerator.prepare(DataLoader(range(8), batch_size=2))
+        if not split:
+            whole = accelerator.gather_object([batches(loader)])
+    return whole + accelerator.gather_object([batches(loader)])
+
+
+def test_dispatching_in_two_processes() -> None:
+    assert notebook_launcher(dispatched_in_a_run, num_processes=2, dashboard=RecordingSink()) == [
+        [[0, 1], [4, 5]], [[2, 3], [6, 7]], [[0], [2], [4], [6]], [[1], [3], [5], [7]]]
