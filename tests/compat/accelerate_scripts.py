@@ -59,7 +59,7 @@ SCRIPTS: tuple[Script, ...] = (
 
 # ``from accelerate.utils.operations import x`` -> ``from notebook_accel.utils import x``: the README's rule
 # ("import the names from notebook_accel or notebook_accel.utils"), applied to the module path only.
-_IMPORT = re.compile(r"^(?P<indent>[ \t]*)(?P<kw>from|import)[ \t]+accelerate(?P<sub>(?:\.\w+)*)(?=[ \t])", re.M)
+_IMPORT = re.compile(r"^(?P<indent>[ \t]*)(?P<kw>from|import)[ \t]+accelerate(?P<sub>(?:\.\w+)*)(?=[ \t]|$)", re.M)
 
 
 def _target(sub: str) -> str:
@@ -74,12 +74,19 @@ def rewrite(source: str) -> str:
     """``source`` with every ``from accelerate... import`` / ``import accelerate`` line pointed at notebook_accel.
 
     Only the module path of an import statement changes; ``import accelerate`` becomes
-    ``import notebook_accel as accelerate`` so the names the script uses stay the same.
+    ``import notebook_accel as accelerate`` so the names the script uses stay the same, and
+    ``import accelerate.utils`` becomes ``import notebook_accel.utils`` (with ``notebook_accel`` bound as
+    ``accelerate``).
+
+    Example:
+        >>> rewrite("from accelerate.utils.operations import gather")
+        'from notebook_accel.utils import gather'
     """
 
     def replace(m: re.Match[str]) -> str:
         if m["kw"] == "import":
-            return f"{m['indent']}import {_target(m['sub'])} as accelerate{m['sub'].replace('.', '_')}"
+            extra = f"; import {_target(m['sub'])}" if m["sub"] else ""
+            return f"{m['indent']}import notebook_accel as accelerate{extra}"
         return f"{m['indent']}from {_target(m['sub'])}"
 
     return _IMPORT.sub(replace, source)
