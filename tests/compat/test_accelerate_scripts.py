@@ -25,7 +25,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 # The calls that pass under accelerate 1.15 on 2 CPU processes (torchrun, ACCELERATE_USE_CPU), 59 in all.
 # Not here: calls that fail or hang under accelerate on CPU (its join_uneven_inputs is a no-op outside multi-GPU;
-# test_fault_tolerant's queue race; the stateful-loader checks need torchdata, not installed), and test_metrics'
+# test_fault_tolerant, which hangs there; the stateful-loader checks need torchdata, not installed), and test_metrics'
 # GPU-only calls.
 PASSING_UNDER_ACCELERATE: dict[str, tuple[str, ...]] = {
     "test_script.py": (
