@@ -26,6 +26,11 @@ _EXPORTS: dict[str, str] = {
     "DistributedType": "notebook_accel.state",
     "PartialState": "notebook_accel.state",
     "AcceleratorState": "notebook_accel.state",
+    "GradientState": "notebook_accel.state",
+    "prepare_data_loader": "notebook_accel.data.compat",
+    "DataLoaderDispatcher": "notebook_accel.data.compat",
+    "SeedableRandomSampler": "notebook_accel.data.randomness",
+    "is_rich_available": "notebook_accel.utils.availability",
     "ProfileKwargs": "notebook_accel.plugins",
     "AutocastKwargs": "notebook_accel.plugins",
     "init_empty_weights": "notebook_accel.empty_weights",
@@ -86,5 +91,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.launcher.debug import debug_launcher
     from notebook_accel.plugins import AutocastKwargs, ProfileKwargs
     from notebook_accel.utils.random import synchronize_rng_states
-    from notebook_accel.state import AcceleratorState, DistributedType, PartialState
+    from notebook_accel.state import AcceleratorState, DistributedType, GradientState, PartialState
+    from notebook_accel.data.compat import DataLoaderDispatcher, prepare_data_loader
+    from notebook_accel.data.randomness import SeedableRandomSampler
+    from notebook_accel.utils.availability import is_rich_available
     from notebook_accel.utils import set_seed

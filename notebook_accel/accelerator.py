@@ -26,7 +26,8 @@ import torch
 from notebook_accel import ops
 from notebook_accel.arguments import check_accelerator_arguments
 from notebook_accel.compat_methods import CompatMethods
-from notebook_accel.data import PreparedDataLoader, prepare_data_loader, skip_first_batches
+from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
+from notebook_accel.data.compat import mark_dispatching
 from notebook_accel.engine_label import report_engine
 from notebook_accel.model import unwrap_model
 from notebook_accel.monitor import steps
@@ -240,11 +241,20 @@ class Accelerator(CompatMethods, ProcessFacade):
         """Wrap one optimizer for accumulation and fp16 (an already wrapped one is returned as is)."""
         return self._finish([self._prepare_one(optimizer, True)])[0]  # type: ignore[no-any-return]
 
-    def prepare_data_loader(self, loader: torch.utils.data.DataLoader, device_placement: bool | None = None,
-                            ) -> PreparedDataLoader:
-        """Shard one DataLoader across processes (see :func:`notebook_accel.data.prepare_data_loader`)."""
+    def prepare_data_loader(self, data_loader: torch.utils.data.DataLoader, device_placement: bool | None = None,
+                            slice_fn_for_dispatch: Any = None) -> PreparedDataLoader:
+        """Shard one DataLoader across processes (see :func:`notebook_accel.data.prepare_data_loader`).
+
+        Raises:
+            DataPrepareError: ``slice_fn_for_dispatch`` is given (each process reads its own share here).
+        """
+        if slice_fn_for_dispatch is not None:
+            raise DataPrepareError(f"prepare_data_loader: slice_fn_for_dispatch={slice_fn_for_dispatch!r} is not "
+                                   "supported (each process reads its own share; nothing is sliced); pass None")
         place = self.device_placement if device_placement is None else device_placement
-        prepared = prepare_data_loader(loader, self.state, self.gradient_state, self.dataloader_config, place)
+        prepared = mark_dispatching(prepare_data_loader(data_loader, self.state, self.gradient_state,
+                                                        self.dataloader_config, place),
+                                    self.dataloader_config.dispatch_batches)
         if not any(prepared is d for d in self._dataloaders):
             prepared.loader_index = len(self._dataloaders)
             prepared.training_probe = self._models_training

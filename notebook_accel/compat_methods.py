@@ -113,6 +113,10 @@ class CompatMethods:
                 only its own batches), restored after it.
         """
         samplers = _loader_samplers(self._dataloaders) if even_batches is not None else []
+        if len(samplers) < len(self._dataloaders) and even_batches is not None and self.state.num_processes > 1:
+            warnings.warn("join_uneven_inputs: overriding even_batches is only supported for map-style datasets, "
+                          "yet some dataloaders given were iterable; those keep the even_batches they were "
+                          "prepared with", stacklevel=3)
         saved = [sampler.even_batches for sampler in samplers]
         for sampler in samplers:
             sampler.even_batches = even_batches
@@ -123,8 +127,9 @@ class CompatMethods:
                     yield
             else:
                 if self.state.num_processes > 1:
-                    warnings.warn("join_uneven_inputs: some joinables are not torch Joinables (a DDP model is); "
-                                  "the block runs without Join", stacklevel=3)
+                    warnings.warn("join_uneven_inputs is only supported for multi-GPU or multi-CPU DDP training: "
+                                  "some joinables are not torch Joinables (a DDP model is), so the block runs "
+                                  "without Join and has no effect", stacklevel=3)
                 yield
         finally:
             for sampler, value in zip(samplers, saved):
@@ -179,7 +184,7 @@ class CompatMethods:
 
     @property
     def dispatch_batches(self) -> bool | None:
-        """``dataloader_config.dispatch_batches`` (only ``None``/``False`` are supported)."""
+        """``dataloader_config.dispatch_batches`` (any value: each process reads its own share)."""
         return self.dataloader_config.dispatch_batches  # type: ignore[no-any-return]
 
     @property

@@ -12,7 +12,7 @@ processes (it pads and trims for you), since the signature already tells every p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.distributed as dist
@@ -23,6 +23,8 @@ from notebook_accel.utils.nested import recursively_apply, tensors_of
 
 __all__ = [
     "CollectiveShapeError",
+    "DistributedOperationException",
+    "copy_tensor_to_devices",
     "gather",
     "gather_object",
     "reduce",
@@ -40,6 +42,10 @@ _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.in
 
 class CollectiveShapeError(NotebookAccelError, RuntimeError):
     """Processes passed tensors that do not fit together in a collective; the message lists each rank's."""
+
+
+DistributedOperationException = CollectiveShapeError
+"""accelerate's name for the same error (``except DistributedOperationException`` catches ours)."""
 
 
 def _distributed() -> bool:
@@ -232,6 +238,38 @@ def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any
     if _distributed():
         dist.broadcast_object_list(objects, src=from_process)
     return objects
+
+
+def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
+    """The main process's ``tensor`` on every process, on each one's device; the others pass ``None``.
+
+    Unlike :func:`broadcast`, the receivers need not know the shape or dtype: they come with it.
+
+    Raises:
+        CollectiveShapeError: the main process passed no tensor (or not a tensor).
+
+    Example:
+        >>> copy_tensor_to_devices(torch.tensor([1, 2, 3]))   # single process
+        tensor([1, 2, 3])
+    """
+    rank = dist.get_rank() if _distributed() else 0
+    if rank == 0 and not isinstance(tensor, torch.Tensor):
+        problem = f"copy_tensor_to_devices: the main process passed {type(tensor).__name__}, not a tensor"
+        if _distributed():  # the receivers wait for the header: tell them before raising
+            broadcast_object_list([problem])
+        raise CollectiveShapeError(f"{problem}; pass the tensor on process 0 and None on the others")
+    if not _distributed():
+        return cast(torch.Tensor, tensor)
+    sent = tensor if rank == 0 and isinstance(tensor, torch.Tensor) else None
+    header = broadcast_object_list([None if sent is None else (tuple(sent.shape), sent.dtype)])[0]
+    if isinstance(header, str):
+        raise CollectiveShapeError(f"{header}; pass the tensor on process 0 and None on the others")
+    shape, dtype = header
+    out = sent.to(_comm_device()).contiguous() if sent is not None else torch.empty(
+        shape, dtype=dtype, device=_comm_device())
+    if out.numel():  # sent as bytes: gloo has no int16/uint16/complex broadcast, bytes go everywhere
+        dist.broadcast(out.reshape(-1).view(torch.uint8), src=0)
+    return out
 
 
 def pad_across_processes(data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:

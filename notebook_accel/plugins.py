@@ -87,7 +87,9 @@ class DataLoaderConfiguration:
         split_batches: False (default): every process takes whole batches (rank r gets batches r, r+n, ...), so
             the global batch is ``batch_size * num_processes``. True: each batch is sliced into ``num_processes``
             pieces (``batch_size`` must divide evenly).
-        dispatch_batches: accelerate's "rank 0 loads and sends" mode; only ``None``/``False`` are supported.
+        dispatch_batches: accelerate's "rank 0 loads and sends" mode. Accepted with any value: each process reads
+            its own share, which gives it the batches rank 0 would have sent; True (or None with an iterable
+            dataset, accelerate's default) makes prepared loaders :class:`~notebook_accel.DataLoaderDispatcher`.
         even_batches: pad the last round by cycling from the start of the epoch so every process does the same
             number of steps (ignored with ``drop_last=True``).
         use_seedable_sampler: False (default): a shuffle follows the DataLoader's own generator, so the prepared
@@ -102,7 +104,7 @@ class DataLoaderConfiguration:
             torchdata.
 
     Raises:
-        ConfigurationError: a field has the wrong type, or ``dispatch_batches=True``.
+        ConfigurationError: a field has the wrong type.
 
     Example:
         >>> DataLoaderConfiguration(even_batches=False, data_seed=0).even_batches
@@ -123,10 +125,7 @@ class DataLoaderConfiguration:
                      "use_stateful_dataloader"):
             _check_type(owner, name, getattr(self, name), (bool,), "True or False")
         if self.dispatch_batches:
-            raise ConfigurationError(
-                f"{owner}(dispatch_batches={shown(self.dispatch_batches)}): dispatching batches from rank 0 is not "
-                "supported; every process loads its own shard. Use dispatch_batches=None (or False)."
-            )
+            _check_type(owner, "dispatch_batches", self.dispatch_batches, (bool,), "None, True or False")
         if self.data_seed is not None:
             _check_positive_int(owner, "data_seed", self.data_seed, minimum=0)
 

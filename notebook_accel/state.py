@@ -38,13 +38,28 @@ class ProcessGroupError(NotebookAccelError, RuntimeError):
 
 
 class DistributedType(str, Enum):
-    """How the run is distributed (accelerate's names)."""
+    """How the run is distributed (accelerate's names).
+
+    A run here is only ever ``NO``, ``MULTI_CPU``, ``MULTI_GPU``, ``FSDP`` or ``DEEPSPEED``. accelerate's other
+    members exist so that code comparing against them (``state.distributed_type == DistributedType.XLA``) runs;
+    they are never the current type.
+    """
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
     FSDP = "FSDP"
     DEEPSPEED = "DEEPSPEED"
+    # accelerate's other backends: never current here (CPU and CUDA only)
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
 
 
 def _pick_device(env: LaunchEnvironment, cpu: bool) -> torch.device:
@@ -84,6 +99,12 @@ def _init_group(env: LaunchEnvironment, backend: str, kwargs: InitProcessGroupKw
     if kwargs is not None and kwargs.timeout is not None:
         extra["timeout"] = kwargs.timeout
     dist.init_process_group(backend, init_method=init_method, rank=env.rank, world_size=env.world_size, **extra)
+    if backend == "gloo":
+        # gloo connects the ranks pairwise inside init: one rank can return from it while another still reads its
+        # handshake, and a worker that then exits at once (a short launched function) breaks that peer's init
+        # ("connectFullMesh failed ... Connection closed by peer"; 2 in 15 launches here). A barrier ends init
+        # together on every rank.
+        dist.barrier()
     atexit.register(_destroy_at_exit, dist.group.WORLD)
 
 
@@ -173,6 +194,24 @@ class ProcessState:
         """Barrier across all processes (nothing in a single process)."""
         if self.use_distributed:
             dist.barrier()
+
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Destroy ``group`` (default: the whole run's group) if it exists; nothing in a single process.
+
+        Call it once at the end of a script, as with accelerate; every Accelerator of this process shares the
+        group, so none of them can run a collective afterwards.
+        """
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group(group)
+
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        """accelerate's way to forget its shared state; nothing to forget here.
+
+        accelerate keeps one state per process and its tests reset it before building an Accelerator with other
+        options. Every Accelerator here builds its own state, so a new one already starts fresh, and an existing
+        one keeps working (accelerate's breaks until rebuilt).
+        """
 
     @contextlib.contextmanager
     def _first(self, leader: bool) -> Iterator[None]:
@@ -427,3 +466,15 @@ class GradientState:
     def in_dataloader(self) -> bool:
         """True while a prepared loader is being iterated."""
         return bool(self.active_loaders)
+
+    @property
+    def active_dataloader(self) -> Any:
+        """The innermost prepared loader being iterated, or None outside any (accelerate's name)."""
+        return self.active_loaders[-1] if self.active_loaders else None
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        """accelerate's way to forget its shared gradient state; nothing to forget here.
+
+        Each Accelerator owns its :class:`GradientState`, so a new Accelerator already starts from a fresh one.
+        """

@@ -52,7 +52,7 @@ def test_to_kwargs_only_changed_fields() -> None:
     ("factory", "match"),
     [
         (lambda: DataLoaderConfiguration(split_batches="yes"), "split_batches='yes'"),
-        (lambda: DataLoaderConfiguration(dispatch_batches=True), "dispatch_batches"),
+        (lambda: DataLoaderConfiguration(dispatch_batches="yes"), "dispatch_batches='yes'"),
         (lambda: DataLoaderConfiguration(data_seed=-1), "data_seed"),
         (lambda: DataLoaderConfiguration(data_seed=1.5), "data_seed"),
         (lambda: ProjectConfiguration(project_dir=3), "project_dir"),

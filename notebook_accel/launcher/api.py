@@ -193,10 +193,10 @@ def notebook_launcher(
         rdzv_conf: rendezvous options; ``join_timeout`` (seconds a worker waits for the others at the
             rendezvous, default 1800) is used, the others are accepted and ignored.
         rdzv_id: accepted for accelerate's code; a run here is identified by its log folder.
-        max_restarts: restarts after a failure. A run restarts only from a checkpoint it committed with
+        max_restarts: restarts after a failure. A run restarts from the last checkpoint it committed with
             ``accelerator.save_state()``: the restarted workers see it as ``accelerator.resume_from`` and
-            ``accelerator.load_state()`` loads it (``accelerator.restart_count`` counts restarts). A failed run
-            that saved nothing is not restarted, and the error says so. One machine only.
+            ``accelerator.load_state()`` loads it (``accelerator.restart_count`` counts restarts). A run that
+            saved nothing restarts from the start, as accelerate's does. One machine only.
         monitor_interval: accepted for accelerate's code; the launcher here is woken by events, not polling.
         log_line_prefix_template: a prefix for other ranks' lines on the console, with ``{rank}`` and
             ``{local_rank}`` (torchrun's names ``${rank}``/``${local_rank}`` work too); ``None``: ``[rank N] ``.
@@ -288,14 +288,8 @@ def notebook_launcher(
             resume = e.last_checkpoint or resume
             if attempt == restarts:
                 raise
-            if resume is None:
-                e.add_note(
-                    f"max_restarts={restarts}: not restarted, because the run committed no checkpoint to resume "
-                    "from. Call accelerator.save_state() during training, and accelerator.load_state() when "
-                    "accelerator.restart_count > 0, for restarts to resume."
-                )
-                raise
-            print(f"notebook-accel: {e.failures[0].summary()}; restart {attempt + 1} of {restarts} from {resume}",
+            origin = resume or "the start (no checkpoint committed yet)"
+            print(f"notebook-accel: {e.failures[0].summary()}; restart {attempt + 1} of {restarts} from {origin}",
                   file=sys.stderr, flush=True)
     raise AssertionError("unreachable: the last attempt returns or raises")
 

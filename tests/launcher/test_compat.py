@@ -48,6 +48,19 @@ def crash_without_saving() -> None:
     raise RuntimeError("crashed before any checkpoint")
 
 
+def fail_twice(folder: str) -> int | None:
+    """Rank 0 fails on the first two attempts (counted in a file), then returns the attempt number."""
+    if os.environ["RANK"] != "0":
+        return None
+    marks = Path(folder) / "attempts"
+    with marks.open("a") as f:
+        f.write("x")
+    attempt = len(marks.read_text())
+    if attempt < 3:
+        raise RuntimeError(f"attempt {attempt} fails")
+    return attempt
+
+
 def say_hello() -> None:
     print(f"hello from {os.environ['RANK']}", flush=True)
 
@@ -117,10 +130,18 @@ def test_max_restarts_resumes_from_the_last_checkpoint(tmp_path: Path, capfd: py
     assert "restart 1 of 2 from" in capfd.readouterr().err
 
 
-def test_max_restarts_without_a_checkpoint_says_why_not() -> None:
-    with pytest.raises(WorkerError, match="crashed before any checkpoint") as info:
-        notebook_launcher(crash_without_saving, num_processes=2, max_restarts=3, dashboard=RecordingSink())
-    assert any("not restarted, because the run committed no checkpoint" in n for n in info.value.__notes__)
+def test_max_restarts_without_a_checkpoint_restarts_from_the_start(tmp_path: Path,
+                                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    attempts = notebook_launcher(fail_twice, args=(str(tmp_path),), num_processes=2, max_restarts=3,
+                                 dashboard=RecordingSink())
+    assert attempts == 3
+    assert "restart 2 of 3 from the start (no checkpoint committed yet)" in capfd.readouterr().err
+
+
+def test_max_restarts_gives_up_after_the_last_restart(capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(WorkerError, match="crashed before any checkpoint"):
+        notebook_launcher(crash_without_saving, num_processes=2, max_restarts=1, dashboard=RecordingSink())
+    assert capfd.readouterr().err.count("restart 1 of 1 from the start") == 1
 
 
 def test_line_prefix_template(capsys: pytest.CaptureFixture[str]) -> None:
