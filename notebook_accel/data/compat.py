@@ -2,7 +2,7 @@
 
 accelerate's tests and some user code shard a DataLoader without an Accelerator:
 ``prepare_data_loader(dl, device, num_processes, process_index, put_on_device=True)``. This module takes that
-signature and hands the work to :func:`notebook_accel.data.loader.prepare_data_loader`, so the result is the same
+signature and hands the work to :func:`notebook_accel.data.prepare.prepare_data_loader`, so the result is the same
 sharded, resumable loader ``accelerator.prepare`` gives.
 
 Dispatching (accelerate's ``dispatch_batches=True``: process 0 reads every batch and sends each process its
@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from notebook_accel.data import loader as _loader
+from notebook_accel.data import prepare as _prepare
 from notebook_accel.data.sharding import DataPrepareError
 from notebook_accel.plugins import DataLoaderConfiguration
 from notebook_accel.state import GradientState, ProcessState
@@ -116,7 +117,7 @@ def prepare_data_loader(
     config = DataLoaderConfiguration(split_batches=split_batches, even_batches=even_batches,
                                      use_seedable_sampler=use_seedable_sampler, data_seed=data_seed,
                                      non_blocking=non_blocking)
-    prepared = _loader.prepare_data_loader(dataloader, state, GradientState(), config,
+    prepared = _prepare.prepare_data_loader(dataloader, state, GradientState(), config,
                                            device_placement=put_on_device)
     return mark_dispatching(prepared, dispatch_batches)
 

@@ -17,8 +17,10 @@ from notebook_accel.data.randomness import (
     attach_generators,
     draws_from_global_rng,
     generators_of,
+    SeedableRandomSampler,
     has_unknown_randomness,
     seedable_copy,
+    seedable_parts,
 )
 from notebook_accel.data.sharding import DataPrepareError, ShardedBatchSampler, ShardedSampler
 from notebook_accel.ops import broadcast_object_list
@@ -45,24 +47,29 @@ def loader_options(loader: DataLoader) -> dict[str, Any]:  # type: ignore[type-a
 
 
 
-def _agree_randomness(config: DataLoaderConfiguration, generators: list[torch.Generator],
-                      need_seed: bool) -> int:
-    """Rank 0's base seed and generator states, copied to every rank (one broadcast); returns the seed.
+def _agree_randomness(config: DataLoaderConfiguration, generators: list[torch.Generator], need_seed: bool,
+                      seedable: list[SeedableRandomSampler] | None = None) -> int:
+    """Rank 0's base seed, generator states and seedable samplers' seeds, copied to every rank (one broadcast);
+    returns the seed.
 
     The seed is ``config.data_seed``, else drawn from the global torch RNG when ``need_seed`` (every rank
     draws, so the ranks' RNG streams stay in step), else 0.
     """
+    seedable = seedable or []
     if config.data_seed is not None:
         seed = config.data_seed
     elif need_seed:
         seed = int(torch.randint(0, 2**62, (1,)).item())
     else:
         seed = 0
-    if not generators and not need_seed:
+    if not generators and not need_seed and not seedable:
         return seed
-    agreed = broadcast_object_list([[seed, [g.get_state() for g in generators]]], from_process=0)[0]
+    payload = [seed, [g.get_state() for g in generators], [s.initial_seed for s in seedable]]
+    agreed = broadcast_object_list([payload], from_process=0)[0]
     for generator, state in zip(generators, agreed[1]):
         generator.set_state(state)
+    for sampler, initial in zip(seedable, agreed[2]):
+        sampler.initial_seed = initial
     return int(agreed[0])
 
 
@@ -147,7 +154,8 @@ def _prepare_map(loader: DataLoader, n: int, rank: int, config: DataLoaderConfig
     seedable = config.use_seedable_sampler and plain_shuffle
     unknown = has_unknown_randomness(base)
     seed = _agree_randomness(config, generators_of(base, loader.generator),
-                             need_seed=seedable or unknown or draws_from_global_rng(base))
+                             need_seed=seedable or unknown or draws_from_global_rng(base),
+                             seedable=seedable_parts(base))
     if seedable:
         shuffled = seedable_copy(sampler, seed)
         base = BatchSampler(shuffled, base.batch_size, base.drop_last) if loader.batch_sampler is not None \

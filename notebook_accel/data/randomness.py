@@ -43,6 +43,7 @@ __all__ = [
     "draws_from_global_rng",
     "generators_of",
     "has_unknown_randomness",
+    "seedable_parts",
     "sync_generators",
 ]
 
@@ -188,18 +189,26 @@ def _set_global_state(state: tuple[Any, Any, Any]) -> None:
 
 
 class SeedableRandomSampler(RandomSampler):
-    """A random sampler whose permutation is a pure function of ``(initial_seed, epoch)`` (accelerate's
-    ``use_seedable_sampler=True``): the same on every rank and after a resume, whatever the global RNG did.
+    """A random sampler whose permutation is a pure function of ``(initial_seed, epoch)`` (accelerate's class of
+    the same name, for ``use_seedable_sampler=True``): the same on every rank and after a resume, whatever the
+    global RNG did. As in accelerate, an iteration that runs to the end moves on to the next epoch by itself, and
+    :meth:`set_epoch` chooses one.
 
     Args:
         data_source: the dataset.
         replacement, num_samples: as for ``RandomSampler``.
         generator: the generator re-seeded at every epoch (a new one when ``None``).
-        initial_seed: base seed; ``data_seed`` is accepted as accelerate's other name for it.
+        initial_seed: base seed; ``data_seed`` is accepted as accelerate's name for it. Default: torch's initial
+            seed (:func:`torch.initial_seed`, what ``set_seed`` set). A prepared loader makes rank 0's seed
+            everyone's.
 
     Example:
         >>> s = SeedableRandomSampler(range(5), initial_seed=1)
-        >>> list(s) == list(s)          # the epoch is moved on by set_epoch only
+        >>> first = list(s)
+        >>> list(s) != first and s.epoch == 2   # each full pass moves to the next epoch
+        True
+        >>> s.set_epoch(0)
+        >>> list(s) == first
         True
     """
 
@@ -209,7 +218,7 @@ class SeedableRandomSampler(RandomSampler):
         super().__init__(data_source, replacement=replacement, num_samples=num_samples,
                          generator=generator or torch.Generator())
         chosen = initial_seed if initial_seed is not None else data_seed
-        self.initial_seed = int(chosen) if chosen is not None else 42
+        self.initial_seed = int(chosen) if chosen is not None else int(torch.initial_seed())
         self.epoch = 0
 
     @property
@@ -230,6 +239,12 @@ class SeedableRandomSampler(RandomSampler):
             self.generator = torch.Generator()
         self.generator.manual_seed((self.initial_seed + self.epoch) % 2**63)
         yield from super().__iter__()
+        self.epoch += 1
+
+
+def seedable_parts(sampler: Any) -> list[SeedableRandomSampler]:
+    """The :class:`SeedableRandomSampler` instances inside ``sampler`` (their seeds are agreed at prepare)."""
+    return [part for part in _parts(sampler) if isinstance(part, SeedableRandomSampler)]
 
 
 def seedable_copy(sampler: RandomSampler, seed: int) -> SeedableRandomSampler:

@@ -36,7 +36,9 @@ class SeededShuffleSampler(SeedableRandomSampler):
 
     Example:
         >>> s = SeededShuffleSampler(range(5), seed=1)
-        >>> list(s) == list(s)
+        >>> first = list(s)
+        >>> s.set_epoch(0)
+        >>> list(s) == first
         True
     """
 

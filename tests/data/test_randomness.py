@@ -80,8 +80,13 @@ def test_sync_on_one_process_keeps_the_state() -> None:
 
 def test_seedable_sampler_is_a_function_of_seed_and_epoch() -> None:
     a, b = SeedableRandomSampler(range(8), initial_seed=1), SeedableRandomSampler(range(8), data_seed=1)
-    assert list(a) == list(b) == list(a)
-    a.set_epoch(1)
-    assert list(a) != list(b) and sorted(a) == list(range(8))
+    first = list(a)
+    assert first == list(b) and a.epoch == b.epoch == 1  # a whole pass moves on to the next epoch, as accelerate's
+    second = list(a)
+    assert second != first and sorted(second) == list(range(8))
+    a.set_epoch(0)
+    assert list(a) == first
     a.seed = 2
     assert a.initial_seed == 2
+    torch.manual_seed(77)
+    assert SeedableRandomSampler(range(3)).initial_seed == 77  # torch's initial seed by default, as accelerate's

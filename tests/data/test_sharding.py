@@ -75,6 +75,7 @@ def test_skip_and_set_epoch() -> None:
     inner = SeededShuffleSampler(range(6), seed=3)
     shard = ShardedBatchSampler(BatchSampler(inner, 2, False), 0, 1, skip=1)
     assert len(shard) == 2 and len(list(shard)) == 2
+    shard.set_epoch(0)
     first = list(inner)
     shard.set_epoch(1)
     assert inner.epoch == 1 and list(inner) != first and sorted(inner) == list(range(6))
