@@ -21,11 +21,12 @@ from notebook_accel.launcher.background import BackgroundRun, RecordingTee, chec
 from notebook_accel.launcher.errors import WorkerError
 from notebook_accel.launcher.guard import KernelDeathGuard
 from notebook_accel.launcher.inprocess import run_in_process
+from notebook_accel.launcher.kernel_fds import RunDescriptors
 from notebook_accel.launcher.ports import check_port_free, free_port
 from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, worker_variables
 from notebook_accel.launcher.runlogs import create_run_folder, display_path
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
-from notebook_accel.launcher.spawn import start_workers
+from notebook_accel.launcher.spawn import WorkerHandle, start_workers
 from notebook_accel.launcher.supervisor import finish_aborted, supervise
 from notebook_accel.launcher.tracebacks import user_facing
 from notebook_accel.launcher.warmup import warm_kernel
@@ -338,9 +339,13 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
                          plan.steps, variables, plan.fsdp, plan.deepspeed)
     store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.join_timeout)
     guard = None if plan.in_process else KernelDeathGuard()  # ends the workers' groups if the kernel is killed
+    # What this run holds open in the kernel: the workers of every later fork close it (.kernel_fds).
+    descriptors = RunDescriptors([lambda: (store.fd if store else -1, guard.fd if guard else -1)],
+                                 {int(port)} if store else set()).open()
 
     def release() -> None:
         """Stop serving the store and the guard (the run is over)."""
+        descriptors.close()
         if store is not None:
             store.close()
         if guard is not None:
@@ -358,31 +363,37 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
                            plan.engine))
         if plan.in_process:
             return run_in_process(plan.function, plan.args, envs[0], sink, start)
-        warm_kernel(plan.backend)
-        try:
-            inherited = tuple(fd for fd in (store.fd if store else -1, guard.fd if guard else -1) if fd >= 0)
-            handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
-                                    inherited_fds=inherited)
-        except BaseException as e:
-            finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
-            raise
-        if guard is not None:
-            guard.watch(h.pid for h in handles)
+        warm_kernel(plan.backend, store=store is not None)
+
+        def launch() -> list[WorkerHandle]:
+            """Fork the workers (in the thread that will watch them: see .background) and guard them."""
+            try:
+                inherited = tuple(fd for fd in (store.fd if store else -1, guard.fd if guard else -1) if fd >= 0)
+                handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
+                                        inherited_fds=inherited, descriptors=descriptors)
+            except BaseException as e:
+                finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
+                raise
+            if guard is not None:
+                guard.watch(h.pid for h in handles)
+            return handles
+
         before = None if store is None else store.start
         elsewhere = tuple(r for r in range(plan.nodes * local) if r // local != plan.node)
         if plan.block:
-            return supervise(handles, sink, plan.limit, start, log_dir=folder, before=before, elsewhere=elsewhere)
+            return supervise(launch(), sink, plan.limit, start, log_dir=folder, before=before, elsewhere=elsewhere)
         tee = RecordingTee(sink, main_rank)
 
-        def body(stop_fd: int) -> Any:
+        def body(handles: list[WorkerHandle], stop_fd: int) -> Any:
             try:
                 return supervise(handles, tee, plan.limit, start, log_dir=folder, before=before, stop_fd=stop_fd,
                                  elsewhere=elsewhere)
             finally:
                 release()
 
+        run = BackgroundRun(name, tee, launch, body)  # returns once the workers are forked (or raises)
         handed_over = True
-        return BackgroundRun(name, tee, body)
+        return run
     finally:
         if not handed_over:
             release()

@@ -1,9 +1,16 @@
 """``notebook_launcher(..., block=False)``: the run goes on while the notebook stays usable.
 
-The workers are forked by the caller's thread at call time (so the fork is as safe as a blocking launch);
-a daemon thread then runs the same supervision loop a blocking launch runs, feeding the same sink (the
-dashboard under the launching cell updates through widget traits, which ipykernel sends from any thread).
-The caller gets a :class:`BackgroundRun` at once.
+The workers are forked at call time by a thread of the run's own, which then runs the same supervision loop
+a blocking launch runs, feeding the same sink (the dashboard under the launching cell updates through widget
+traits, which ipykernel sends from any thread). The caller waits only for the forks, inside the launcher
+(holding no lock a child could inherit taken), and gets a :class:`BackgroundRun`. The forking thread lives as
+long as the run: ``PR_SET_PDEATHSIG`` fires when the *thread* that forked a worker ends, so a fork by the
+caller's thread would kill the workers as soon as a short-lived caller (a ``ThreadPoolExecutor`` job,
+``asyncio.to_thread``) returned. That thread blocks SIGINT, so the stop button always reaches the thread
+running the cell.
+
+The handle's future cannot be cancelled: ``asyncio.wait_for(run, 2)`` timing out cancels the caller's await,
+never the run (the handle still says ``"running"`` and ``stop()`` still stops it).
 
 The stop button interrupts whatever cell is running, never the background run: :meth:`BackgroundRun.stop`
 (or the dashboard's own stop button) ends it, with the blocking launch's teardown. One background run at a
@@ -18,6 +25,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -25,6 +33,7 @@ from typing import Any, Literal
 
 from notebook_accel.errors import LaunchError, NotebookAccelError
 from notebook_accel.events import Event, Log, Metrics, RunInfo, RunOutcome, Sink
+from notebook_accel.launcher.spawn import interrupts_held
 from notebook_accel.launcher.supervisor import StopRequested
 
 __all__ = ["BackgroundRun", "RunStoppedError", "RunStatus", "check_can_start", "RecordingTee"]
@@ -92,14 +101,20 @@ class BackgroundRun:
         >>> value = await run                                              # doctest: +SKIP
     """
 
-    def __init__(self, name: str, tee: RecordingTee, body: Callable[[int], Any]) -> None:
+    def __init__(self, name: str, tee: RecordingTee, start: Callable[[], Any],
+                 body: Callable[[Any, int], Any]) -> None:
+        """Start the run's thread, which calls ``start()`` (forks, returns the workers), then
+        ``body(workers, stop_fd)``; return once ``start`` returned, raising what it raised."""
         self.name = name
         self.started = time.time()
         self._tee = tee
         self._future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._future.set_running_or_notify_cancel()  # a running future cannot be cancelled (asyncio.wait_for)
         self._stop_read, self._stop_write = os.pipe()
         self._status: RunStatus = "running"
-        self._thread = threading.Thread(target=self._supervise, args=(body,), name=f"notebook-accel {name}",
+        self._forked = threading.Event()
+        self._start_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._supervise, args=(start, body), name=f"notebook-accel {name}",
                                         daemon=True)
         with _LOCK:
             _ACTIVE.append(self)
@@ -107,11 +122,28 @@ class BackgroundRun:
         if attach is not None:
             attach(lambda: self.stop(wait=False))
         self._thread.start()
-
-    def _supervise(self, body: Callable[[int], Any]) -> None:
-        """The thread: run the supervision loop, then settle the future and the status."""
         try:
-            value = body(self._stop_read)
+            with interrupts_held():  # a stop-button press meanwhile: the forks finish, then the run is stopped
+                self._forked.wait()
+        except KeyboardInterrupt:
+            self.stop(wait=True)
+            raise
+        if self._start_error is not None:
+            raise self._start_error
+
+    def _supervise(self, start: Callable[[], Any], body: Callable[[Any, int], Any]) -> None:
+        """The thread: fork, run the supervision loop, then settle the future and the status."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the stop button is for the cell's thread
+        try:
+            workers = start()
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+            self._start_error = e
+            self._settle("failed", e)
+            self._forked.set()
+            return
+        self._forked.set()
+        try:
+            value = body(workers, self._stop_read)
         except StopRequested:
             self._settle("stopped", RunStoppedError(f"the background run of {self.name} was stopped with stop()"))
         except BaseException as e:  # noqa: BLE001 - every outcome goes to whoever asks the handle

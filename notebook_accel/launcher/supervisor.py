@@ -31,10 +31,10 @@ from typing import Any, Literal
 
 from notebook_accel.channel import decode
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started
-from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure
+from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure, death_message
 from notebook_accel.launcher.messages import MessageReader
 from notebook_accel.launcher.output import RankOutput
-from notebook_accel.launcher.processes import end_groups, signal_worker
+from notebook_accel.launcher.processes import end_groups, oom_kills, signal_worker
 from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
 
@@ -63,17 +63,6 @@ def signal_name(exit_code: int | None) -> str | None:
         return f"signal {-exit_code}"
 
 
-def _death_message(exit_code: int, name: str | None) -> str:
-    """How a worker that sent no exception ended, for the error message."""
-    if name is not None:
-        hint = " (the out-of-memory killer sends SIGKILL: check memory use, e.g. with dmesg)" if name == "SIGKILL" else ""
-        return f"killed by {name} (exit code {exit_code}) before the function returned{hint}"
-    return (
-        f"exited with code {exit_code} before the function returned, without an exception "
-        "(os._exit(), a crash in C code, or a failure in the worker's set-up: see its output above)"
-    )
-
-
 class _Supervisor:
     """State of one supervised run (private: :func:`supervise` is the interface)."""
 
@@ -100,6 +89,7 @@ class _Supervisor:
         self.timed_out = False
         self.next_tick = 0.0
         self.saved: str | None = None  # the last checkpoint the run committed (a restart resumes from it)
+        self.oom_kills = oom_kills()  # the system's count at the start: a SIGKILL blames the OOM killer on evidence
 
     # -- reading ------------------------------------------------------------------------------------------
     def on_conn(self, conn: Connection, budget: int | None = None) -> None:
@@ -210,7 +200,8 @@ class _Supervisor:
         elif handle.rank in self.stopped and name in ("SIGTERM", "SIGKILL"):
             return  # stopped by us because another rank failed
         else:
-            self.failures[handle.rank] = WorkerFailure(handle.rank, code, name, "", _death_message(code, name), "")
+            self.failures[handle.rank] = WorkerFailure(
+                handle.rank, code, name, "", death_message(code, name, self.oom_kills, oom_kills()), "")
             self.begin_stop()
 
     # -- stopping -----------------------------------------------------------------------------------------
