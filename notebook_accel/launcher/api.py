@@ -190,7 +190,7 @@ def notebook_launcher(
             backends (etcd) are refused.
         rdzv_endpoint: ``"host[:port]"`` of node 0; fills ``master_addr``/``use_port`` when those are not given.
         rdzv_conf: rendezvous options; ``join_timeout`` (seconds a worker waits for the others at the
-            rendezvous, default 1800) is used, the others are accepted and ignored.
+            rendezvous, 1 to 604800, default 1800) is used, the others are accepted and ignored.
         rdzv_id: accepted for accelerate's code; a run here is identified by its log folder.
         max_restarts: restarts after a failure. A run restarts only from a checkpoint it committed with
             ``accelerator.save_state()``: the restarted workers see it as ``accelerator.resume_from`` and
@@ -198,7 +198,8 @@ def notebook_launcher(
             that saved nothing is not restarted, and the error says so. One machine only.
         monitor_interval: accepted for accelerate's code; the launcher here is woken by events, not polling.
         log_line_prefix_template: a prefix for other ranks' lines on the console, with ``{rank}`` and
-            ``{local_rank}`` (torchrun's names ``${rank}``/``${local_rank}`` work too); ``None``: ``[rank N] ``.
+            ``{local_rank}`` (torchrun's names ``${rank}``/``${local_rank}`` work too), at most 200 characters
+            once filled; ``None``: ``[rank N] ``.
         dashboard: ``None`` (a live dashboard in Jupyter when ipywidgets is installed, else console output),
             ``True``, ``False`` (console), or any :class:`~notebook_accel.events.Sink`.
         show_all_ranks: show every rank's output, not only the main process's (others' errors always show).

@@ -8,6 +8,8 @@ endpoint, ``join_timeout``, ``max_restarts``, the line prefix) or accepted with 
 from __future__ import annotations
 
 import math
+import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,9 @@ __all__ = ["Rendezvous", "check_rendezvous", "check_max_restarts", "check_prefix
 RDZV_BACKENDS = ("static", "c10d")
 _RDZV_CONF_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "timeout", "is_host")
 DEFAULT_JOIN_TIMEOUT = 1800.0
+MIN_JOIN_TIMEOUT = 1.0  # shorter, the store's own operations time out before any worker could join
+MAX_JOIN_TIMEOUT = 7 * 24 * 3600.0  # a week; beyond that torch's timedelta arithmetic overflows sooner or later
+MAX_PREFIX = 200  # characters of a filled line prefix (and at most that width or precision per field)
 
 
 @dataclass(frozen=True)
@@ -77,8 +82,10 @@ def check_rendezvous(
         seconds = math.nan if isinstance(join, bool) or not isinstance(join, (int, float)) else float(join)
     except OverflowError:  # an int too large for a float
         seconds = math.inf
-    if not 0 < seconds < math.inf:
-        raise LaunchError(f"rdzv_conf join_timeout={shown(join)} is not allowed; pass a number of seconds > 0")
+    if not MIN_JOIN_TIMEOUT <= seconds <= MAX_JOIN_TIMEOUT:
+        raise LaunchError(
+            f"rdzv_conf join_timeout={shown(join)} is not allowed; pass a number of seconds from "
+            f"{MIN_JOIN_TIMEOUT:g} (workers need that long to start) to {MAX_JOIN_TIMEOUT:g} (a week), e.g. 600")
     host, port = _endpoint(endpoint)
     return Rendezvous(host, port, seconds)
 
@@ -100,10 +107,27 @@ def check_prefix_template(value: object) -> str | None:
     template = value.replace("${rank}", "{rank}").replace("${local_rank}", "{local_rank}").replace(
         "${role_name}", "worker")
     try:
-        template.format(rank=0, local_rank=0)
+        _check_widths(template)
+        filled = template.format(rank=99999, local_rank=99999)
     except (KeyError, IndexError, ValueError) as e:
         raise LaunchError(
             f"log_line_prefix_template={shown(value)} cannot be filled ({type(e).__name__}: {e}); use the fields "
             "{rank} and {local_rank}, e.g. '[{rank}] '"
         ) from e
+    if len(filled) > MAX_PREFIX:
+        raise LaunchError(
+            f"log_line_prefix_template={shown(value)} makes a prefix of {len(filled)} characters; at most "
+            f"{MAX_PREFIX} are allowed, e.g. '[{{rank}}] '")
     return template
+
+
+def _check_widths(template: str) -> None:
+    """Raise ``ValueError`` for a field whose width or precision exceeds :data:`MAX_PREFIX` (``{rank:>400000000}``
+    would fill gigabytes before any length check could run)."""
+    for _, field, spec, _ in string.Formatter().parse(template):
+        if spec and "{" in spec:
+            raise ValueError(f"the field {{{field}:{spec}}} has a field inside its format; use a fixed width")
+        numbers = [int(n) for n in re.findall(r"\d+", spec or "")]
+        if field is not None and numbers and max(numbers) > MAX_PREFIX:
+            raise ValueError(f"the field {{{field}:{spec}}} asks for {max(numbers)} characters, at most "
+                             f"{MAX_PREFIX} are allowed")
