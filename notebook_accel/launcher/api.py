@@ -20,6 +20,7 @@ from notebook_accel.launcher import compat, preflight
 from notebook_accel.launcher.background import BackgroundRun, RecordingTee, check_can_start
 from notebook_accel.launcher.errors import WorkerError
 from notebook_accel.launcher.guard import KernelDeathGuard
+from notebook_accel.launcher.heartbeat import PeerWatch
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.kernel_fds import RunDescriptors
 from notebook_accel.launcher.ports import check_port_free, free_port
@@ -190,7 +191,9 @@ def notebook_launcher(
             backends (etcd) are refused.
         rdzv_endpoint: ``"host[:port]"`` of node 0; fills ``master_addr``/``use_port`` when those are not given.
         rdzv_conf: rendezvous options; ``join_timeout`` (seconds a worker waits for the others at the
-            rendezvous, 1 to 604800, default 1800) is used, the others are accepted and ignored.
+            rendezvous, 1 to 604800, default 1800) and, with several nodes, ``keep_alive_interval`` (seconds
+            between the nodes' heartbeats, default 5) and ``keep_alive_max_attempt`` (beats missed before a
+            node counts as lost, default 3) are used; the others are accepted and ignored.
         rdzv_id: accepted for accelerate's code; a run here is identified by its log folder.
         max_restarts: restarts after a failure. A run restarts only from a checkpoint it committed with
             ``accelerator.save_state()``: the restarted workers see it as ``accelerator.resume_from`` and
@@ -278,7 +281,7 @@ def notebook_launcher(
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
     plan = _Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
-                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv.join_timeout, block, fsdp,
+                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv, block, fsdp,
                  deepspeed, config_engine(resolved, len(devices) * nodes))
     resume: str | None = None
     for attempt in range(restarts + 1):
@@ -319,7 +322,7 @@ class _Plan:
     dashboard: bool | Sink | None
     show_all_ranks: bool
     prefix: str | None
-    join_timeout: float
+    rdzv: compat.Rendezvous
     block: bool
     fsdp: str | None
     deepspeed: str | None
@@ -338,15 +341,21 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
         variables.update(restart_variables(attempt, resume))
     envs = _environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
                          plan.steps, variables, plan.fsdp, plan.deepspeed)
-    store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.join_timeout)
+    store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.rdzv.join_timeout)
     guard = None if plan.in_process else KernelDeathGuard()  # ends the workers' groups if the kernel is killed
+    watch = None if plan.nodes == 1 or plan.in_process else PeerWatch(  # a lost node ends the run (.heartbeat)
+        plan.master_addr, int(port), plan.node, plan.nodes, local, plan.rdzv.keep_alive_interval,
+        plan.rdzv.keep_alive_max_attempt, plan.rdzv.join_timeout)
     # What this run holds open in the kernel: the workers of every later fork close it (.kernel_fds).
-    descriptors = RunDescriptors([lambda: (store.fd if store else -1, guard.fd if guard else -1)],
-                                 {int(port)} if store else set()).open()
+    descriptors = RunDescriptors([lambda: (store.fd if store else -1, guard.fd if guard else -1),
+                                  lambda: watch.descriptors() if watch else ()],
+                                 {int(port)} if store or watch else set()).open()
 
     def release() -> None:
-        """Stop serving the store and the guard (the run is over)."""
+        """Stop serving the store, the heartbeat and the guard (the run is over)."""
         descriptors.close()
+        if watch is not None:
+            watch.close()
         if store is not None:
             store.close()
         if guard is not None:
@@ -379,16 +388,23 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
                 guard.watch(h.pid for h in handles)
             return handles
 
-        before = None if store is None else store.start
+
+        def before() -> None:
+            """In the supervising thread, once the workers exist: serve the store, then beat."""
+            if store is not None:
+                store.start()
+            if watch is not None:
+                watch.start()
         elsewhere = tuple(r for r in range(plan.nodes * local) if r // local != plan.node)
         if plan.block:
-            return supervise(launch(), sink, plan.limit, start, log_dir=folder, before=before, elsewhere=elsewhere)
+            return supervise(launch(), sink, plan.limit, start, log_dir=folder, before=before, elsewhere=elsewhere,
+                             watch=watch)
         tee = RecordingTee(sink, main_rank)
 
         def body(handles: list[WorkerHandle], stop_fd: int) -> Any:
             try:
                 return supervise(handles, tee, plan.limit, start, log_dir=folder, before=before, stop_fd=stop_fd,
-                                 elsewhere=elsewhere)
+                                 elsewhere=elsewhere, watch=watch)
             finally:
                 release()
 

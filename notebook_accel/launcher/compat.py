@@ -19,7 +19,9 @@ from notebook_accel.errors import LaunchError, shown
 __all__ = ["Rendezvous", "check_rendezvous", "check_max_restarts", "check_prefix_template", "RDZV_BACKENDS"]
 
 RDZV_BACKENDS = ("static", "c10d")
-_RDZV_CONF_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "timeout", "is_host")
+_RDZV_CONF_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "timeout", "is_host",
+                   "keep_alive_interval", "keep_alive_max_attempt")
+DEFAULT_KEEP_ALIVE = (5.0, 3)  # torch's c10d rendezvous defaults: a node is lost after 3 missed 5 s beats
 DEFAULT_JOIN_TIMEOUT = 1800.0
 MIN_JOIN_TIMEOUT = 1.0  # shorter, the store's own operations time out before any worker could join
 MAX_JOIN_TIMEOUT = 7 * 24 * 3600.0  # a week; beyond that torch's timedelta arithmetic overflows sooner or later
@@ -34,6 +36,8 @@ class Rendezvous:
     endpoint_host: str | None
     endpoint_port: int | None
     join_timeout: float
+    keep_alive_interval: float = DEFAULT_KEEP_ALIVE[0]
+    keep_alive_max_attempt: int = DEFAULT_KEEP_ALIVE[1]
 
 
 def _endpoint(value: str) -> tuple[str | None, int | None]:
@@ -86,8 +90,17 @@ def check_rendezvous(
         raise LaunchError(
             f"rdzv_conf join_timeout={shown(join)} is not allowed; pass a number of seconds from "
             f"{MIN_JOIN_TIMEOUT:g} (workers need that long to start) to {MAX_JOIN_TIMEOUT:g} (a week), e.g. 600")
+    interval = options.get("keep_alive_interval", DEFAULT_KEEP_ALIVE[0])
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.1 <= interval <= 3600:
+        raise LaunchError(f"rdzv_conf keep_alive_interval={shown(interval)} is not allowed; pass seconds between "
+                          "heartbeats of the nodes, from 0.1 to 3600 (default 5)")
+    attempts = options.get("keep_alive_max_attempt", DEFAULT_KEEP_ALIVE[1])
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 1000:
+        raise LaunchError(f"rdzv_conf keep_alive_max_attempt={shown(attempts)} is not allowed; pass how many "
+                          "heartbeats a node may miss before it counts as lost, a whole number from 1 to 1000 "
+                          "(default 3)")
     host, port = _endpoint(endpoint)
-    return Rendezvous(host, port, seconds)
+    return Rendezvous(host, port, seconds, float(interval), attempts)
 
 
 def check_max_restarts(value: object) -> int:

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from notebook_accel.channel import decode
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started
+from notebook_accel.launcher.heartbeat import PeerWatch
 from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure, death_message
 from notebook_accel.launcher.messages import MessageReader
 from notebook_accel.launcher.output import RankOutput
@@ -67,8 +68,9 @@ class _Supervisor:
     """State of one supervised run (private: :func:`supervise` is the interface)."""
 
     def __init__(self, handles: Sequence[WorkerHandle], sink: Sink, grace: float, log_dir: Path | None,
-                 stop_fd: int | None = None, elsewhere: tuple[int, ...] = ()) -> None:
+                 stop_fd: int | None = None, elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None) -> None:
         self.handles = list(handles)
+        self.watch = watch
         self.elsewhere = elsewhere
         self.stop_fd = stop_fd
         self.sink = sink
@@ -204,6 +206,13 @@ class _Supervisor:
                 handle.rank, code, name, "", death_message(code, name, self.oom_kills, oom_kills()), "")
             self.begin_stop()
 
+    def on_lost_node(self, watch: PeerWatch) -> None:
+        """The heartbeat lost a node: that is the run's failure; stop every local worker now."""
+        self.watch = None  # reported once
+        if watch.lost is not None and watch.lost.rank not in self.failures:
+            self.failures[watch.lost.rank] = watch.lost
+        self.begin_stop(settle=0.0)
+
     # -- stopping -----------------------------------------------------------------------------------------
     def alive(self) -> list[WorkerHandle]:
         """Workers not reaped yet."""
@@ -245,9 +254,12 @@ class _Supervisor:
             if tick is not None:
                 limit = TICK_SECONDS if limit is None else min(limit, TICK_SECONDS)
             watched: list[Any] = [*self.conns, *self.fds, *self.sentinels]
-            ready = wait(watched if self.stop_fd is None else [*watched, self.stop_fd], limit)
+            extra = [fd for fd in (self.stop_fd, None if self.watch is None else self.watch.fd) if fd is not None and fd >= 0]
+            ready = wait([*watched, *extra], limit)
             if self.stop_fd is not None and self.stop_fd in ready:
                 raise StopRequested("the run was stopped (stop())")
+            if self.watch is not None and self.watch.fd in ready:
+                self.on_lost_node(self.watch)
             for obj in ready:
                 if isinstance(obj, Connection):
                     if obj in self.conns:
@@ -350,7 +362,7 @@ def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: st
 def supervise(
     handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None,
     log_dir: Path | None = None, before: Callable[[], None] | None = None, stop_fd: int | None = None,
-    elsewhere: tuple[int, ...] = (),
+    elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None,
 ) -> Any:
     """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
 
@@ -367,6 +379,7 @@ def supervise(
             the run then ends as with the stop button and :class:`StopRequested` is raised.
         elsewhere: the ranks on other machines (several nodes): a failure that is only lost connections is
             reported as the loss of another node.
+        watch: the node's heartbeat (several nodes): a node it loses fails the run at once.
 
     Returns:
         Rank 0's return value (``None`` when rank 0 is on another node).
@@ -376,7 +389,7 @@ def supervise(
         LaunchTimeoutError: the run exceeded ``timeout``.
         KeyboardInterrupt: the run was interrupted; every worker was stopped first.
     """
-    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere)
+    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere, watch)
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
         sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
     try:

@@ -86,8 +86,8 @@ def test_a_full_tmpfs_keeps_metrics_readable(tmp_path: Path) -> None:
     disk.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(disk)], capture_output=True).returncode:
         pytest.skip("mount is not permitted here")
+    tracker = JSONLTracker("run", disk)
     try:
-        tracker = JSONLTracker("run", disk)
         with pytest.raises(OSError, match="could not take this log line"):
             for step in range(10_000):
                 tracker.log({"loss": 1.0 / (step + 1), "note": "n" * 300}, step=step)
@@ -95,4 +95,5 @@ def test_a_full_tmpfs_keeps_metrics_readable(tmp_path: Path) -> None:
         steps = [row["step"] for row in _lines(disk / "run" / "metrics.jsonl")]  # every line parses
         assert steps == list(range(len(steps))) and len(steps) > 5
     finally:
+        tracker.finish()  # an open file would keep the mount busy
         subprocess.run(["umount", str(disk)], check=False)
