@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from notebook_accel import hardware
 from notebook_accel.config import Config, resolve_config
-from notebook_accel.environment import LaunchEnvironment, restart_variables
+from notebook_accel.environment import restart_variables
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import RunInfo, Sink
 from notebook_accel.deepspeed.plugin import deepspeed_launch_value
@@ -23,7 +23,7 @@ from notebook_accel.launcher.guard import KernelDeathGuard
 from notebook_accel.launcher.heartbeat import PeerWatch
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.kernel_fds import RunDescriptors
-from notebook_accel.launcher.ports import check_port_free, free_port
+from notebook_accel.launcher.plan import Plan, choose_port, environments, function_name
 from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, worker_variables
 from notebook_accel.launcher.runlogs import create_run_folder, display_path
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
@@ -86,44 +86,6 @@ def _settings(
         num_nodes=num_nodes,
         node_rank=node_rank,
     )
-
-
-def _choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
-    """The user's port (checked on node 0, which serves the rendezvous) or a free one."""
-    if port is not None:
-        if node_rank == 0:
-            check_port_free(port, master_addr)
-        return port
-    try:
-        return free_port(master_addr)
-    except OSError as e:
-        raise LaunchError(
-            f"master_addr={shown(master_addr)} is not an address of this machine ({e}); use '127.0.0.1' for a "
-            "single machine, or this machine's address on the network for node 0"
-        ) from e
-
-
-def _environments(
-    devices: Sequence[str], node_rank: int, num_nodes: int, master_addr: str, port: int,
-    mixed_precision: str | None, gradient_accumulation_steps: int | None, extra_vars: dict[str, str],
-    fsdp: str | None = None, deepspeed: str | None = None,
-) -> list[LaunchEnvironment]:
-    """One launch environment per local worker; global rank = node_rank * local workers + local rank."""
-    local = len(devices)
-    return [
-        LaunchEnvironment(
-            rank=node_rank * local + i, local_rank=i, world_size=num_nodes * local, local_world_size=local,
-            master_addr=master_addr, master_port=port, device=device, mixed_precision=mixed_precision,
-            gradient_accumulation_steps=gradient_accumulation_steps, launched=True,
-            extra_vars=tuple(extra_vars.items()), fsdp=fsdp, deepspeed=deepspeed,
-        )
-        for i, device in enumerate(devices)
-    ]
-
-
-def _function_name(function: Callable[..., Any]) -> str:
-    """``train`` for a function, the class name for another callable."""
-    return str(getattr(function, "__qualname__", None) or type(function).__name__)
 
 
 @user_facing
@@ -280,7 +242,7 @@ def notebook_launcher(
     in_process = len(devices) == 1 and nodes == 1 and limit is None and not restarts and block
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
-    plan = _Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
+    plan = Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
                  limit, in_process, dashboard, show_all_ranks, prefix, rdzv, block, fsdp,
                  deepspeed, config_engine(resolved, len(devices) * nodes))
     resume: str | None = None
@@ -303,43 +265,17 @@ def notebook_launcher(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """Everything one attempt of a checked launch needs."""
-
-    function: Callable[..., Any]
-    args: tuple[Any, ...]
-    devices: list[str]
-    backend: str
-    precision: str | None
-    steps: int | None
-    node: int
-    nodes: int
-    master_addr: str
-    port: int | None
-    limit: float | None
-    in_process: bool
-    dashboard: bool | Sink | None
-    show_all_ranks: bool
-    prefix: str | None
-    rdzv: compat.Rendezvous
-    block: bool
-    fsdp: str | None
-    deepspeed: str | None
-    engine: str = ""  # the engine the launch config names, for the header ("" without a config)
-
-
-def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any:
+def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
     """One run of the plan: serve the store (node 0), show the run, then run in this process or fork and watch
     (here, or in a background thread with ``block=False``)."""
     local = len(plan.devices)
     # Node 0 of a forked run serves the rendezvous store itself, bound to master_addr only (.rendezvous).
     listener = bind_listener(plan.master_addr, plan.port) if plan.node == 0 and not plan.in_process else None
-    port = _choose_port(plan.port, plan.master_addr, plan.node) if listener is None else listener.getsockname()[1]
+    port = choose_port(plan.port, plan.master_addr, plan.node) if listener is None else listener.getsockname()[1]
     variables = {} if plan.in_process else worker_variables(plan.master_addr, plan.nodes)
     if attempt:
         variables.update(restart_variables(attempt, resume))
-    envs = _environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
+    envs = environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
                          plan.steps, variables, plan.fsdp, plan.deepspeed)
     store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.rdzv.join_timeout)
     guard = None if plan.in_process else KernelDeathGuard()  # ends the workers' groups if the kernel is killed
@@ -366,7 +302,7 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
         main_rank = plan.node * local
         sink: Sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=main_rank,
                                              prefix_template=plan.prefix))
-        name = _function_name(plan.function)
+        name = function_name(plan.function)
         folder = None if plan.in_process else create_run_folder(name)
         sink.start(RunInfo(local, tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder),
