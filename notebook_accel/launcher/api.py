@@ -345,6 +345,7 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
                 release()
 
         run = BackgroundRun(name, tee, launch, body)  # returns once the workers are forked (or raises)
+        descriptors.sources.append(run.descriptors)  # its stop pipe: not for later runs' workers either
         handed_over = True
         return run
     finally:

@@ -111,6 +111,7 @@ class BackgroundRun:
         self._future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._future.set_running_or_notify_cancel()  # a running future cannot be cancelled (asyncio.wait_for)
         self._stop_read, self._stop_write = os.pipe()
+        os.set_blocking(self._stop_write, False)  # stop() called many times never blocks on a full pipe
         self._status: RunStatus = "running"
         self._forked = threading.Event()
         self._start_error: BaseException | None = None
@@ -151,26 +152,28 @@ class BackgroundRun:
 
             self._settle("timeout" if isinstance(e, LaunchTimeoutError) else "failed", e)
         else:
+            self._forget()
             self._status = "finished"
             self._future.set_result(value)
-            self._forget()
 
     def _settle(self, status: RunStatus, error: BaseException) -> None:
+        self._forget()  # before the future: whoever waits on it finds nothing of the run left open
         self._status = status
         self._future.set_exception(error)
-        self._forget()
 
     def _forget(self) -> None:
+        """The run is over: it leaves the active list and its stop pipe is closed (a later stop() is a no-op)."""
         with _LOCK:
             if self in _ACTIVE:
                 _ACTIVE.remove(self)
-        os.close(self._stop_read)  # a later stop() writes into a pipe nobody reads: harmless (EPIPE)
+            for fd in (self._stop_read, self._stop_write):
+                if fd >= 0:
+                    os.close(fd)
+            self._stop_read = self._stop_write = -1
 
-    def __del__(self) -> None:
-        try:
-            os.close(self._stop_write)
-        except (OSError, AttributeError):
-            pass
+    def descriptors(self) -> tuple[int, int]:
+        """The stop pipe's ends while the run goes on (for :mod:`.kernel_fds`)."""
+        return self._stop_read, self._stop_write
 
     @property
     def status(self) -> RunStatus:
@@ -209,11 +212,12 @@ class BackgroundRun:
     def stop(self, wait: bool = True) -> None:
         """End the run as the stop button ends a blocking one (SIGTERM, grace, SIGKILL, reap everything).
         Idempotent; with ``wait``, returns once every worker is gone."""
-        if not self.done:
-            try:
-                os.write(self._stop_write, b"x")
-            except OSError:  # it ended meanwhile (EPIPE)
-                pass
+        with _LOCK:  # the pipe is closed under the same lock when the run ends
+            if self._stop_write >= 0:
+                try:
+                    os.write(self._stop_write, b"x")
+                except BlockingIOError:  # full of earlier requests: the run is stopping already
+                    pass
         if wait:
             self.wait()
 
