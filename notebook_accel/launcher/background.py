@@ -31,12 +31,12 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
-from notebook_accel.errors import LaunchError, NotebookAccelError
+from notebook_accel.errors import LaunchError, NotebookAccelError, shown
 from notebook_accel.events import Event, Log, Metrics, RunInfo, RunOutcome, Sink
 from notebook_accel.launcher.spawn import interrupts_held
 from notebook_accel.launcher.supervisor import StopRequested
 
-__all__ = ["BackgroundRun", "RunStoppedError", "RunStatus", "check_can_start", "RecordingTee"]
+__all__ = ["BackgroundRun", "RunStoppedError", "RunArgumentError", "RunStatus", "check_can_start", "RecordingTee"]
 
 RunStatus = Literal["running", "finished", "failed", "timeout", "stopped"]
 _ACTIVE: list[BackgroundRun] = []
@@ -45,6 +45,23 @@ _LOCK = threading.Lock()
 
 class RunStoppedError(NotebookAccelError, RuntimeError):
     """The background run was stopped with ``stop()`` before it finished; every worker was stopped."""
+
+
+class RunArgumentError(NotebookAccelError, ValueError):
+    """A :class:`BackgroundRun` method was given a value it cannot use (e.g. ``wait(timeout="5")``)."""
+
+
+def _seconds(method: str, timeout: object) -> float | None:
+    """``timeout`` for ``wait``/``result``: ``None`` (no limit), or seconds (negative: 0; beyond what a wait
+    can take: no limit)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout:
+        raise RunArgumentError(f"{method}(timeout={shown(timeout)}) is not allowed; pass a number of seconds, or "
+                               "None to wait until the run ends")
+    if timeout >= threading.TIMEOUT_MAX:
+        return None
+    return max(0.0, float(timeout))
 
 
 class RecordingTee:
@@ -198,14 +215,14 @@ class BackgroundRun:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run ends or ``timeout`` seconds pass; returns whether it has ended."""
-        done, _ = concurrent.futures.wait([self._future], timeout)
+        done, _ = concurrent.futures.wait([self._future], _seconds("wait", timeout))
         return bool(done)
 
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's return value, waiting for it; raises what a blocking launch raises (``WorkerError``,
         ``LaunchTimeoutError``), :class:`RunStoppedError` after :meth:`stop`, or ``TimeoutError`` when
         ``timeout`` seconds pass first (the run goes on)."""
-        if not self.wait(timeout):
+        if not self.wait(_seconds("result", timeout)):
             raise TimeoutError(f"the run of {self.name} is still going after {timeout} s; it goes on")
         return self._future.result()
 

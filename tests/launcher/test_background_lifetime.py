@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from notebook_accel.launcher import WorkerError, notebook_launcher
+from notebook_accel.launcher.background import RunArgumentError
 from notebook_accel.launcher.errors import death_message
 from notebook_accel.launcher.ports import check_port_free
 from notebook_accel.launcher.processes import oom_kills
@@ -131,3 +133,19 @@ def test_oom_kills_reads_the_counter(tmp_path: Path) -> None:
     vmstat.write_text("nr_free_pages 12\n")
     assert oom_kills(str(vmstat)) is None
     assert oom_kills(str(tmp_path / "absent")) is None
+
+
+def test_the_handle_refuses_timeouts_it_cannot_use() -> None:
+    run = notebook_launcher(counting, args=(10_000, 0.05), num_processes=2, block=False, dashboard=RecordingSink())
+    try:
+        for bad in (math.nan, "5", [1], True, object()):
+            for method in (run.wait, run.result):
+                with pytest.raises(RunArgumentError, match=r"timeout=.* is not allowed; pass a number of seconds"):
+                    method(timeout=bad)  # type: ignore[operator]
+        assert run.wait(-1) is False and run.wait(0.0) is False
+        with pytest.raises(TimeoutError, match="it goes on"):
+            run.result(timeout=-5)
+        assert run.status == "running"
+    finally:
+        run.stop()
+    assert run.wait(10**5000) is True  # more than a wait can take: no limit (and it has ended)
