@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from notebook_accel.launcher import WorkerError, notebook_launcher
+from notebook_accel.launcher import WorkerError, kernel_fds, notebook_launcher
 from notebook_accel.launcher.background import RunArgumentError
 from notebook_accel.launcher.errors import death_message
 from notebook_accel.launcher.ports import check_port_free
@@ -41,6 +41,18 @@ def sockets_then_serve(pause: float) -> tuple[str, list[str]]:
     return os.environ["MASTER_PORT"], held
 
 
+def open_targets(pause: float) -> list[str]:
+    """What every descriptor of this worker points at, on entry; then a pause."""
+    targets = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{name}"))
+        except OSError:
+            continue
+    time.sleep(pause)
+    return targets
+
+
 def counting(steps: int, pause: float) -> int:
     for _ in range(steps):
         time.sleep(pause)
@@ -61,6 +73,21 @@ def test_a_concurrent_runs_worker_holds_none_of_the_first_runs_sockets() -> None
     finally:
         second.stop()
     assert child_pids() == []
+
+
+def test_a_concurrent_runs_worker_holds_none_of_the_first_runs_pipes_or_pidfds() -> None:
+    first = notebook_launcher(counting, args=(200, 0.05), num_processes=2, block=False, dashboard=RecordingSink())
+    try:
+        held = kernel_fds.snapshot().fds  # the first run's pipes, pidfds, guard pipe and stop pipe
+        assert len(held) >= 8
+        assert not [fd for fd in held if os.get_inheritable(fd)], "a launcher descriptor survives exec"
+        first_targets = {os.readlink(f"/proc/self/fd/{fd}") for fd in held}
+        second = notebook_launcher(open_targets, args=(0.0,), num_processes=2, block=False,
+                                   dashboard=RecordingSink(), concurrent=True)
+        inherited = set(second.result(timeout=90)) & first_targets
+        assert not inherited, f"the second run's worker holds the first run's {sorted(inherited)}"
+    finally:
+        first.stop()
 
 
 def _launch(steps: int) -> object:
