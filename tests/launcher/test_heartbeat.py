@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from multiprocessing.connection import wait
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from notebook_accel.launcher.rendezvous import StoreServer, bind_listener
 pytestmark = pytest.mark.timeout(120)
 
 
-def _client(port: int) -> object:
+def _client(port: int) -> Any:
     from torch.distributed import TCPStore
 
     return TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=10), wait_for_workers=False)
