@@ -140,3 +140,17 @@ def fuzz_case(
         elif name in always or rng.random() < 0.4:
             case[name] = rng.choice(good)
     return case, bad
+
+
+LONG_TEXT = "x" * 100_000
+# What a hostile caller passes anywhere: a very long string, a list where a scalar goes, NaN, a huge negative
+# number, a dict, an object of no known type.
+HOSTILE: dict[str, Any] = {"long": LONG_TEXT, "list": [1], "nan": float("nan"), "negative": -(10**30),
+                           "dict": {"a": 1}, "object": object()}
+
+
+def add_hostile(pools: dict[str, tuple[list[Any], list[Any]]], accepts: dict[str, tuple[str, ...]]) -> None:
+    """Add each :data:`HOSTILE` value to every parameter's refused values in ``pools``, except the kinds
+    ``accepts`` names for that parameter (where the value is a valid one)."""
+    for name, (_, wrong) in pools.items():
+        wrong.extend(value for kind, value in HOSTILE.items() if kind not in accepts.get(name, ()))

@@ -13,12 +13,12 @@ import pytest
 
 from notebook_accel import Accelerator, DataLoaderConfiguration, ProjectConfiguration
 from notebook_accel.errors import NotebookAccelError, shown
-from tests.helpers import fuzz_case, process_state
+from tests.helpers import add_hostile, fuzz_case, process_state
 
 pytestmark = pytest.mark.timeout(120)
 
 SEED = 1124
-CALLS = 150
+CALLS = 300
 
 # Per parameter: (values that must work, values that must be refused with our error).
 HUGE = 10**5000  # no decimal repr in Python 3.11+: an error message that shows it with repr() fails itself
@@ -37,6 +37,7 @@ POOLS: dict[str, tuple[list[Any], list[Any]]] = {
     "step_scheduler_with_optimizer": ([True, False], ["no", None, HUGE]),
     "kwargs_handlers": ([None, []], [[5], "ddp", [object()], HUGE]),
 }
+add_hostile(POOLS, {"project_dir": ("long",)})  # any string is a folder name until it is used
 
 
 def test_accelerator_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,6 +58,8 @@ def summary_text(state: RunState, elapsed: float) -> str:
     lines.append("ranks: " + ", ".join(f"{r}={s.status}" for r, s in sorted(state.ranks.items())))
     for name, (step, value) in state.latest.items():
         lines.append(f"{name} = {format_value(value)} (step {step})")
+    if state.metrics_note():
+        lines.append(state.metrics_note())
     output = _last_output(state)
     if output:
         lines.append(f"last output of rank {state.main_rank}:")
@@ -86,6 +88,8 @@ def summary_html(state: RunState, elapsed: float, png: bytes | None = None, wher
             f"<tr><td>{esc(name)}</td><td>{step}</td><td>{format_value(value)}</td></tr>"
             for name, (step, value) in state.latest.items()
         )
+        note = state.metrics_note()
+        rows += f'<tr><td colspan="3"><i>{esc(note)}</i></td></tr>' if note else ""
         parts.append(f"<table><tr><th>metric</th><th>step</th><th>last value</th></tr>{rows}</table>")
     output = _last_output(state, SNAPSHOT_HTML_LINES)
     if output:

@@ -42,6 +42,9 @@ RunStatus = Literal["starting", "running", "finished", "failed", "timeout", "int
 ShownStatus = Literal["starting", "running", "finishing", "finished", "failed", "timeout", "stopped"]
 _ENDED = ("finished", "failed", "stopped")
 _STOP_SIGNALS = {signal.SIGTERM.name, signal.SIGKILL.name, signal.SIGINT.name}
+MAX_SERIES = 48  # metrics drawn (so at most this many panels and curves); later names are in the table only
+MAX_TABLE = 200  # metrics in the table of latest values; later names are only counted
+_MAX_COUNTED = 100_000  # distinct names beyond the table remembered for counting (beyond: "at least")
 
 
 def group_of(name: str) -> str:
@@ -146,6 +149,10 @@ class RunState:
     Args:
         info: the run being launched.
         budget: point budget of each metric series.
+        max_series: the most metrics drawn (each panel and curve costs every redraw); the first names logged
+            are drawn, every later one is only in the table.
+        max_table: the most metrics in the table of latest values; beyond, names are counted
+            (:attr:`metrics_not_shown`), so thousands of names cost what a few hundred do.
         max_log_lines: how many output lines are kept (oldest dropped first), for the main rank and for all.
 
     Example:
@@ -157,9 +164,13 @@ class RunState:
         ('running', (1, 0.5))
     """
 
-    def __init__(self, info: RunInfo, budget: int = 200, max_log_lines: int = 1000) -> None:
+    def __init__(self, info: RunInfo, budget: int = 200, max_log_lines: int = 1000, max_series: int = MAX_SERIES,
+                 max_table: int = MAX_TABLE) -> None:
         self.info = info
         self.budget = budget
+        self.max_series = max_series
+        self.max_table = max_table
+        self._not_shown: set[str] = set()  # names beyond the table (at most _MAX_COUNTED of them)
         self.status: RunStatus = "starting"
         self.ranks: dict[int, RankState] = {r: RankState(r) for r in range(info.num_processes)}
         for rank, device in enumerate(info.devices[: info.num_processes]):
@@ -197,6 +208,19 @@ class RunState:
         if self.status != "starting" and self.ranks and all(s.status in _ENDED for s in self.ranks.values()):
             return "finishing"
         return "stopped" if self.status == "interrupted" else self.status
+
+    def metrics_not_shown(self) -> int:
+        """How many distinct metric names are neither drawn nor in the table (a lower bound past 100,000)."""
+        return len(self._not_shown)
+
+    def metrics_note(self) -> str:
+        """A line for under the table when some names are not in it (``""`` otherwise)."""
+        hidden = len(self._not_shown)
+        if not hidden:
+            return ""
+        more = "at least " if hidden >= _MAX_COUNTED else ""
+        return (f"and {more}{hidden} more metrics not shown (the dashboard draws {self.max_series} and lists "
+                f"{self.max_table}); every value is in run.metrics and in the trackers' files")
 
     @property
     def progress(self) -> ProgressState:
@@ -286,16 +310,23 @@ class RunState:
         """Append each value to its series; ``step=None`` counts the series' own points."""
         self.metrics_version += 1
         suffix = "" if event.rank == self.main_rank else f" (rank {event.rank})"
+        progress_step: int | None = None
         for key, value in event.values.items():
             name = key + suffix if suffix else key
             series = self.series.get(name)
-            if series is None:
+            if series is None and len(self.series) < self.max_series:
                 series = self.series[name] = Series(self.budget)
-            step = event.step if event.step is not None else series.count
-            series.append(step, value)
-            self.latest[name] = (step, value)
+            step = event.step if event.step is not None or series is None else series.count
+            if series is not None:
+                series.append(step, value)
+            if name in self.latest or len(self.latest) < self.max_table:
+                self.latest[name] = (step, value)
+            elif len(self._not_shown) < _MAX_COUNTED:
+                self._not_shown.add(name)
             if not suffix and step is not None:
-                self.run_progress.on_step(step, event.time, self._now)
+                progress_step = step if progress_step is None else max(progress_step, step)
+        if progress_step is not None:  # once per event, however many names it carries
+            self.run_progress.on_step(progress_step, event.time, self._now)
 
     def _progress(self, event: Progress) -> None:
         """Track each rank's count; the lowest reporting rank drives the progress bars."""

@@ -151,6 +151,9 @@ def metrics_html(state: RunState) -> str:
         f"<td {_CELL}>{format_value(value)}</td></tr>"
         for name, (step, value) in state.latest.items()
     )
+    note = state.metrics_note()
+    if note:
+        rows += f'<tr><td {_CELL} colspan="3"><i>{html.escape(note)}</i></td></tr>'
     return f"<table {_TABLE}><tr>{head}</tr>{rows}</table>"
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from notebook_accel import hardware
 from notebook_accel.config import Config, resolve_config
-from notebook_accel.environment import LaunchEnvironment, restart_variables
+from notebook_accel.environment import restart_variables
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import RunInfo, Sink
 from notebook_accel.deepspeed.plugin import deepspeed_launch_value
@@ -21,12 +21,14 @@ from notebook_accel.launcher import compat, preflight
 from notebook_accel.launcher.background import BackgroundRun, RecordingTee, check_can_start
 from notebook_accel.launcher.errors import WorkerError
 from notebook_accel.launcher.guard import KernelDeathGuard
+from notebook_accel.launcher.heartbeat import PeerWatch
 from notebook_accel.launcher.inprocess import run_in_process
-from notebook_accel.launcher.ports import check_port_free, free_port
+from notebook_accel.launcher.kernel_fds import RunDescriptors
+from notebook_accel.launcher.plan import Plan, choose_port, environments, function_name
 from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, new_store_prefix, worker_variables
 from notebook_accel.launcher.runlogs import create_run_folder, display_path
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
-from notebook_accel.launcher.spawn import start_workers
+from notebook_accel.launcher.spawn import WorkerHandle, start_workers
 from notebook_accel.launcher.supervisor import finish_aborted, supervise
 from notebook_accel.launcher.tracebacks import user_facing
 from notebook_accel.launcher.phases import launch_phase
@@ -86,44 +88,6 @@ def _settings(
         num_nodes=num_nodes,
         node_rank=node_rank,
     )
-
-
-def _choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
-    """The user's port (checked on node 0, which serves the rendezvous) or a free one."""
-    if port is not None:
-        if node_rank == 0:
-            check_port_free(port, master_addr)
-        return port
-    try:
-        return free_port(master_addr)
-    except OSError as e:
-        raise LaunchError(
-            f"master_addr={shown(master_addr)} is not an address of this machine ({e}); use '127.0.0.1' for a "
-            "single machine, or this machine's address on the network for node 0"
-        ) from e
-
-
-def _environments(
-    devices: Sequence[str], node_rank: int, num_nodes: int, master_addr: str, port: int,
-    mixed_precision: str | None, gradient_accumulation_steps: int | None, extra_vars: dict[str, str],
-    fsdp: str | None = None, deepspeed: str | None = None,
-) -> list[LaunchEnvironment]:
-    """One launch environment per local worker; global rank = node_rank * local workers + local rank."""
-    local = len(devices)
-    return [
-        LaunchEnvironment(
-            rank=node_rank * local + i, local_rank=i, world_size=num_nodes * local, local_world_size=local,
-            master_addr=master_addr, master_port=port, device=device, mixed_precision=mixed_precision,
-            gradient_accumulation_steps=gradient_accumulation_steps, launched=True,
-            extra_vars=tuple(extra_vars.items()), fsdp=fsdp, deepspeed=deepspeed,
-        )
-        for i, device in enumerate(devices)
-    ]
-
-
-def _function_name(function: Callable[..., Any]) -> str:
-    """``train`` for a function, the class name for another callable."""
-    return str(getattr(function, "__qualname__", None) or type(function).__name__)
 
 
 @user_facing
@@ -191,7 +155,9 @@ def notebook_launcher(
             backends (etcd) are refused.
         rdzv_endpoint: ``"host[:port]"`` of node 0; fills ``master_addr``/``use_port`` when those are not given.
         rdzv_conf: rendezvous options; ``join_timeout`` (seconds a worker waits for the others at the
-            rendezvous, default 1800) is used, the others are accepted and ignored.
+            rendezvous, 1 to 604800, default 1800) and, with several nodes, ``keep_alive_interval`` (seconds
+            between the nodes' heartbeats, default 5) and ``keep_alive_max_attempt`` (beats missed before a
+            node counts as lost, default 3) are used; the others are accepted and ignored.
         rdzv_id: accepted for accelerate's code; a run here is identified by its log folder.
         max_restarts: restarts after a failure. A run restarts from the last checkpoint it committed with
             ``accelerator.save_state()``: the restarted workers see it as ``accelerator.resume_from`` and
@@ -199,7 +165,8 @@ def notebook_launcher(
             saved nothing restarts from the start, as accelerate's does. One machine only.
         monitor_interval: accepted for accelerate's code; the launcher here is woken by events, not polling.
         log_line_prefix_template: a prefix for other ranks' lines on the console, with ``{rank}`` and
-            ``{local_rank}`` (torchrun's names ``${rank}``/``${local_rank}`` work too); ``None``: ``[rank N] ``.
+            ``{local_rank}`` (torchrun's names ``${rank}``/``${local_rank}`` work too), at most 200 characters
+            once filled; ``None``: ``[rank N] ``.
         dashboard: ``None`` (a live dashboard in Jupyter when ipywidgets is installed, else console output),
             ``True``, ``False`` (console), or any :class:`~notebook_accel.events.Sink`.
         show_all_ranks: show every rank's output, not only the main process's (others' errors always show).
@@ -277,8 +244,8 @@ def notebook_launcher(
     in_process = len(devices) == 1 and nodes == 1 and limit is None and not restarts and block
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
-    plan = _Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
-                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv.join_timeout, block, fsdp,
+    plan = Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
+                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv, block, fsdp,
                  deepspeed, config_engine(resolved, len(devices) * nodes))
     resume: str | None = None
     for attempt in range(restarts + 1):
@@ -294,49 +261,33 @@ def notebook_launcher(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """Everything one attempt of a checked launch needs."""
-
-    function: Callable[..., Any]
-    args: tuple[Any, ...]
-    devices: list[str]
-    backend: str
-    precision: str | None
-    steps: int | None
-    node: int
-    nodes: int
-    master_addr: str
-    port: int | None
-    limit: float | None
-    in_process: bool
-    dashboard: bool | Sink | None
-    show_all_ranks: bool
-    prefix: str | None
-    join_timeout: float
-    block: bool
-    fsdp: str | None
-    deepspeed: str | None
-    engine: str = ""  # the engine the launch config names, for the header ("" without a config)
-
-
-def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any:
+def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
     """One run of the plan: serve the store (node 0), show the run, then run in this process or fork and watch
     (here, or in a background thread with ``block=False``)."""
     local = len(plan.devices)
     # Node 0 of a forked run serves the rendezvous store itself, bound to master_addr only (.rendezvous).
     listener = bind_listener(plan.master_addr, plan.port) if plan.node == 0 and not plan.in_process else None
-    port = _choose_port(plan.port, plan.master_addr, plan.node) if listener is None else listener.getsockname()[1]
+    port = choose_port(plan.port, plan.master_addr, plan.node) if listener is None else listener.getsockname()[1]
     variables = {} if plan.in_process else worker_variables(plan.master_addr, plan.nodes)
     if attempt:
         variables.update(restart_variables(attempt, resume))
-    envs = _environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
+    envs = environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
                          plan.steps, variables, plan.fsdp, plan.deepspeed)
-    store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.join_timeout)
+    store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.rdzv.join_timeout)
     guard = None if plan.in_process else KernelDeathGuard()  # ends the workers' groups if the kernel is killed
+    watch = None if plan.nodes == 1 or plan.in_process else PeerWatch(  # a lost node ends the run (.heartbeat)
+        plan.master_addr, int(port), plan.node, plan.nodes, local, plan.rdzv.keep_alive_interval,
+        plan.rdzv.keep_alive_max_attempt, plan.rdzv.join_timeout)
+    # What this run holds open in the kernel: the workers of every later fork close it (.kernel_fds).
+    descriptors = RunDescriptors([lambda: (store.fd if store else -1, guard.fd if guard else -1),
+                                  lambda: watch.descriptors() if watch else ()],
+                                 {int(port)} if store or watch else set()).open()
 
     def release() -> None:
-        """Stop serving the store and the guard (the run is over)."""
+        """Stop serving the store, the heartbeat and the guard (the run is over)."""
+        descriptors.close()
+        if watch is not None:
+            watch.close()
         if store is not None:
             store.close()
         if guard is not None:
@@ -347,7 +298,7 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
         main_rank = plan.node * local
         sink: Sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=main_rank,
                                              prefix_template=plan.prefix))
-        name = _function_name(plan.function)
+        name = function_name(plan.function)
         folder = None if plan.in_process else create_run_folder(name)
         sink.start(RunInfo(local, tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder),
@@ -356,34 +307,47 @@ def _attempt(plan: _Plan, start: float, attempt: int, resume: str | None) -> Any
             return run_in_process(plan.function, plan.args, envs[0], sink, start)
         warming = "importing torch's distributed modules in the kernel (once)" if warming_needed(plan.backend) else ""
         with launch_phase(sink, warming, ticking=True) if warming else nullcontext():
-            warm_kernel(plan.backend)
-        try:
-            inherited = tuple(fd for fd in (store.fd if store else -1, guard.fd if guard else -1) if fd >= 0)
-            noun = "process" if local == 1 else "processes"
-            prefix = new_store_prefix() if store is not None and plan.nodes == 1 else None  # all forks of us
-            with launch_phase(sink, f"starting {local} worker {noun}"):
-                handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
-                                        inherited_fds=inherited, store_prefix=prefix)
-        except BaseException as e:
-            finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
-            raise
-        if guard is not None:
-            guard.watch(h.pid for h in handles)
-        before = None if store is None else store.start
+            warm_kernel(plan.backend, store=store is not None)
+        prefix = new_store_prefix() if store is not None and plan.nodes == 1 else None  # all forks of us
+
+        def launch() -> list[WorkerHandle]:
+            """Fork the workers (in the thread that will watch them: see .background) and guard them."""
+            try:
+                inherited = tuple(fd for fd in (store.fd if store else -1, guard.fd if guard else -1) if fd >= 0)
+                noun = "process" if local == 1 else "processes"
+                with launch_phase(sink, f"starting {local} worker {noun}"):
+                    handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
+                                            inherited_fds=inherited, store_prefix=prefix, descriptors=descriptors)
+            except BaseException as e:
+                finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
+                raise
+            if guard is not None:
+                guard.watch(h.pid for h in handles)
+            return handles
+
+        def before() -> None:
+            """In the supervising thread, once the workers exist: serve the store, then beat."""
+            if store is not None:
+                store.start()
+            if watch is not None:
+                watch.start()
         elsewhere = tuple(r for r in range(plan.nodes * local) if r // local != plan.node)
         if plan.block:
-            return supervise(handles, sink, plan.limit, start, log_dir=folder, before=before, elsewhere=elsewhere)
+            return supervise(launch(), sink, plan.limit, start, log_dir=folder, before=before, elsewhere=elsewhere,
+                             watch=watch)
         tee = RecordingTee(sink, main_rank)
 
-        def body(stop_fd: int) -> Any:
+        def body(handles: list[WorkerHandle], stop_fd: int) -> Any:
             try:
                 return supervise(handles, tee, plan.limit, start, log_dir=folder, before=before, stop_fd=stop_fd,
-                                 elsewhere=elsewhere)
+                                 elsewhere=elsewhere, watch=watch)
             finally:
                 release()
 
+        run = BackgroundRun(name, tee, launch, body)  # returns once the workers are forked (or raises)
+        descriptors.sources.append(run.descriptors)  # its stop pipe: not for later runs' workers either
         handed_over = True
-        return BackgroundRun(name, tee, body)
+        return run
     finally:
         if not handed_over:
             release()

@@ -1,9 +1,16 @@
 """``notebook_launcher(..., block=False)``: the run goes on while the notebook stays usable.
 
-The workers are forked by the caller's thread at call time (so the fork is as safe as a blocking launch);
-a daemon thread then runs the same supervision loop a blocking launch runs, feeding the same sink (the
-dashboard under the launching cell updates through widget traits, which ipykernel sends from any thread).
-The caller gets a :class:`BackgroundRun` at once.
+The workers are forked at call time by a thread of the run's own, which then runs the same supervision loop
+a blocking launch runs, feeding the same sink (the dashboard under the launching cell updates through widget
+traits, which ipykernel sends from any thread). The caller waits only for the forks, inside the launcher
+(holding no lock a child could inherit taken), and gets a :class:`BackgroundRun`. The forking thread lives as
+long as the run: ``PR_SET_PDEATHSIG`` fires when the *thread* that forked a worker ends, so a fork by the
+caller's thread would kill the workers as soon as a short-lived caller (a ``ThreadPoolExecutor`` job,
+``asyncio.to_thread``) returned. That thread blocks SIGINT, so the stop button always reaches the thread
+running the cell.
+
+The handle's future cannot be cancelled: ``asyncio.wait_for(run, 2)`` timing out cancels the caller's await,
+never the run (the handle still says ``"running"`` and ``stop()`` still stops it).
 
 The stop button interrupts whatever cell is running, never the background run: :meth:`BackgroundRun.stop`
 (or the dashboard's own stop button) ends it, with the blocking launch's teardown. One background run at a
@@ -22,17 +29,19 @@ import asyncio
 import atexit
 import concurrent.futures
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
 from notebook_accel.durations import format_duration
-from notebook_accel.errors import LaunchError, NotebookAccelError
+from notebook_accel.errors import LaunchError, NotebookAccelError, shown
 from notebook_accel.events import Event, Log, Metrics, RunInfo, RunOutcome, Sink
+from notebook_accel.launcher.spawn import interrupts_held
 from notebook_accel.launcher.supervisor import StopRequested
 
-__all__ = ["BackgroundRun", "RunStoppedError", "RunStatus", "check_can_start", "RecordingTee"]
+__all__ = ["BackgroundRun", "RunStoppedError", "RunArgumentError", "RunStatus", "check_can_start", "RecordingTee"]
 
 RunStatus = Literal["running", "finished", "failed", "timeout", "stopped"]
 _ACTIVE: list[BackgroundRun] = []
@@ -41,6 +50,23 @@ _LOCK = threading.Lock()
 
 class RunStoppedError(NotebookAccelError, RuntimeError):
     """The background run was stopped with ``stop()`` before it finished; every worker was stopped."""
+
+
+class RunArgumentError(NotebookAccelError, ValueError):
+    """A :class:`BackgroundRun` method was given a value it cannot use (e.g. ``wait(timeout="5")``)."""
+
+
+def _seconds(method: str, timeout: object) -> float | None:
+    """``timeout`` for ``wait``/``result``: ``None`` (no limit), or seconds (negative: 0; beyond what a wait
+    can take: no limit)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout:
+        raise RunArgumentError(f"{method}(timeout={shown(timeout)}) is not allowed; pass a number of seconds, or "
+                               "None to wait until the run ends")
+    if timeout >= threading.TIMEOUT_MAX:
+        return None
+    return max(0.0, float(timeout))
 
 
 class RecordingTee:
@@ -97,16 +123,23 @@ class BackgroundRun:
         >>> value = await run                                              # doctest: +SKIP
     """
 
-    def __init__(self, name: str, tee: RecordingTee, body: Callable[[int], Any]) -> None:
+    def __init__(self, name: str, tee: RecordingTee, start: Callable[[], Any],
+                 body: Callable[[Any, int], Any]) -> None:
+        """Start the run's thread, which calls ``start()`` (forks, returns the workers), then
+        ``body(workers, stop_fd)``; return once ``start`` returned, raising what it raised."""
         self.name = name
         self.started = time.time()
         self._tee = tee
         self._future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._future.set_running_or_notify_cancel()  # a running future cannot be cancelled (asyncio.wait_for)
         self._stop_read, self._stop_write = os.pipe()
+        os.set_blocking(self._stop_write, False)  # stop() called many times never blocks on a full pipe
         self._status: RunStatus = "running"
         self.ended: float | None = None  # time.time() when the run ended
         self._displays: list[Any] = []  # display handles showing this run's line (updated when it ends)
-        self._thread = threading.Thread(target=self._supervise, args=(body,), name=f"notebook-accel {name}",
+        self._forked = threading.Event()
+        self._start_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._supervise, args=(start, body), name=f"notebook-accel {name}",
                                         daemon=True)
         with _LOCK:
             _ACTIVE.append(self)
@@ -114,11 +147,28 @@ class BackgroundRun:
         if attach is not None:
             attach(lambda: self.stop(wait=False))
         self._thread.start()
-
-    def _supervise(self, body: Callable[[int], Any]) -> None:
-        """The thread: run the supervision loop, then settle the future and the status."""
         try:
-            value = body(self._stop_read)
+            with interrupts_held():  # a stop-button press meanwhile: the forks finish, then the run is stopped
+                self._forked.wait()
+        except KeyboardInterrupt:
+            self.stop(wait=True)
+            raise
+        if self._start_error is not None:
+            raise self._start_error
+
+    def _supervise(self, start: Callable[[], Any], body: Callable[[Any, int], Any]) -> None:
+        """The thread: fork, run the supervision loop, then settle the future and the status."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the stop button is for the cell's thread
+        try:
+            workers = start()
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+            self._start_error = e
+            self._settle("failed", e)
+            self._forked.set()
+            return
+        self._forked.set()
+        try:
+            value = body(workers, self._stop_read)
         except StopRequested:
             self._settle("stopped", RunStoppedError(f"the background run of {self.name} was stopped with stop()"))
         except BaseException as e:  # noqa: BLE001 - every outcome goes to whoever asks the handle
@@ -126,22 +176,26 @@ class BackgroundRun:
 
             self._settle("timeout" if isinstance(e, LaunchTimeoutError) else "failed", e)
         else:
+            self._forget()
             self._status, self.ended = "finished", time.time()
             self._announce()
             self._future.set_result(value)
-            self._forget()
 
     def _settle(self, status: RunStatus, error: BaseException) -> None:
+        self._forget()  # before the future: whoever waits on it finds nothing of the run left open
         self._status, self.ended = status, time.time()
         self._announce()
         self._future.set_exception(error)
-        self._forget()
 
     def _forget(self) -> None:
+        """The run is over: it leaves the active list and its stop pipe is closed (a later stop() is a no-op)."""
         with _LOCK:
             if self in _ACTIVE:
                 _ACTIVE.remove(self)
-        os.close(self._stop_read)  # a later stop() writes into a pipe nobody reads: harmless (EPIPE)
+            for fd in (self._stop_read, self._stop_write):
+                if fd >= 0:
+                    os.close(fd)
+            self._stop_read = self._stop_write = -1
 
     def _announce(self) -> None:
         """Replace every displayed line of this run by how it ended (before anyone waiting is woken)."""
@@ -151,11 +205,9 @@ class BackgroundRun:
             except Exception:  # noqa: BLE001 - the front end may be gone; the run's outcome matters more
                 pass
 
-    def __del__(self) -> None:
-        try:
-            os.close(self._stop_write)
-        except (OSError, AttributeError):
-            pass
+    def descriptors(self) -> tuple[int, int]:
+        """The stop pipe's ends while the run goes on (for :mod:`.kernel_fds`)."""
+        return self._stop_read, self._stop_write
 
     @property
     def status(self) -> RunStatus:
@@ -180,25 +232,26 @@ class BackgroundRun:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run ends or ``timeout`` seconds pass; returns whether it has ended."""
-        done, _ = concurrent.futures.wait([self._future], timeout)
+        done, _ = concurrent.futures.wait([self._future], _seconds("wait", timeout))
         return bool(done)
 
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's return value, waiting for it; raises what a blocking launch raises (``WorkerError``,
         ``LaunchTimeoutError``), :class:`RunStoppedError` after :meth:`stop`, or ``TimeoutError`` when
         ``timeout`` seconds pass first (the run goes on)."""
-        if not self.wait(timeout):
+        if not self.wait(_seconds("result", timeout)):
             raise TimeoutError(f"the run of {self.name} is still going after {timeout} s; it goes on")
         return self._future.result()
 
     def stop(self, wait: bool = True) -> None:
         """End the run as the stop button ends a blocking one (SIGTERM, grace, SIGKILL, reap everything).
         Idempotent; with ``wait``, returns once every worker is gone."""
-        if not self.done:
-            try:
-                os.write(self._stop_write, b"x")
-            except OSError:  # it ended meanwhile (EPIPE)
-                pass
+        with _LOCK:  # the pipe is closed under the same lock when the run ends
+            if self._stop_write >= 0:
+                try:
+                    os.write(self._stop_write, b"x")
+                except BlockingIOError:  # full of earlier requests: the run is stopping already
+                    pass
         if wait:
             self.wait()
 

@@ -8,6 +8,8 @@ endpoint, ``join_timeout``, ``max_restarts``, the line prefix) or accepted with 
 from __future__ import annotations
 
 import math
+import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +19,13 @@ from notebook_accel.errors import LaunchError, shown
 __all__ = ["Rendezvous", "check_rendezvous", "check_max_restarts", "check_prefix_template", "RDZV_BACKENDS"]
 
 RDZV_BACKENDS = ("static", "c10d")
-_RDZV_CONF_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "timeout", "is_host")
+_RDZV_CONF_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "timeout", "is_host",
+                   "keep_alive_interval", "keep_alive_max_attempt")
+DEFAULT_KEEP_ALIVE = (5.0, 3)  # torch's c10d rendezvous defaults: a node is lost after 3 missed 5 s beats
 DEFAULT_JOIN_TIMEOUT = 1800.0
+MIN_JOIN_TIMEOUT = 1.0  # shorter, the store's own operations time out before any worker could join
+MAX_JOIN_TIMEOUT = 7 * 24 * 3600.0  # a week; beyond that torch's timedelta arithmetic overflows sooner or later
+MAX_PREFIX = 200  # characters of a filled line prefix (and at most that width or precision per field)
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,8 @@ class Rendezvous:
     endpoint_host: str | None
     endpoint_port: int | None
     join_timeout: float
+    keep_alive_interval: float = DEFAULT_KEEP_ALIVE[0]
+    keep_alive_max_attempt: int = DEFAULT_KEEP_ALIVE[1]
 
 
 def _endpoint(value: str) -> tuple[str | None, int | None]:
@@ -77,10 +86,21 @@ def check_rendezvous(
         seconds = math.nan if isinstance(join, bool) or not isinstance(join, (int, float)) else float(join)
     except OverflowError:  # an int too large for a float
         seconds = math.inf
-    if not 0 < seconds < math.inf:
-        raise LaunchError(f"rdzv_conf join_timeout={shown(join)} is not allowed; pass a number of seconds > 0")
+    if not MIN_JOIN_TIMEOUT <= seconds <= MAX_JOIN_TIMEOUT:
+        raise LaunchError(
+            f"rdzv_conf join_timeout={shown(join)} is not allowed; pass a number of seconds from "
+            f"{MIN_JOIN_TIMEOUT:g} (workers need that long to start) to {MAX_JOIN_TIMEOUT:g} (a week), e.g. 600")
+    interval = options.get("keep_alive_interval", DEFAULT_KEEP_ALIVE[0])
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.1 <= interval <= 3600:
+        raise LaunchError(f"rdzv_conf keep_alive_interval={shown(interval)} is not allowed; pass seconds between "
+                          "heartbeats of the nodes, from 0.1 to 3600 (default 5)")
+    attempts = options.get("keep_alive_max_attempt", DEFAULT_KEEP_ALIVE[1])
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 1000:
+        raise LaunchError(f"rdzv_conf keep_alive_max_attempt={shown(attempts)} is not allowed; pass how many "
+                          "heartbeats a node may miss before it counts as lost, a whole number from 1 to 1000 "
+                          "(default 3)")
     host, port = _endpoint(endpoint)
-    return Rendezvous(host, port, seconds)
+    return Rendezvous(host, port, seconds, float(interval), attempts)
 
 
 def check_max_restarts(value: object) -> int:
@@ -100,10 +120,27 @@ def check_prefix_template(value: object) -> str | None:
     template = value.replace("${rank}", "{rank}").replace("${local_rank}", "{local_rank}").replace(
         "${role_name}", "worker")
     try:
-        template.format(rank=0, local_rank=0)
+        _check_widths(template)
+        filled = template.format(rank=99999, local_rank=99999)
     except (KeyError, IndexError, ValueError) as e:
         raise LaunchError(
             f"log_line_prefix_template={shown(value)} cannot be filled ({type(e).__name__}: {e}); use the fields "
             "{rank} and {local_rank}, e.g. '[{rank}] '"
         ) from e
+    if len(filled) > MAX_PREFIX:
+        raise LaunchError(
+            f"log_line_prefix_template={shown(value)} makes a prefix of {len(filled)} characters; at most "
+            f"{MAX_PREFIX} are allowed, e.g. '[{{rank}}] '")
     return template
+
+
+def _check_widths(template: str) -> None:
+    """Raise ``ValueError`` for a field whose width or precision exceeds :data:`MAX_PREFIX` (``{rank:>400000000}``
+    would fill gigabytes before any length check could run)."""
+    for _, field, spec, _ in string.Formatter().parse(template):
+        if spec and "{" in spec:
+            raise ValueError(f"the field {{{field}:{spec}}} has a field inside its format; use a fixed width")
+        numbers = [int(n) for n in re.findall(r"\d+", spec or "")]
+        if field is not None and numbers and max(numbers) > MAX_PREFIX:
+            raise ValueError(f"the field {{{field}:{spec}}} asks for {max(numbers)} characters, at most "
+                             f"{MAX_PREFIX} are allowed")

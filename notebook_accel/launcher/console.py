@@ -40,6 +40,8 @@ from notebook_accel.terminal import strip_ansi
 
 __all__ = ["ConsoleSink", "TerminalOutput", "describe_launch"]
 
+_MAX_CONSOLE_VALUES = 20  # values per metrics line; a run logging thousands of names gets a count
+
 
 def describe_launch(info: RunInfo) -> str:
     """The launcher's first line: what really runs, on which devices, with which backend.
@@ -265,12 +267,15 @@ class ConsoleSink:
         self._write(sys.stdout, f"{name}: {text}")
 
     def _metrics(self, event: Metrics) -> None:
-        """``step 12: loss=0.4321, acc=0.9`` at most every interval."""
+        """``step 12: loss=0.4321, acc=0.9`` at most every interval (the first 20 values, then a count)."""
         now = self._clock()
         if now - self._last_metrics < self._metrics_interval or not event.values:
             return
         self._last_metrics = now
-        values = ", ".join(f"{k}={v:.4g}" for k, v in event.values.items())
+        shown_values = list(event.values.items())[:_MAX_CONSOLE_VALUES]
+        values = ", ".join(f"{k}={v:.4g}" for k, v in shown_values)
+        if len(event.values) > len(shown_values):
+            values += f", and {len(event.values) - len(shown_values)} more"
         where = f"step {event.step}" if event.step is not None else "metrics"
         self._write(sys.stdout, f"{where}: {values}")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from notebook_accel.errors import NotebookAccelError
 
-__all__ = ["WorkerFailure", "WorkerError", "LaunchTimeoutError", "partial_collective"]
+__all__ = ["WorkerFailure", "WorkerError", "LaunchTimeoutError", "death_message", "partial_collective"]
 
 # What a rank raises when *another* rank died under it: the backend lost its peer. Such a failure is a
 # consequence of the real one, and the message says so instead of presenting a second bug.
@@ -170,3 +170,25 @@ class LaunchTimeoutError(NotebookAccelError, TimeoutError):
 
     Raise ``timeout`` or find what hangs (a collective that one rank never reaches is the usual cause).
     """
+
+
+def death_message(exit_code: int, name: str | None, oom_before: int | None = None,
+                  oom_now: int | None = None, memory_note: str | None = None) -> str:
+    """How a worker that sent no exception ended, for the error message. The out-of-memory killer is named
+    only on evidence: the last system sample showed the worker's memory running out (``memory_note``, see
+    :func:`notebook_accel.monitor.memory_death_note`), or the system's count of its kills (``oom_before`` at the
+    start, ``oom_now``) rose."""
+    if name == "SIGKILL" and memory_note:
+        return f"killed by SIGKILL (exit code {exit_code}) before the function returned: {memory_note}"
+    if name is not None:
+        hint = ""
+        if name == "SIGKILL" and oom_before is not None and oom_now is not None:
+            hint = (" (the system's out-of-memory killer killed a process during the run: check memory use, "
+                    "e.g. with dmesg)" if oom_now > oom_before else
+                    " (not by the out-of-memory killer, which killed nothing during the run: another process "
+                    "sent it)")
+        return f"killed by {name} (exit code {exit_code}) before the function returned{hint}"
+    return (
+        f"exited with code {exit_code} before the function returned, without an exception "
+        "(os._exit(), a crash in C code, or a failure in the worker's set-up: see its output above)"
+    )

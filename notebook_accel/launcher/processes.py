@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Iterable
 
-__all__ = ["exit_fd", "signal_group", "signal_worker", "group_members", "end_groups"]
+__all__ = ["exit_fd", "signal_group", "signal_worker", "group_members", "end_groups", "oom_kills"]
 
 _KILL_WAIT = 2.0  # seconds to wait for SIGKILLed processes to be gone (uninterruptible sleep can delay it)
 
@@ -112,3 +112,18 @@ def end_groups(pgids: Iterable[int], grace: float) -> list[int]:
         time.sleep(0.01)
         remaining = {pgid: pids for pgid in remaining if (pids := group_members(pgid))}
     return signalled
+
+
+def oom_kills(vmstat: str = "/proc/vmstat") -> int | None:
+    """How many processes the system's out-of-memory killer has killed since boot (``oom_kill`` in
+    ``/proc/vmstat``, Linux 4.13+); ``None`` where that cannot be read. A rise during a run is the evidence
+    that a SIGKILLed worker may have been its victim."""
+    try:
+        with open(vmstat, "rb") as file:
+            for line in file:
+                name, _, value = line.partition(b" ")
+                if name == b"oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return None

@@ -136,11 +136,13 @@ class StoreServer:
         self.multi_tenant = multi_tenant
         self.host, self.port = listener.getsockname()[:2]
         self._store: Any = None
+        self._fd = listener.fileno()
 
     @property
     def fd(self) -> int:
-        """The listening descriptor (each forked worker closes its copy at once)."""
-        return self.listener.fileno()
+        """The listening descriptor while it is open, served or not (each forked worker closes its copy at
+        once); ``-1`` after :meth:`close`."""
+        return self._fd
 
     def start(self) -> None:
         """Serve the store; from now on it owns the listening socket."""
@@ -153,6 +155,7 @@ class StoreServer:
 
     def close(self) -> None:
         """Stop serving and free the port. Idempotent; before :meth:`start`, just closes the socket."""
+        self._fd = -1
         if self._store is not None:
             self._store = None  # the server stops and closes its socket when the object goes
         elif self.listener.fileno() >= 0:

@@ -3,8 +3,9 @@
 Pipes are made just before each fork and the kernel closes the write ends right after it, so each pipe's
 write end lives only in its worker (and in whatever the worker forks). The worker's end is learnt from a
 pidfd (:mod:`.processes`), not from a pipe, so a child the worker leaves behind cannot hide it. The
-kernel's descriptors that a later fork inherits (read ends, pidfds, the rendezvous listener) are closed
-first thing in that child (``WorkerSpec.close_fds``). An interrupt (the stop button) that arrives while
+kernel's descriptors that a later fork inherits (read ends, pidfds, the rendezvous listener, and those of
+every other run of this kernel: :mod:`.kernel_fds`) are closed first thing in that child
+(``WorkerSpec.close_fds``); one run forks at a time. An interrupt (the stop button) that arrives while
 the workers are being forked is held until every fork has been recorded, then raised, so no worker is
 started without the kernel knowing its pid.
 """
@@ -24,12 +25,14 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Callable
 
 from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.launcher import kernel_fds
 from notebook_accel.launcher.processes import end_groups, exit_fd, signal_worker
 from notebook_accel.launcher.worker import KernelState, WorkerSpec, survey_kernel, worker_main
 
-__all__ = ["WorkerHandle", "start_workers", "close_handles"]
+__all__ = ["WorkerHandle", "start_workers", "close_handles", "interrupts_held"]
 
 _FORK = multiprocessing.get_context("fork")
+_FORKING = threading.Lock()  # one run forks at a time: no run's half-made pipes leak into another's worker
 
 
 @dataclass
@@ -58,10 +61,16 @@ class WorkerHandle:
             self.process.join()
             self.exit_code = self.process.exitcode if self.process.exitcode is not None else -1
             self.process.close()
+            self.sentinel = -1  # closed with the process object
         if self.pidfd and self.exit_fd >= 0:
             os.close(self.exit_fd)
             self.exit_fd = -1
         return self.exit_code
+
+    def open_fds(self) -> list[int]:
+        """The kernel's descriptors of this worker that are still open (for :mod:`.kernel_fds`)."""
+        events = -1 if self.events.closed else self.events.fileno()
+        return [events, self.stdout_fd, self.stderr_fd, self.exit_fd, self.sentinel]
 
     def close_stream(self, fd: int) -> None:
         """Close one of the output read ends (by value) if it is still open."""
@@ -81,7 +90,7 @@ def _pipe() -> tuple[int, int]:
 
 
 @contextmanager
-def _interrupts_held() -> Iterator[None]:
+def interrupts_held() -> Iterator[None]:
     """Hold SIGINT (the stop button) for the duration of the block, then deliver it as usual.
 
     Blocking the signal with a mask would not do: in a kernel other threads receive it. Only the main
@@ -110,6 +119,7 @@ def _interrupts_held() -> Iterator[None]:
 def start_workers(
     envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...],
     inherited_fds: Sequence[int] = (), store_prefix: str | None = None,
+    descriptors: kernel_fds.RunDescriptors | None = None,
 ) -> list[WorkerHandle]:
     """Fork one worker per environment; on any error the ones already started are killed with their process
     groups, and reaped.
@@ -122,6 +132,8 @@ def start_workers(
             listener).
         store_prefix: the run's secret store key prefix, handed to each worker through the fork (see
             :mod:`.rendezvous`); ``None``: keys are not prefixed.
+        descriptors: the run's registered descriptors: the workers' pipes and pidfds are added to them, so
+            that the workers of runs started later close them.
 
     Returns:
         The handles, in the order of ``envs``.
@@ -129,7 +141,9 @@ def start_workers(
     handles: list[WorkerHandle] = []
     kernel = survey_kernel()
     try:
-        with _interrupts_held():
+        with interrupts_held(), _FORKING:
+            if descriptors is not None:
+                descriptors.sources.append(lambda: [fd for h in handles for fd in h.open_fds()])
             _fork_all(envs, threads, function, args, inherited_fds, kernel, handles, store_prefix)
     except BaseException:
         for handle in handles:  # the worker and whatever it started already (a subprocess, a loader worker)
@@ -149,9 +163,11 @@ def _fork_all(
         events_r, events_w = _FORK.Pipe(duplex=False)
         out_r, out_w = _pipe()
         err_r, err_w = _pipe()
-        held = {fd for h in handles for fd in (h.events.fileno(), h.stdout_fd, h.stderr_fd, h.exit_fd, h.sentinel) if fd >= 0}
+        held = {fd for h in handles for fd in h.open_fds() if fd >= 0}
         own = (events_r.fileno(), out_r, err_r)
-        spec = WorkerSpec(env, threads, events_w, out_w, err_w, (*inherited_fds, *held, *own), store_prefix)
+        others = kernel_fds.snapshot()  # every run's descriptors and store ports, this run's included
+        spec = WorkerSpec(env, threads, events_w, out_w, err_w, (*inherited_fds, *held, *own, *others.fds),
+                          store_prefix=store_prefix, close_ports=others.ports)
         process = _FORK.Process(
             target=worker_main, args=(spec, kernel, function, args), name=f"notebook-accel-rank{env.rank}", daemon=False
         )

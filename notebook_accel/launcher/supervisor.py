@@ -33,10 +33,17 @@ from typing import Any, Literal
 from notebook_accel.cell_names import cell_names
 from notebook_accel.channel import decode
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started
-from notebook_accel.launcher.errors import LaunchTimeoutError, WorkerError, WorkerFailure, partial_collective
+from notebook_accel.launcher.errors import (
+    LaunchTimeoutError,
+    WorkerError,
+    WorkerFailure,
+    death_message,
+    partial_collective,
+)
+from notebook_accel.launcher.heartbeat import PeerWatch
 from notebook_accel.launcher.messages import MessageReader
 from notebook_accel.launcher.output import RankOutput
-from notebook_accel.launcher.processes import end_groups, signal_worker
+from notebook_accel.launcher.processes import end_groups, oom_kills, signal_worker
 from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
 from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
@@ -66,26 +73,13 @@ def signal_name(exit_code: int | None) -> str | None:
         return f"signal {-exit_code}"
 
 
-def _death_message(exit_code: int, name: str | None, memory_note: str | None = None) -> str:
-    """How a worker that sent no exception ended, for the error message (``memory_note``: what the last system
-    sample says about memory running out, for a SIGKILL)."""
-    if name == "SIGKILL" and memory_note:
-        return f"killed by SIGKILL (exit code {exit_code}) before the function returned: {memory_note}"
-    if name is not None:
-        hint = " (the out-of-memory killer sends SIGKILL: check memory use, e.g. with dmesg)" if name == "SIGKILL" else ""
-        return f"killed by {name} (exit code {exit_code}) before the function returned{hint}"
-    return (
-        f"exited with code {exit_code} before the function returned, without an exception "
-        "(os._exit(), a crash in C code, or a failure in the worker's set-up: see its output above)"
-    )
-
-
 class _Supervisor:
     """State of one supervised run (private: :func:`supervise` is the interface)."""
 
     def __init__(self, handles: Sequence[WorkerHandle], sink: Sink, grace: float, log_dir: Path | None,
-                 stop_fd: int | None = None, elsewhere: tuple[int, ...] = ()) -> None:
+                 stop_fd: int | None = None, elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None) -> None:
         self.handles = list(handles)
+        self.watch = watch
         self.elsewhere = elsewhere
         self.stop_fd = stop_fd
         self.sink = sink
@@ -107,6 +101,7 @@ class _Supervisor:
         self.next_tick = 0.0
         self.saved: str | None = None  # the last checkpoint the run committed (a restart resumes from it)
         self.sampler = _sampler(handles)
+        self.oom_kills = oom_kills()  # the system's count at the start: a SIGKILL blames the OOM killer on evidence
 
     # -- reading ------------------------------------------------------------------------------------------
     def on_conn(self, conn: Connection, budget: int | None = None) -> None:
@@ -224,9 +219,16 @@ class _Supervisor:
             return  # stopped by us because another rank failed
         else:
             note = memory_death_note(self.sampler.last, handle.rank) if self.sampler is not None else None
-            self.failures[handle.rank] = WorkerFailure(handle.rank, code, name, "", _death_message(code, name, note),
-                                                       "")
+            self.failures[handle.rank] = WorkerFailure(
+                handle.rank, code, name, "", death_message(code, name, self.oom_kills, oom_kills(), note), "")
             self.begin_stop()
+
+    def on_lost_node(self, watch: PeerWatch) -> None:
+        """The heartbeat lost a node: that is the run's failure; stop every local worker now."""
+        self.watch = None  # reported once
+        if watch.lost is not None and watch.lost.rank not in self.failures:
+            self.failures[watch.lost.rank] = watch.lost
+        self.begin_stop(settle=0.0)
 
     # -- stopping -----------------------------------------------------------------------------------------
     def alive(self) -> list[WorkerHandle]:
@@ -271,9 +273,12 @@ class _Supervisor:
             if tick is not None:
                 limit = TICK_SECONDS if limit is None else min(limit, TICK_SECONDS)
             watched: list[Any] = [*self.conns, *self.fds, *self.sentinels]
-            ready = wait(watched if self.stop_fd is None else [*watched, self.stop_fd], limit)
+            extra = [fd for fd in (self.stop_fd, None if self.watch is None else self.watch.fd) if fd is not None and fd >= 0]
+            ready = wait([*watched, *extra], limit)
             if self.stop_fd is not None and self.stop_fd in ready:
                 raise StopRequested("the run was stopped (stop())")
+            if self.watch is not None and self.watch.fd in ready:
+                self.on_lost_node(self.watch)
             for obj in ready:
                 if isinstance(obj, Connection):
                     if obj in self.conns:
@@ -409,7 +414,7 @@ def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: st
 def supervise(
     handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None,
     log_dir: Path | None = None, before: Callable[[], None] | None = None, stop_fd: int | None = None,
-    elsewhere: tuple[int, ...] = (),
+    elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None,
 ) -> Any:
     """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
 
@@ -426,6 +431,7 @@ def supervise(
             the run then ends as with the stop button and :class:`StopRequested` is raised.
         elsewhere: the ranks on other machines (several nodes): a failure that is only lost connections is
             reported as the loss of another node.
+        watch: the node's heartbeat (several nodes): a node it loses fails the run at once.
 
     Returns:
         Rank 0's return value (``None`` when rank 0 is on another node).
@@ -435,7 +441,7 @@ def supervise(
         LaunchTimeoutError: the run exceeded ``timeout``.
         KeyboardInterrupt: the run was interrupted; every worker was stopped first.
     """
-    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere)
+    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere, watch)
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
         sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
     try:

@@ -51,15 +51,21 @@ def start_early() -> bool:
     return True
 
 
-def warm_kernel(backend: str) -> list[str]:
+def warm_kernel(backend: str, store: bool = False) -> list[str]:
     """Wait for the early import (if any), then import :data:`WARM_MODULES` here if torch is imported and
     ``backend`` is ``"gloo"``. Called right before the workers are forked.
+
+    With ``store`` (this kernel serves the rendezvous store), ``torch.distributed`` is imported here in any
+    case: the store starts in the run's own thread, and an import there could meet another launch's import
+    (a partly imported torch fails) or a fork (a worker inheriting a held import lock).
 
     Returns:
         The modules imported by this call (empty when there was nothing left to do).
     """
     for thread in _early:
         thread.join()
+    if store and "torch.distributed" not in sys.modules:
+        importlib.import_module("torch.distributed")
     if backend != "gloo" or "torch" not in sys.modules:
         return []
     return _import_all()

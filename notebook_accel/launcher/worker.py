@@ -29,6 +29,7 @@ from notebook_accel.events import Failed, Finished
 from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.kernel_detach import detach_from_kernel
 from notebook_accel.launcher.rendezvous import use_store_prefix
+from notebook_accel.launcher.kernel_fds import Inherited, close_inherited
 from notebook_accel.launcher.streams import FramedWriter
 from notebook_accel.launcher.user_frames import library_call, user_traceback
 from notebook_accel.monitor import steps
@@ -52,9 +53,11 @@ class WorkerSpec:
         events: write end of the event pipe.
         stdout_fd: write end of the ordered pipe, duplicated onto fd 1; ``sys.stderr`` writes frames into it.
         stderr_fd: write end of the fd-2 pipe (C-level stderr only).
-        close_fds: the launcher's read ends inherited by the fork, closed at once in the child.
+        close_fds: the launcher's descriptors inherited by the fork (this run's and every other run's of the
+            kernel), closed at once in the child.
         store_prefix: the run's secret key prefix in the rendezvous store (in memory only: never in the
             environment or ``argv``), or ``None``.
+        close_ports: the ports of the kernel's rendezvous stores: inherited sockets on them are closed too.
     """
 
     env: LaunchEnvironment
@@ -64,6 +67,7 @@ class WorkerSpec:
     stderr_fd: int
     close_fds: tuple[int, ...]
     store_prefix: str | None = None
+    close_ports: frozenset[int] = frozenset()
 
 
 def _libc_function(name: str) -> Callable[..., int] | None:
@@ -100,9 +104,12 @@ def _die_with_parent(kernel_pid: int) -> None:
 
 
 def _reset_signals() -> None:
-    """SIGINT is the kernel's to handle (it stops us); SIGTERM must kill at once, whatever the kernel set."""
+    """SIGINT is the kernel's to handle (it stops us); SIGTERM must kill at once, whatever the kernel set.
+    A fork from the launcher's background thread inherits its mask (SIGINT blocked there): unblock it, so
+    what the worker starts sees the usual mask."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 @dataclass(frozen=True)
@@ -233,8 +240,8 @@ def worker_main(
         _reset_signals()
         _own_process_group()
         _die_with_parent(kernel.pid)
-        for fd in spec.close_fds:
-            os.close(fd)
+        close_inherited(Inherited(frozenset(spec.close_fds), spec.close_ports),
+                        keep=(spec.events.fileno(), spec.stdout_fd, spec.stderr_fd))
         if kernel.process_group:
             _forget_process_group()
         detach_from_kernel()

@@ -8,11 +8,14 @@ Files, under ``<logging_dir>/<project_name>/``:
   0-d tensors become floats, strings are kept, other values are skipped with one warning per name.
   Read it back with ``pandas.read_json(path, lines=True)``.
 
-The file is line-buffered, so every logged line is on disk even if the run dies.
+Each line is written whole or not at all: one unbuffered append per ``log`` call, so every logged line is on
+disk even if the run dies, and a write the disk cannot take (disk full, quota) is cut back off the file
+before the ``OSError`` is raised, leaving every earlier line readable.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -46,24 +49,46 @@ class JSONLTracker(GeneralTracker):
         super().__init__()
         self.run_dir = os.path.join(os.fspath(logging_dir), run_name)
         self.path = os.path.join(self.run_dir, "metrics.jsonl")
-        self._file: IO[str] | None = None
+        self._file: IO[bytes] | None = None
         self._warned: set[str] = set()
 
     @property
-    def tracker(self) -> IO[str] | None:
-        """The open ``metrics.jsonl`` file (``None`` before ``start`` and after ``finish``)."""
+    def tracker(self) -> IO[bytes] | None:
+        """The open ``metrics.jsonl`` file, binary and unbuffered (``None`` before ``start`` and after
+        ``finish``)."""
         return self._file
 
     def start(self) -> None:
         """Create the folder and open ``metrics.jsonl`` for appending."""
         self._open()
 
-    def _open(self) -> IO[str]:
-        """The open file, opening it (line-buffered, appending) on first use."""
+    def _open(self) -> IO[bytes]:
+        """The open file, opening it (unbuffered, appending) on first use."""
         if self._file is None:
             os.makedirs(self.run_dir, exist_ok=True)
-            self._file = open(self.path, "a", buffering=1, encoding="utf-8")
+            self._file = open(self.path, "ab", buffering=0)
         return self._file
+
+    def _append(self, file: IO[bytes], data: bytes) -> None:
+        """Append ``data`` whole, or cut what was written of it back off and raise ``OSError``."""
+        fd = file.fileno()
+        size = os.fstat(fd).st_size
+        done = 0
+        try:
+            while done < len(data):
+                written = os.write(fd, data[done:])
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                done += written
+        except OSError as e:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+            raise OSError(
+                e.errno, f"{self.path} could not take this log line ({e.strerror}); the line was not kept, and "
+                "every line logged before is in the file, whole. Free space on that disk (or log elsewhere with "
+                "logging_dir=) and log again", self.path) from e
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         """Write ``config.json`` (values JSON cannot hold are written as their ``repr``)."""
@@ -86,7 +111,7 @@ class JSONLTracker(GeneralTracker):
         if dropped:
             warn_skipped(self.name, dropped, self._warned)
         line = {"step": None if step is None else int(step), "time": time.time(), "values": out}
-        file.write(json.dumps(line, allow_nan=True) + "\n")
+        self._append(file, (json.dumps(line, allow_nan=True) + "\n").encode("utf-8"))
 
     def finish(self) -> None:
         """Close the file. Safe to call twice."""

@@ -17,15 +17,18 @@ from notebook_accel.cli.app import main
 from tests.helpers import process_state
 
 SEED = 4242
-CALLS = 300
+CALLS = 500
 
 COMMANDS = [["launch", "--dry_run"], ["config", "--help"], ["env"], ["launch", "--dry_run", "--cpu"],
             ["test", "--help"], ["config", "--default", "--config_file"]]
 FLAGS = ["--num_processes", "--num_machines", "--machine_rank", "--main_process_port", "--main_process_ip",
          "--gradient_accumulation_steps", "--mixed_precision", "--gpu_ids", "--rdzv_backend", "--config_file",
-         "--timeout", "--nope", "-x", "--", "--cpu"]
+         "--timeout", "--nope", "-x", "--", "--cpu", "--max_restarts", "--rdzv_conf", "--monitor_interval",
+         "--log_line_prefix_template", "--main_training_function", "--num_cpu_threads_per_process"]
 VALUES = ["2", "0", "-1", "nan", "inf", "1e9", "9" * 400, "", " ", "abc", "fp8", "bf16", "all", "0,0", "c10d",
-          "etcd", "10.0.0.1", "::1", "/dev/zero", "/nonexistent.yaml", "\x00", "é", "--", "script.py", "a b; rm x"]
+          "etcd", "10.0.0.1", "::1", "/dev/zero", "/nonexistent.yaml", "\x00", "é", "--", "script.py", "a b; rm x",
+          "x" * 100_000, "-" + "9" * 40, "{rank:>400000000}", "join_timeout=1e-300", "1e-300", "[1]", "{}",
+          "None", "1.5", "0x10", "/dev/stdin", "/proc/self/mem"]
 
 
 def _argv(rng: random.Random, tmp: Path) -> list[str]:

@@ -3,9 +3,11 @@
     python -m tests.distributed.multinode_entry train NODE_RANK MASTER_ADDR PORT OUT
     python -m tests.distributed.multinode_entry wait NODE_RANK MASTER_ADDR PORT OUT
     python -m tests.distributed.multinode_entry local 0 127.0.0.1 0 OUT
+    python -m tests.distributed.multinode_entry partition NODE_RANK MASTER_ADDR PORT OUT
 
 ``train`` runs the shared training body with 2 processes on this node (4 in all) and writes rank 0's result
 as JSON to OUT (node 0). ``wait`` does collectives until the other node disappears, then writes the error.
+``partition`` is ``wait`` with a 1 s heartbeat (lost after 3 missed beats), and every node writes its error.
 ``local`` is a one-machine run of 2 processes: once its process group is up, rank 0 writes every listening TCP
 socket of this host as JSON to OUT and waits for OUT.done before the run ends.
 """
@@ -54,14 +56,15 @@ def main(mode: str, node_rank: int, master_addr: str, port: int, out: str) -> in
         notebook_launcher(listen_then_wait, (out,), 2, master_addr=master_addr, dashboard=False, timeout=120)
         return 0
     function, args = (workers.train, (2, 1, 24)) if mode == "train" else (collectives_forever, (out,))
+    conf = {"keep_alive_interval": 1, "keep_alive_max_attempt": 3} if mode == "partition" else None
     try:
-        value = notebook_launcher(function, args, 2, None, port, master_addr, node_rank, 2, dashboard=False,
-                                  timeout=120)
+        value = notebook_launcher(function, args, 2, None, port, master_addr, node_rank, 2, rdzv_conf=conf,
+                                  dashboard=False, timeout=120)
         result = {"value": value}
     except WorkerError as e:
         result = {"error": str(e)}
-    if node_rank == 0:
-        Path(out).write_text(json.dumps(result))
+    if node_rank == 0 or mode == "partition":
+        Path(f"{out}.node{node_rank}" if mode == "partition" else out).write_text(json.dumps(result))
     return 0
 
 

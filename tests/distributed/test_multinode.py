@@ -136,6 +136,27 @@ def test_a_node_dying_mid_run_ends_the_other_with_worker_error(hosts: Hosts, tmp
     print(error.splitlines()[0])
 
 
+def test_a_cut_link_ends_both_nodes_within_the_heartbeat_limit(hosts: Hosts, tmp_path: Path) -> None:
+    out = tmp_path / "pids"
+    entry = [sys.executable, "-m", "tests.distributed.multinode_entry", "partition"]
+    nodes = [hosts.run(i, [*entry, str(i), HOST0, "29519", str(out)]) for i in (0, 1)]
+    deadline = time.monotonic() + 90
+    while not all(Path(f"{out}.{r}").exists() for r in range(4)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(Path(f"{out}.{r}").exists() for r in range(4)), "the four workers did not start"
+    time.sleep(1.0)  # a few heartbeats go through first
+    _ip("-n", hosts.names[1], "link", "set", hosts.interfaces[1], "down")  # packets dropped: no FIN, no RST
+    started = time.monotonic()
+    outputs = _finish(nodes, timeout=110)
+    elapsed = time.monotonic() - started
+    assert all(node.returncode == 0 for node in nodes), outputs
+    errors = [json.loads(Path(f"{out}.node{i}").read_text())["error"] for i in (0, 1)]
+    assert elapsed < 60, f"the nodes took {elapsed:.0f} s to notice the cut link (3 s heartbeat limit)"
+    assert "node 1 (10.77.0.2, ranks [2, 3]) is unreachable" in errors[0], errors[0]
+    assert "node 0 (10.77.0.1, ranks [0, 1]) is unreachable" in errors[1], errors[1]
+    print(f"{elapsed:.1f} s:", errors[0].splitlines()[0], "|", errors[1].splitlines()[0])
+
+
 def test_torchrun_c10d_across_two_hosts(hosts: Hosts) -> None:
     cmd = [sys.executable, "-m", "notebook_accel.cli", "launch", "--num_machines", "2", "--num_processes", "4",
            "--main_process_ip", HOST0, "--main_process_port", "29519", "--rdzv_backend", "c10d", "--cpu"]

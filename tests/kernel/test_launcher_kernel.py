@@ -8,6 +8,7 @@ works and that no worker is left.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,7 +84,12 @@ def execute(kc: Any, code: str, timeout: float = 60.0, on_output: Any = None) ->
             cell.ename, cell.evalue = content["ename"], content["evalue"]
         elif kind == "status" and content["execution_state"] == "idle":
             break
-    cell.status = kc.get_shell_msg(timeout=timeout)["content"]["status"]
+    while True:  # the reply to this request: wait_for_ready may have left extra kernel_info replies queued
+        reply = kc.get_shell_msg(timeout=timeout)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            break
+        print(f"execute(): skipped a stale {reply['msg_type']} on the shell channel", file=sys.stderr)
+    cell.status = reply["content"]["status"]
     return cell
 
 
@@ -223,3 +229,27 @@ def _wait_for_reply(kc: Any, msg_id: str, timeout: float) -> dict[str, Any]:
         reply = kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
         if reply["parent_header"].get("msg_id") == msg_id:
             return dict(reply["content"])
+
+
+class _QueuedClient:
+    """A kernel client whose shell channel still holds a kernel_info reply from ``wait_for_ready``."""
+
+    def __init__(self) -> None:
+        self.shell = [{"msg_type": "kernel_info_reply", "parent_header": {"msg_id": "info"},
+                       "content": {"status": "ok"}},
+                      {"msg_type": "execute_reply", "parent_header": {"msg_id": "cell"},
+                       "content": {"status": "error"}}]
+
+    def execute(self, code: str) -> str:
+        return "cell"
+
+    def get_iopub_msg(self, timeout: float) -> dict[str, Any]:
+        return {"parent_header": {"msg_id": "cell"}, "msg_type": "status", "content": {"execution_state": "idle"}}
+
+    def get_shell_msg(self, timeout: float) -> dict[str, Any]:
+        return self.shell.pop(0)
+
+
+def test_execute_reads_the_reply_to_its_own_request() -> None:
+    # under load wait_for_ready sends kernel_info more than once: the extra reply made an interrupted cell read "ok"
+    assert execute(_QueuedClient(), "time.sleep(60)").status == "error"

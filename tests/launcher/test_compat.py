@@ -106,6 +106,13 @@ def test_rdzv_endpoint_gives_the_port() -> None:
         ({"max_restarts": 1.5}, "max_restarts=1.5"),
         ({"monitor_interval": 0}, "monitor_interval=0"),
         ({"log_line_prefix_template": "{nope}"}, "cannot be filled"),
+        ({"log_line_prefix_template": "{rank:>400000000} "}, "asks for 400000000 characters, at most 200"),
+        ({"log_line_prefix_template": "{rank:{local_rank}0000000}"}, "field inside its format"),
+        ({"log_line_prefix_template": "[{rank}]" * 40}, "makes a prefix of .* at most 200"),
+        ({"rdzv_conf": {"join_timeout": 1e-300}}, "join_timeout=1e-300 .* from 1 "),
+        ({"rdzv_conf": {"join_timeout": 1e300}}, "join_timeout=1e\\+300 .* to 604800"),
+        ({"rdzv_conf": {"keep_alive_interval": 0}}, "keep_alive_interval=0 .* from 0.1 to 3600"),
+        ({"rdzv_conf": {"keep_alive_max_attempt": 2.5}}, "keep_alive_max_attempt=2.5 .* from 1 to 1000"),
         ({"max_restarts": 1, "num_nodes": 2, "node_rank": 1, "use_port": 29500, "master_addr": "10.0.0.1"},
          "restart together"),
     ],
@@ -113,6 +120,12 @@ def test_rdzv_endpoint_gives_the_port() -> None:
 def test_bad_accelerate_arguments_are_refused(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(LaunchError, match=match):
         notebook_launcher(report, num_processes=2, dashboard=RecordingSink(), **kwargs)
+
+
+def test_keep_alive_options_are_read() -> None:
+    rdzv = compat.check_rendezvous("static", "", {"keep_alive_interval": 0.5, "keep_alive_max_attempt": 4}, "x", 0.1)
+    assert (rdzv.keep_alive_interval, rdzv.keep_alive_max_attempt) == (0.5, 4)
+    assert compat.check_rendezvous("static", "", None, "x", 0.1).keep_alive_interval == 5.0
 
 
 def test_endpoint_forms() -> None:

@@ -84,6 +84,12 @@ def test_metrics_line_at_most_every_interval(capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().out.splitlines() == ["step 0: loss=1", "step 5: loss=0.1667", "step 10: loss=0.09091"]
 
 
+def test_a_metrics_line_shows_twenty_values_and_counts_the_rest(capsys: pytest.CaptureFixture[str]) -> None:
+    ConsoleSink(clock=Clock()).handle(Metrics(0, 3, {f"m{i}": float(i) for i in range(10_000)}, time=0.0))
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("step 3: m0=0, m1=1,") and line.endswith("m19=19, and 9980 more") and len(line) < 400
+
+
 @pytest.mark.parametrize(
     ("outcome", "stream", "text"),
     [

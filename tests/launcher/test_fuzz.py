@@ -16,13 +16,13 @@ import pytest
 
 from notebook_accel.errors import NotebookAccelError, shown
 from notebook_accel.launcher import notebook_launcher
-from tests.helpers import child_pids, fuzz_case, process_state
+from tests.helpers import add_hostile, child_pids, fuzz_case, process_state
 from tests.launcher.recording import RecordingSink
 
 pytestmark = pytest.mark.timeout(300)
 
 SEED = 20261124
-CALLS = 200
+CALLS = 400
 
 
 def answer(*args: Any) -> int:
@@ -55,8 +55,11 @@ POOLS: dict[str, tuple[list[Any], list[Any]]] = {
     "rdzv_id": (["none", "run1"], [5, None, HUGE]),
     "max_restarts": ([0, 1], [-1, 101, 1.5, "1", HUGE]),
     "monitor_interval": ([0.1, 5], [0, -1, math.nan, "x"]),
-    "log_line_prefix_template": ([None, "[{rank}] "], [5, "{nope}", HUGE]),
+    "log_line_prefix_template": ([None, "[{rank}] "], [5, "{nope}", HUGE, "{rank:>400000000}", "{rank:{rank}}"]),
+    "block": ([True, False], ["no", None, 2, HUGE]),
+    "concurrent": ([False, True], ["yes", None, 2, HUGE]),
 }
+add_hostile(POOLS, {"args": ("list",), "rdzv_id": ("long",)})  # where such a value is a valid one
 
 
 def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,6 +72,8 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
     for index in range(CALLS):
         case, bad = fuzz_case(rng, POOLS, always=("function",))
         case.setdefault("dashboard", RecordingSink())
+        if case.get("block") is False and case.get("max_restarts") == 1 and not bad:
+            bad = ["block=False with max_restarts"]  # refused together (restarts are for blocking runs)
         function = case.pop("function")
         before = process_state()
         given = {k: v for k, v in case.items() if k != "dashboard"}
@@ -84,6 +89,8 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
         else:
             outcomes["success"] = outcomes.get("success", 0) + 1
             assert not bad, f"{label}: bad values for {bad} were accepted"
+            if case.get("block") is False:  # a background run: its handle gives the value
+                value = value.result(timeout=120)
             if function is answer:
                 assert value == 42, f"{label}: returned {value!r}"
         assert child_pids() == [], f"{label}: left child processes"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -54,3 +57,43 @@ def test_config_is_written_as_json(tmp_path: Path) -> None:
     tracker.store_init_configuration({"lr": 3e-4, "layers": [1, 2], "device": torch.device("cpu")})
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config == {"lr": 3e-4, "layers": [1, 2], "device": "device(type='cpu')"}
+
+
+def test_a_write_cut_short_by_a_full_disk_leaves_only_whole_lines(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    tracker = JSONLTracker("run", tmp_path)
+    tracker.log({"loss": 1.0}, step=0)
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        if len(data) > 20:  # the first attempt: half of it fits
+            return real_write(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(OSError, match="could not take this log line .*every line logged before") as info:
+        tracker.log({"loss": 0.5, "note": "x" * 40}, step=1)
+    assert info.value.errno == errno.ENOSPC
+    monkeypatch.setattr(os, "write", real_write)
+    tracker.log({"loss": 0.25}, step=2)  # space again: logging goes on after the refused line
+    tracker.finish()
+    assert [row["step"] for row in _lines(tmp_path / "run" / "metrics.jsonl")] == [0, 2]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_full_tmpfs_keeps_metrics_readable(tmp_path: Path) -> None:
+    disk = tmp_path / "small"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("mount is not permitted here")
+    tracker = JSONLTracker("run", disk)
+    try:
+        with pytest.raises(OSError, match="could not take this log line"):
+            for step in range(10_000):
+                tracker.log({"loss": 1.0 / (step + 1), "note": "n" * 300}, step=step)
+        tracker.finish()
+        steps = [row["step"] for row in _lines(disk / "run" / "metrics.jsonl")]  # every line parses
+        assert steps == list(range(len(steps))) and len(steps) > 5
+    finally:
+        tracker.finish()  # an open file would keep the mount busy
+        subprocess.run(["umount", str(disk)], check=False)

@@ -128,3 +128,28 @@ def test_events_that_speak_for_every_rank_are_taken_without_a_rank() -> None:
     state.apply(SystemSample(0.0, (RankSystem(0, 50.0, 1, 1), RankSystem(1, 50.0, 1, 1)), 1, 2))
     state.apply(StepTimes(1, 5, 1.0, 0.1, 0.5, 0.3, 0.1, 0.1))
     assert set(state.ranks) <= {0, 1}
+
+def test_ten_thousand_metric_names_are_bounded_in_what_is_kept_and_drawn() -> None:
+    from notebook_accel.widgets.snapshot import summary_html, summary_text
+    from notebook_accel.widgets.svg import curves_svg
+    from notebook_accel.widgets.views import metrics_html
+
+    state = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "train"))
+    for step in range(3):
+        state.apply(Metrics(0, step, {f"layer{i}/grad": float(i + step) for i in range(10_000)}, 0.0))
+    state.apply(Metrics(1, 2, {"loss": 0.5}, 0.0))  # another rank's name, beyond the bound too
+    assert len(state.series) == 48 and len(state.groups()) <= 48
+    assert len(state.latest) == 200 and state.latest["layer0/grad"] == (2, 2.0)
+    assert state.metrics_not_shown == 10_001 - 200
+    assert "and 9801 more metrics not shown" in state.metrics_note()
+    assert len(curves_svg(state.series)) < 200_000  # was 12 MB per redraw
+    assert "9801 more metrics" in metrics_html(state) and metrics_html(state).count("<tr>") == 202
+    state.finish(RunOutcome("finished", 1.0))
+    assert "9801 more metrics" in summary_html(state, 1.0) and "9801 more metrics" in summary_text(state, 1.0)
+    assert state.run_progress.steps.n == 2  # the progress fallback still follows the logged step
+
+
+def test_a_few_metric_names_show_no_note() -> None:
+    state = RunState(RunInfo(1, ("cpu",), "gloo", "train"))
+    state.apply(Metrics(0, 1, {"loss": 0.5, "lr": 0.1}, 0.0))
+    assert state.metrics_note() == "" and state.metrics_not_shown == 0 and set(state.series) == {"loss", "lr"}
