@@ -209,6 +209,7 @@ class RunState:
             return "finishing"
         return "stopped" if self.status == "interrupted" else self.status
 
+    @property
     def metrics_not_shown(self) -> int:
         """How many distinct metric names are neither drawn nor in the table (a lower bound past 100,000)."""
         return len(self._not_shown)
