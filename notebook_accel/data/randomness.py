@@ -67,9 +67,14 @@ def _parts(sampler: Any) -> list[Any]:
 
 
 def generators_of(*samplers: Any) -> list[torch.Generator]:
-    """Every distinct ``torch.Generator`` held as ``.generator`` by ``samplers`` or the samplers they wrap."""
+    """Every distinct ``torch.Generator`` among ``samplers`` or held as ``.generator`` by them or the samplers they
+    wrap."""
     found: list[torch.Generator] = []
     for sampler in samplers:
+        if isinstance(sampler, torch.Generator):  # the DataLoader's own (its workers' seeds are drawn from it)
+            if not any(sampler is g for g in found):
+                found.append(sampler)
+            continue
         for part in _parts(sampler):
             generator = getattr(part, "generator", None)
             if isinstance(generator, torch.Generator) and not any(generator is g for g in found):

@@ -38,6 +38,8 @@ def test_generators_are_found_through_batch_samplers_once_each() -> None:
     batch = BatchSampler(RandomSampler(range(4), generator=g), 2, False)
     assert generators_of(batch, g) == [g]
     assert generators_of(BatchSampler(SequentialSampler(range(4)), 2, False)) == []
+    own = torch.Generator()
+    assert generators_of(batch, own, g) == [g, own]  # a DataLoader's own generator counts too
 
 
 def test_samplers_drawing_from_the_global_rng_get_distinct_seeded_generators() -> None:
