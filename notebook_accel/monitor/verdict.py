@@ -5,7 +5,8 @@ one thing the numbers clearly point at, or says nothing when they do not (no ver
 
 - a **straggler**: one rank's own work per step (its step less the time its gradients were in flight, which is
   where the others wait for it) is 1.3x or more the others', while the others spend a fifth of their steps in
-  communication;
+  communication and it spends less than half their share there (it arrives last, so it hardly waits; a run where
+  everyone waits is communication-bound, not held up by one rank);
 - **data-bound**: a rank waits 30% or more of its steps for its DataLoader;
 - **communication-bound**: every rank has gradients in flight for 40% or more of its steps;
 - a **GPU** that is busy less than half the time, when no other reason was found.
@@ -108,7 +109,8 @@ def _straggler(ranks: Mapping[int, RankSteps]) -> str | None:
     others = [w for rank, w in work.items() if rank != slowest]
     typical = median(others)
     waiting = min(ranks[rank].share(ranks[rank].comm) for rank in ranks if rank != slowest)
-    if typical <= 0 or work[slowest] < 1.3 * typical or waiting < 0.2:
+    own_wait = ranks[slowest].share(ranks[slowest].comm)  # a straggler arrives last: it hardly waits itself
+    if typical <= 0 or work[slowest] < 1.3 * typical or waiting < 0.2 or own_wait > 0.5 * waiting:
         return None
     r = ranks[slowest]
     excess = {"it waits for data": r.data / r.steps - median(ranks[k].data / ranks[k].steps for k in ranks if k != slowest),

@@ -57,3 +57,11 @@ def test_too_few_steps_or_a_gpu_idle() -> None:
     fine.add(StepTimes(0, 10, 10.0, 0.5, 8.0, 4.0, 0.5, 0.5))
     assert verdict(fine) is None
     assert verdict(fine, {0: 31.0}) == "rank 0's GPU is busy only 31% of the time"
+
+
+def test_a_rank_slower_by_noise_in_a_run_where_everyone_waits_is_no_straggler() -> None:
+    noisy = StepBreakdown()  # the communication-bound run on a loaded machine: rank 0's work 1.4x, both wait a lot
+    noisy.add(StepTimes(0, 10, 3.4, 0.0, 1.4, 1.0, 2.0, 0.4))
+    noisy.add(StepTimes(1, 10, 3.4, 0.0, 1.0, 0.8, 2.4, 0.4))
+    found = verdict(noisy)
+    assert found is not None and found.startswith("communication-bound: 59%"), found
