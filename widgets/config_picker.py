@@ -206,7 +206,7 @@ class ConfigPicker(w.VBox):
 
         top = rows(self.device, self.gpus, self.processes, self.mixed_precision, self.accumulation, self.batch_size)
         bottom = rows(self.port, self.machines, self.machine_rank, self.main_ip, self.engine)
-        self.path.layout = w.Layout(flex="1 1 auto", width="auto", min_width=ROW_WIDTH)  # a long path stays readable
+        self.path.layout = w.Layout(flex="1 1 100%", width="100%", min_width=ROW_WIDTH)  # a long path stays readable
         buttons = w.HBox([self.path, self.save_button, self.load_button], layout=w.Layout(flex_flow="row wrap"))
         return [self.hardware_info, *top, self.effective, *bottom, *self.engines.values(), self.message, buttons]
 
