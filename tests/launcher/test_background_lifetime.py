@@ -23,16 +23,22 @@ from tests.launcher.recording import RecordingSink
 pytestmark = pytest.mark.timeout(180)
 
 
-def sockets_then_serve(pause: float) -> tuple[str, list[str]]:
-    """The sockets this worker holds on entry (none of its own yet), then a rendezvous and a pause."""
-    held = []
+def _own_sockets() -> set[str]:
+    """The sockets this process holds (``socket:[inode]``)."""
+    held = set()
     for name in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
             continue
         if target.startswith("socket:"):
-            held.append(f"{name} -> {target}")
+            held.add(target)
+    return held
+
+
+def sockets_then_serve(pause: float) -> tuple[str, list[str]]:
+    """The sockets this worker holds on entry (none of its own yet), then a rendezvous and a pause."""
+    held = sorted(_own_sockets())
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
@@ -59,19 +65,6 @@ def counting(steps: int, pause: float) -> int:
     return steps
 
 
-def _own_sockets() -> set[str]:
-    """The sockets this (test) process holds: earlier tests' clients, not the launcher's."""
-    held = set()
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target.startswith("socket:"):
-            held.add(target)
-    return held
-
-
 def test_a_concurrent_runs_worker_holds_none_of_the_first_runs_sockets() -> None:
     before = _own_sockets()  # e.g. a kernel client an earlier test left open in this process: not the launcher's
     first = notebook_launcher(sockets_then_serve, args=(3.0,), num_processes=1, block=False, dashboard=RecordingSink())
@@ -80,7 +73,7 @@ def test_a_concurrent_runs_worker_holds_none_of_the_first_runs_sockets() -> None
                                dashboard=RecordingSink(), concurrent=True)
     try:
         port, first_held = first.result(timeout=90)
-        assert [held for held in first_held if held.split(" -> ")[1] not in before] == []
+        assert [held for held in first_held if held not in before] == []
         time.sleep(0.5)
         check_port_free(int(port))  # the first run is over: its port is free although the second run goes on
         assert second.status == "running"
