@@ -22,6 +22,8 @@ from notebook_accel.deepspeed.jit_ops import compiling_phase
 from notebook_accel.deepspeed.plugin import DeepSpeedPlugin
 from notebook_accel.engines.ddp import DDPEngine
 from notebook_accel.environment import LaunchEnvironment, ensure_local_rank
+from notebook_accel.monitor import steps
+from notebook_accel.monitor.collectives import time_deepspeed_collectives
 from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.precision import MixedPrecision, wrap_forward
@@ -171,6 +173,9 @@ class DeepSpeedEngine(DDPEngine):
             engine, *_ = self.deepspeed.initialize(model=models[0], optimizer=optimizer, config=config,
                                                    dist_init_required=False)
         self.wrapped = engine
+        step_clock = steps.clock()
+        if step_clock is not None:  # a launched worker: DeepSpeed's collectives are part of the step breakdown
+            time_deepspeed_collectives(step_clock.comm_timer)
         if optimizers:
             optimizers[0].engine = engine
         return [engine if o is models[0] else o for o in objects]

@@ -29,6 +29,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 
 from notebook_accel.fsdp.layers import layers_to_wrap
 from notebook_accel.fsdp.plugin import FullyShardedDataParallelPlugin
+from notebook_accel.monitor import steps
+from notebook_accel.monitor.collectives import time_fsdp_collectives
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.state import ProcessState
 
@@ -122,6 +124,9 @@ def shard_model(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, 
         if plugin.activation_checkpointing and module is not model:
             checkpoint(module)
         fully_shard(module, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp_policy, offload_policy=offload)
+    step_clock = steps.clock()
+    if step_clock is not None:  # a launched worker: FSDP's collectives are part of the step breakdown
+        time_fsdp_collectives([*layers, model], step_clock.comm_timer)
     if plugin.forward_prefetch:
         for current, following in zip(layers, layers[1:]):
             current.set_modules_to_forward_prefetch([following])  # type: ignore[operator]

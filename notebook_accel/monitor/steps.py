@@ -7,8 +7,9 @@ monotonic clock and no synchronisation:
 - **backward**: ``accelerator.backward``; forward plus backward is the time from the batch to the end of backward;
 - **communication**: DDP's own measurement of its gradient all-reduce, from the first bucket sent to the last one
   back (torch's DDP logger times the first ten iterations and every hundredth, on gloo and NCCL alike, at no
-  cost to the others; its running mean is used). Communication overlapping the backward pass counts as
-  communication, not compute;
+  cost to the others; its running mean is used); for FSDP, the time its parameter all-gathers and gradient
+  reduce-scatters were in flight (:mod:`.collectives`). Communication overlapping the forward and backward
+  passes counts as communication, not compute;
 - **optimizer**: ``optimizer.step()``;
 - **other**: the rest (logging, evaluation, the user's own code after the step).
 
@@ -27,6 +28,7 @@ from typing import Any
 from notebook_accel import channel
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import StepTimes
+from notebook_accel.monitor.collectives import CommTimer
 
 __all__ = ["StepClock", "clock", "flush", "paused", "reset"]
 
@@ -52,6 +54,7 @@ class StepClock:
         self._post = post
         self.loader_workers = loader_workers
         self._models: list[weakref.ref[Any]] = []  # DDP models whose communication is measured
+        self.comm_timer = CommTimer()  # FSDP's collectives, timed as they run
         self._step_start = -1.0  # < 0: no step open
         self._data = self._backward = self._optimizer = self._forward_backward = 0.0  # the open step's phases
         self._sums = [0.0] * 5  # step, data, forward+backward, backward, optimizer
@@ -118,7 +121,8 @@ class StepClock:
         if not self._steps:
             return
         step, data, forward_backward, backward, optimizer = self._sums
-        comm = min(self._comm_per_step() * self._steps, max(0.0, step - data))
+        measured = self._comm_per_step() * self._steps + self.comm_timer.take()
+        comm = min(measured, max(0.0, step - data))
         self._post(StepTimes(self.rank, self._steps, step, data, forward_backward, backward, comm, optimizer,
                              self.loader_workers))
         self._sums = [0.0] * 5

@@ -118,7 +118,7 @@ def _straggler(ranks: Mapping[int, RankSteps]) -> str | None:
               - median((ranks[k].compute + ranks[k].other) / ranks[k].steps for k in ranks if k != slowest)}
     cause = max(excess, key=lambda k: excess[k])
     return (f"rank {slowest} is a straggler: its own work takes {work[slowest] / typical:.1f}x the others' per step "
-            f"({cause}); the others wait for it in the gradient all-reduce")
+            f"({cause}); the others wait for it in the next collective")
 
 
 def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | None = None) -> str | None:
@@ -142,8 +142,8 @@ def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | Non
                 f"(now {ranks[worst].loader_workers}) or make loading cheaper")
     comm = min(r.share(r.comm) for r in ranks.values())
     if len(ranks) > 1 and comm >= 0.4:
-        return (f"communication-bound: {comm:.0%} of the step is gradient all-reduce; a larger per-device batch or "
-                "gradient_accumulation_steps=4 would amortise it")
+        return (f"communication-bound: {comm:.0%} of the step is spent communicating (gradients, and parameters "
+                "when sharded); a larger per-device batch or gradient_accumulation_steps=4 would amortise it")
     for rank, used in sorted((gpu_utilization or {}).items()):
         if used < 50:
             return f"rank {rank}'s GPU is busy only {used:.0f}% of the time"

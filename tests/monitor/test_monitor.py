@@ -210,3 +210,30 @@ def test_a_device_memory_note_gives_the_peak_when_sampled() -> None:
     note = device_memory_note(SystemSample(time.time(), (gpu,), GIB, 2 * GIB), 1)
     assert note.startswith("rank 1's GPU held up to 79.0 GiB of its 80.0 GiB") and "bf16" in note
     assert device_memory_note(None, 1).startswith("The device ran out of memory")
+
+
+class _FakeEvent:
+    """A CUDA timing event stand-in: recorded at ``at`` ms, complete or not."""
+
+    def __init__(self, at: float, done: bool = True) -> None:
+        self.at, self.done = at, done
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, other: _FakeEvent) -> float:
+        return other.at - self.at
+
+
+def test_gpu_collectives_are_read_back_once_complete_and_overlaps_count_once() -> None:
+    from notebook_accel.monitor.collectives import CommTimer
+
+    timer = CommTimer()
+    timer.add_events(_FakeEvent(100.0), _FakeEvent(300.0))  # all-gather stream: 200 ms
+    timer.add_events(_FakeEvent(250.0), _FakeEvent(400.0))  # reduce-scatter stream, overlapping by 50 ms
+    pending = _FakeEvent(900.0, done=False)
+    timer.add_events(_FakeEvent(800.0), pending)  # still running: read at a later take
+    assert timer.take() == pytest.approx(0.3)
+    pending.done = True
+    assert timer.take() == pytest.approx(0.1)
+    assert timer.take() == 0.0

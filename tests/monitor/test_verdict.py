@@ -7,6 +7,7 @@ import pytest
 from notebook_accel import notebook_launcher
 from notebook_accel.events import StepTimes
 from notebook_accel.monitor.verdict import StepBreakdown, verdict
+from tests.deepspeed import needs_deepspeed
 from tests.launcher.recording import RecordingSink
 from tests.monitor import workers
 
@@ -30,6 +31,16 @@ def test_a_slow_dataset_is_named_data_bound() -> None:
 @pytest.mark.timeout(180)
 def test_many_parameters_and_a_tiny_batch_are_named_communication_bound() -> None:
     breakdown = breakdown_of("comm")
+    found = verdict(breakdown)
+    assert found is not None and found.startswith("communication-bound:"), (found, breakdown.lines())
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["fsdp_comm", pytest.param("deepspeed_comm", marks=needs_deepspeed)])
+def test_sharded_engines_collectives_count_as_communication(kind: str) -> None:
+    breakdown = breakdown_of(kind)
+    shares = [r.split()["comm"] for r in breakdown.ranks.values()]
+    assert min(shares) > 0.2, breakdown.lines()  # before FSDP's collectives were timed: communication 0%
     found = verdict(breakdown)
     assert found is not None and found.startswith("communication-bound:"), (found, breakdown.lines())
 

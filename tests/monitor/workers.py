@@ -50,13 +50,23 @@ def train_case(kind: str) -> None:
 
     from notebook_accel import Accelerator
 
-    accelerator = Accelerator()
+    if kind == "fsdp_comm":  # the communication-bound case sharded: all-gathers and reduce-scatters instead
+        from notebook_accel.fsdp import FullyShardedDataParallelPlugin
+
+        accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(
+            auto_wrap_policy="SIZE_BASED_WRAP", min_num_params=1_000_000))
+    elif kind == "deepspeed_comm":  # and through DeepSpeed's ZeRO-2: its reductions and gathers
+        from notebook_accel import DeepSpeedPlugin
+
+        accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+    else:
+        accelerator = Accelerator()
     torch.manual_seed(0)
     if kind == "data":
         model: torch.nn.Module = torch.nn.Linear(8, 1)
         data: torch.utils.data.Dataset = SlowItems()  # type: ignore[type-arg]
         batch = 4
-    elif kind == "comm":  # 16M parameters (64 MB of gradients) for a batch of one
+    elif kind in ("comm", "fsdp_comm", "deepspeed_comm"):  # 16M parameters (64 MB of gradients) for a batch of one
         model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(4)], torch.nn.Linear(2048, 1))
         data = TensorDataset(torch.randn(16, 2048), torch.randn(16, 1))
         batch = 1
