@@ -6,8 +6,9 @@ messages on iopub) imports torch, ``torch._dynamo`` and the launcher, and warms 
 round runs every contender once, in an order that rotates from round to round, so each sees the same machine
 state on average:
 
-- ``raw``: ``torch.multiprocessing.start_processes`` (fork) of 2 workers that make a gloo group, all-reduce one
-  tensor and send the result back through a pipe (what the launcher returns);
+- ``raw``: ``torch.multiprocessing.start_processes`` (fork) of 2 workers that make a gloo group, wrap a small
+  model in DDP (what a training function does first), all-reduce one tensor and send the result back through a
+  pipe (what the launcher returns);
 - ``raw (A/A)``: the same again, a control: its ratio to ``raw`` says how much noise the machine adds;
 - ``dashboard``: ``notebook_launcher(work, num_processes=2)`` with its live dashboard;
 - ``dashboard=False``: the same with console output only.
@@ -36,6 +37,7 @@ from notebook_accel import notebook_launcher
 
 def work():
     dist.init_process_group("gloo")
+    torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))  # what a training function does first
     t = torch.ones(1)
     dist.all_reduce(t)
     return t.item()
