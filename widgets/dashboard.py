@@ -36,10 +36,11 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as w
+from ipywidgets.widgets.widget_string import HTMLStyle
 
 from notebook_accel.events import EngineReady, Event, Exited, Failed, Finished, RunInfo, RunOutcome, Started
 from notebook_accel.widgets import views
-from notebook_accel.widgets.snapshot import StaticResult
+from notebook_accel.widgets.snapshot import StaticResult, Summary
 from notebook_accel.widgets.state import RunState
 from notebook_accel.widgets.svg import curves_svg
 
@@ -47,9 +48,8 @@ __all__ = ["Dashboard"]
 
 _URGENT = (Started, Finished, Failed, Exited, EngineReady)
 _BAR_STYLES = {"finished": "success", "failed": "danger", "timeout": "danger", "stopped": "warning"}
-_BAR = {"width": "260px", "flex": "0 0 auto"}  # keyword sets, not Layout objects: a Layout shared by two widgets
-_ROW = {"min_height": "24px", "align_items": "center"}  # would hide both when one is hidden
-_CURVES_HEIGHT = "184px"  # one row of SVG panels (svg._H) with its gap: reserved before the first point
+_CURVES_HEIGHT = 184  # px of one row of SVG panels (svg._H) with its gap: reserved before the first point
+ERROR_GRACE = 2.0  # seconds a failure waits for the launcher's verdict before the live error box shows it
 
 
 def _ipython_display(obj: object) -> Any:
@@ -71,9 +71,13 @@ class Dashboard:
         max_log_lines: output lines kept per pane; the pane shows the last ``shown_log_lines`` of them.
         shown_log_lines: output lines rendered in each log pane.
         clock: monotonic clock in seconds (injected by tests).
-        display: shows the widgets; may return a handle whose ``update(obj)`` replaces them in place at the end
-            (default: ``IPython.display.display(obj, display_id=True)``); without a handle the result is shown
-            by a second call.
+        display: shows the first frame; may return a handle whose ``update(obj)`` replaces it in place by the
+            widgets, and those by the result at the end (default: ``IPython.display.display(obj,
+            display_id=True)``); without a handle the widgets come at once and the result is shown by a second
+            call.
+        live_after: seconds the first frame (static HTML, no widget) stays before the widgets replace it: a run
+            that ends sooner never builds a widget (a warm launch costs what the launch itself costs); ``0``: the
+            widgets at once.
 
     Example:
         >>> from notebook_accel import notebook_launcher
@@ -93,6 +97,7 @@ class Dashboard:
         shown_log_lines: int = 200,
         clock: Callable[[], float] = time.monotonic,
         display: Callable[[object], Any] | None = None,
+        live_after: float = 0.5,
     ) -> None:
         self.show_all_ranks = show_all_ranks
         self.refresh_interval = refresh_interval
@@ -102,6 +107,8 @@ class Dashboard:
         self.max_log_lines = max_log_lines
         self.shown_log_lines = shown_log_lines
         self.clock = clock
+        self.live_after = live_after
+        self._live_at = 0.0
         self._display = display if display is not None else _ipython_display
         self.state: RunState | None = None
         self.plot: Any = None  # the matplotlib CurvePlot that drew the final PNG (made at the end)
@@ -117,63 +124,118 @@ class Dashboard:
         self._next_refresh = 0.0
         self._next_plot = 0.0
         self._seen: dict[str, int] = {}
-        self._build_widgets()
+        self._stop: Callable[[], None] | None = None
+        self._failed_at: float | None = None
+        self._shared: list[w.Widget] = []
+        self._clear_widgets()
+
+    def _clear_widgets(self) -> None:
+        """No widget yet: they are made by :meth:`start`, with their first values (no update message after)."""
+        self.root: w.VBox | None = None
+        self.top: w.HTML | None = None
+        self.body: w.HTML | None = None
+        self.log_main: w.HTML | None = None
+        self.log_all: w.HTML | None = None
+        self.logs: w.Tab | None = None
+        self.stop_button: w.Button | None = None
+        self.parts: dict[str, str] = {}  # the HTML of each part, as last drawn (for tests and tools)
+        self.fractions: dict[str, float | None] = {}  # each bar's fraction as last drawn (``None``: no bar)
 
     def _build_widgets(self) -> None:
-        """Create the widgets once; later only their values change."""
-        self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
-        self.stop_button = w.Button(description="Stop run", button_style="danger", icon="stop",
-                                    tooltip="Stop this background run (as run.stop())",
-                                    layout=w.Layout(display="none", flex="0 0 auto"))
-        self.ranks = w.HTML()
-        self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(**_BAR))
-        self.bar_label = w.HTML(layout=w.Layout(flex="1 1 auto"))
-        self.error = w.HTML(layout=w.Layout(display="none"))
-        self.overall_bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(**_BAR))
-        self.overall_label = w.HTML(layout=w.Layout(flex="1 1 auto"))
-        self.overall_row = w.HBox([self.overall_bar, self.overall_label], layout=w.Layout(**_ROW))
-        self.overall_bar.layout.display = "none"
-        self.curves = w.HTML(layout=w.Layout(min_height=_CURVES_HEIGHT))
-        self.metrics = w.HTML()
-        self.log_main = w.HTML()
-        self.log_all = w.HTML()
-        self.logs = w.Tab(children=[self.log_main, self.log_all], selected_index=1 if self.show_all_ranks else 0)
-        self.logs.set_title(0, "main process")
-        self.logs.set_title(1, "all ranks")
-        self.root = w.VBox([
-            w.HBox([self.header, self.stop_button], layout=w.Layout(**_ROW)), self.ranks, self.overall_row,
-            w.HBox([self.bar, self.bar_label], layout=w.Layout(**_ROW)), self.error,
-            w.HBox([self.curves, self.metrics], layout=w.Layout(flex_flow="row wrap", align_items="flex-start")),
-            self.logs,
-        ])
-        for widget, name in ((self.root, "nacc-dashboard"), (self.header, "nacc-header"), (self.ranks, "nacc-ranks"),
-                             (self.stop_button, "nacc-stop"), (self.logs, "nacc-logs")):
-            widget.add_class(name)  # stable names for styling and for the browser test
+        """Create the few widgets of the live view, with their first values.
+
+        Three HTML widgets share one layout and one style (each widget is a model the front end opens, so
+        every one costs the launch a comm message): the top (header, ranks, both progress rows, the error),
+        the curves with the table of values, and the output pane. Each part's height is held in its HTML from
+        the first frame. The "main process | all ranks" tabs appear once a rank other than the main process
+        prints (or at once with ``show_all_ranks``); until then the pane's title line takes the tabs' height.
+        The stop button exists only for a background run (:meth:`attach_stop`).
+        """
+        layout, style = w.Layout(), HTMLStyle()  # never changed, so sharing them hides nothing by accident
+        self._shared = [layout, style]
+        self._compose()
+        self.top = w.HTML(self._top_html(), layout=layout, style=style)
+        self.body = w.HTML(self._body_html(), layout=layout, style=style)
+        self.log_main = w.HTML(self._log_html(main=True), layout=layout, style=style, _dom_classes=("nacc-logs",))
+        self.root = w.VBox([self.top, self.body, self.log_main], _dom_classes=("nacc-dashboard",))
+        if self.show_all_ranks:
+            self._build_tabs()
+        if self._stop is not None:
+            self._build_stop_button()
+
+    def _build_tabs(self) -> None:
+        """Put the output pane in tabs, "main process" and "all ranks" (a rank other than the main one printed)."""
+        if self.root is None or self.log_main is None or self.logs is not None:
+            return
+        layout, style = self._shared
+        self.log_all = w.HTML(self._log_html(main=False), layout=layout, style=style)
+        self.logs = w.Tab(children=[self.log_main, self.log_all], titles=("main process", "all ranks"),
+                          selected_index=1 if self.show_all_ranks else 0, _dom_classes=("nacc-logs",))
+        self._set(self.log_main, self._log_html(main=True))  # no title line: the tabs take its place
+        self.root.children = (*self.root.children[:-1], self.logs)
+
+    def _build_stop_button(self) -> None:
+        """The stop button, beside the top part (its own row: the button never moves as the clock text widens)."""
+        if self.root is None or self.top is None or self.stop_button is not None:
+            return
+        stop = self._stop
+        button = w.Button(description="Stop run", button_style="danger", icon="stop",
+                          tooltip="Stop this background run (as run.stop())",
+                          layout=w.Layout(flex="0 0 auto", align_self="flex-start"), _dom_classes=("nacc-stop",))
+
+        def pressed(_: w.Button) -> None:
+            button.disabled = True
+            button.description = "Stopping..."
+            if stop is not None:
+                stop()
+
+        button.on_click(pressed)
+        self.stop_button = button
+        self.top.layout = w.Layout(flex="1 1 auto")
+        self.root.children = (w.HBox([self.top, button]), *self.root.children[1:])
 
     def attach_stop(self, stop: Callable[[], None]) -> None:
         """Show the stop button, calling ``stop`` when pressed (a background run: the notebook's own stop
         button interrupts the running cell, not the run)."""
-
-        def pressed(_: w.Button) -> None:
-            self.stop_button.disabled = True
-            self.stop_button.description = "Stopping..."
-            stop()
-
-        self.stop_button.on_click(pressed)
-        self.stop_button.layout.display = None
+        self._stop = stop
+        self._build_stop_button()
 
     # -- Sink protocol ----------------------------------------------------------------------------------
 
     def start(self, info: RunInfo) -> None:
         """Show the dashboard under the cell for the run described by ``info``."""
         if self.state is not None:  # the same dashboard passed to a second launch: fresh widgets, old view kept
-            self._build_widgets()
+            self._clear_widgets()
             self.png, self.svg, self._seen, self._next_plot = None, "", {}, 0.0
         self.state = RunState(info, budget=self.budget, max_log_lines=self.max_log_lines)
-        self._started_at = self.clock()
+        self._started_at = self._next_refresh = self.clock()
         self.frozen = False
-        self.display_handle = self._display(self.root)
-        self._guarded(self._refresh, True)
+        self._failed_at = None
+        self._live_at = self._started_at + self.live_after
+        if self.live_after <= 0:
+            self._build_widgets()
+            self.display_handle = self._display(self.root)
+            return
+        self._compose()
+        self.display_handle = self._display(self._frame())
+
+    def _frame(self) -> Summary:
+        """The first frame: the live view's parts as one static HTML output (no widget, no comm message), in the
+        live view's places (the widgets replace it in place, nothing moves)."""
+        p = self.parts
+        state = self.state
+        text = "" if state is None else f"{state.info.function_name}: {state.shown_status}"
+        return Summary(f'<div class="nacc-dashboard">{self._top_html()}{self._body_html()}'
+                       f'<div class="nacc-logs">{self._log_html(main=True)}</div></div>', text or p.get("header", ""))
+
+    def _go_live(self) -> None:
+        """Build the widgets and put them where the first frame is. Without a display handle the first frame
+        cannot be replaced: it stays (no widget below a stale copy), and the result comes after it."""
+        update = getattr(self.display_handle, "update", None)
+        if self.root is not None or self.state is None or update is None:
+            return
+        self._build_widgets()
+        update(self.root)
 
     def handle(self, event: Event) -> None:
         """Record ``event``; refresh the widgets when the throttle allows (status changes: at once)."""
@@ -186,13 +248,15 @@ class Dashboard:
             self._guarded(self._refresh, False)
 
     def phase(self, text: str) -> None:
-        """Say what the launch is doing while nothing else shows it (``""``: nothing); shown at once, since the
-        launcher calls this right before a step that may take a while."""
+        """Say what the launch is doing while nothing else shows it (``""``: nothing); shown at once once the
+        widgets exist (the launcher calls this right before a step that may take a while, and ticks during a slow
+        one, which brings the widgets after :attr:`live_after`). Before that the first frame says ``starting``
+        and "waiting for the workers": a step of a few milliseconds costs no message."""
         if self.state is None or self.frozen:
             return
         self.state.phase = text
         self.state.version += 1
-        self._guarded(self._refresh, False)
+        self._guarded(self._refresh, False)  # before the widgets: shown once they come (a slow step ticks)
 
     def tick(self, now: float) -> None:
         """The launcher's periodic wake-up: move the clock and show every value held back by the throttle.
@@ -210,7 +274,7 @@ class Dashboard:
         if state is None or self.frozen:
             return
         state.finish(outcome)
-        self._guarded(self._refresh, False)  # the final status at once, while the result's image is drawn
+        self._guarded(self._refresh, False, False)  # the final status at once, while the result's image is drawn
         self.frozen = True
         if state.series:
             self._guarded(self._render_png)
@@ -234,9 +298,17 @@ class Dashboard:
             self.png = self.plot.render(self.state.series)
 
     def _close_widgets(self) -> None:
-        """Close every widget of the live view (their models leave the front end; nothing is left to save)."""
+        """Close every widget of the live view, layouts and styles too (their models leave the front end;
+        nothing is left to save)."""
+        if self.root is None:
+            return
+        seen: dict[int, w.Widget] = {}
         for widget in [self.root, *self._all_children(self.root)]:
-            widget.close()
+            for model in (widget, getattr(widget, "layout", None), getattr(widget, "style", None)):
+                if isinstance(model, w.Widget):
+                    seen.setdefault(id(model), model)
+        for model in seen.values():
+            model.close()
 
     def _all_children(self, box: w.Widget) -> list[w.Widget]:
         """The widgets inside ``box``, depth first."""
@@ -252,36 +324,95 @@ class Dashboard:
         if self.state is not None and not self.frozen:
             self._guarded(self._refresh, True)
 
-    def _refresh(self, force: bool) -> None:
-        """Update the widgets whose content changed; redraw the curves when due (or ``force``)."""
+    def _refresh(self, force: bool, go_live: bool = True) -> None:
+        """Update the widgets whose content changed; redraw the curves when due (or ``force``). Before the widgets
+        exist: build them when :attr:`live_after` has passed (and ``go_live``), else leave the first frame."""
         state = self.state
         if state is None:
             return
         now = self.clock()
+        if self.root is None:
+            if not go_live or now < self._live_at:
+                return
+            self._go_live()
+            if self.root is None:
+                return
         self.refreshes += 1
         self._next_refresh = now + self.refresh_interval
-        self.header.value = views.header_html(state, self._elapsed(now))
+        logs_changed = self._compose(force)
+        self._set(self.top, self._top_html())
+        self._set(self.body, self._body_html())
+        if logs_changed:
+            if self.logs is None and any(line.rank != state.main_rank for line in state.logs_all):
+                self._build_tabs()
+            self._set(self.log_main, self._log_html(main=True))
+            self._set(self.log_all, self._log_html(main=False))
+
+    def _compose(self, force: bool = True) -> bool:
+        """Work out each part's HTML into :attr:`parts` (each only when its content moved); return whether the
+        output changed."""
+        state = self.state
+        if state is None:
+            return False
+        now = self.clock()
+        parts = self.parts
+        parts["header"] = views.header_html(state, self._elapsed(now))
         fraction, label = views.progress_text(state, now)
-        self.bar.value, self.bar_label.value = fraction, views.label_html(label)
+        style = _BAR_STYLES.get(state.shown_status, "")
+        parts["bar"] = views.bar_row_html(fraction, label, style, "nacc-loop")
         overall, overall_label = views.overall_text(state, now)
-        self.overall_bar.layout.display = "none" if overall is None else None  # length unknown: the label alone
-        self.overall_bar.value = overall if overall is not None else 0.0
-        self.overall_label.value = views.label_html(overall_label)
+        parts["overall"] = views.bar_row_html(overall, overall_label, style, "nacc-run")
+        self.fractions = {"bar": fraction, "overall": overall}
         if self._changed("state", state.version):
-            self.ranks.value = views.ranks_html(state)
-            self.bar.bar_style = _BAR_STYLES.get(state.shown_status, "")
-            error = views.error_html(state)
-            if error and error != self.error.value:
-                self.error.value = error
-                self.error.layout.display = ""
-        if self._changed("logs", state.logs_version) or force:
-            n = self.shown_log_lines
-            self.log_main.value = views.logs_html(state.logs_main, with_rank=False, max_lines=n)
-            self.log_all.value = views.logs_html(state.logs_all, with_rank=True, max_lines=n)
+            parts["ranks"] = views.ranks_html(state)
+            if state.failure is not None and self._failed_at is None:
+                self._failed_at = now
+        parts["error"] = self._error_part(now)
         if self._changed("table", state.metrics_version):
-            self.metrics.value = views.metrics_html(state)
+            parts["metrics"] = views.metrics_html(state)
         if (force or now >= self._next_plot) and (self._changed("plot", state.metrics_version) or not self.svg):
             self._redraw(now)
+        parts["curves"] = self.svg
+        return self._changed("logs", state.logs_version) or force
+
+    def _error_part(self, now: float) -> str:
+        """The error box: a worker's failure waits :data:`ERROR_GRACE` seconds for the launcher's verdict (torch's
+        first words about a lost connection are not the cause; the result names it), then shows."""
+        state = self.state
+        if state is None:
+            return ""
+        held = state.failure is not None and self._failed_at is not None and now < self._failed_at + ERROR_GRACE
+        return "" if held else views.error_html(state)
+
+    def _top_html(self) -> str:
+        """Header, ranks, the run's and the loop's progress rows, the error."""
+        p = self.parts
+        return (f'<div class="nacc-header" style="min-height:24px;display:flex;align-items:center">{p["header"]}</div>'
+                f'<div class="nacc-ranks">{p["ranks"]}</div>{p["overall"]}{p["bar"]}{p["error"]}')
+
+    def _body_html(self) -> str:
+        """The curves (their height held before the first point) beside the table of latest values."""
+        p = self.parts
+        return ('<div style="display:flex;flex-flow:row wrap;align-items:flex-start">'
+                f'<div class="nacc-curves" style="min-height:{_CURVES_HEIGHT}px">{p["curves"]}</div>'
+                f'<div class="nacc-metrics">{p["metrics"]}</div></div>')
+
+    def _log_html(self, main: bool) -> str:
+        """The main process's pane (with its title line while there are no tabs) or every rank's."""
+        state = self.state
+        if state is None:
+            return ""
+        n = self.shown_log_lines
+        if main:
+            title = "" if self.logs is not None or self.show_all_ranks else "output of the main process"
+            return views.logs_html(state.logs_main, with_rank=False, max_lines=n, title=title)
+        return views.logs_html(state.logs_all, with_rank=True, max_lines=n)
+
+    @staticmethod
+    def _set(widget: w.HTML | None, value: str) -> None:
+        """Set ``widget``'s value when it changed (an unchanged value sends nothing)."""
+        if widget is not None and widget.value != value:
+            widget.value = value
 
     def _elapsed(self, now: float) -> float:
         """The run's time on this dashboard's clock: from :meth:`start` to ``now``, or to when the last rank ended."""
@@ -295,7 +426,6 @@ class Dashboard:
             return
         started = time.perf_counter()
         self.svg = curves_svg(state.series)
-        self.curves.value = self.svg
         self.redraws += 1
         cost = time.perf_counter() - started
         self._next_plot = now + max(self.plot_interval, cost / self.plot_share)
@@ -317,5 +447,6 @@ class Dashboard:
                 warnings.warn(f"the dashboard could not draw: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)
 
     def _ipython_display_(self) -> None:
-        """Displaying the dashboard object shows its widgets."""
-        self._display(self.root)
+        """Displaying the dashboard object shows its widgets (nothing before :meth:`start` made them)."""
+        if self.root is not None:
+            self._display(self.root)

@@ -14,7 +14,7 @@ from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.state import LogLine, RunState
 
 __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
-           "error_html", "STATUS_COLORS"]
+           "error_html", "bar_row_html", "STATUS_COLORS", "LOG_HEIGHT", "TAB_BAR_HEIGHT"]
 
 STATUS_COLORS = {
     "starting": "#6b7280",
@@ -32,6 +32,9 @@ _NOTE = "color:#6b7280"
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
 _STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
+LOG_HEIGHT = 180  # px of the log pane's scroll box
+TAB_BAR_HEIGHT = 30  # px of the "main process | all ranks" tabs; a single pane's title line takes the same
+_BAR_COLORS = {"": "#2196f3", "success": "#4caf50", "danger": "#f44336", "warning": "#ff9800"}
 
 
 def _badge(status: str) -> str:
@@ -141,6 +144,26 @@ def overall_text(state: RunState, now: float = 0.0) -> tuple[float | None, str]:
     return fraction, " · ".join(parts)
 
 
+def bar_row_html(fraction: float | None, label: str, style: str = "", css_class: str = "") -> str:
+    """A progress row drawn in HTML: a 260 px bar (none when ``fraction`` is ``None``: the length is unknown, the
+    label alone) and its label; the row keeps its height when the label is empty. ``style`` is ``""``,
+    ``"success"``, ``"danger"`` or ``"warning"``.
+
+    Example:
+        >>> 'width:50.0%' in bar_row_html(0.5, "train 5/10")
+        True
+    """
+    bar = ""
+    if fraction is not None:
+        width = max(0.0, min(fraction, 1.0)) * 100
+        bar = ('<div style="flex:0 0 260px;height:12px;margin-right:8px;background:#e5e7eb;border-radius:2px">'
+               f'<div style="width:{width:.1f}%;height:100%;background:{_BAR_COLORS.get(style, "#2196f3")};'
+               'border-radius:2px"></div></div>')
+    cls = f' class="{css_class}"' if css_class else ""
+    return (f'<div{cls} style="display:flex;align-items:center;min-height:24px">{bar}'
+            f'<div style="flex:1 1 auto">{label_html(label)}</div></div>')
+
+
 def metrics_html(state: RunState) -> str:
     """The latest value of every metric, grouped in first-seen order."""
     if not state.latest:
@@ -157,18 +180,26 @@ def metrics_html(state: RunState) -> str:
     return f"<table {_TABLE}><tr>{head}</tr>{rows}</table>"
 
 
-def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_px: int = 180) -> str:
+def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_px: int = LOG_HEIGHT,
+              title: str = "") -> str:
     """A scroll box with the last ``max_lines`` lines, anchored at the bottom (newest visible), in their colours.
 
     Lines keep the worker's ANSI colours (as HTML); where the worker chose none, only tracebacks, exception lines
     and ERROR/CRITICAL log records are red (:mod:`~notebook_accel.widgets.log_style`), and the rest of stderr
     (tqdm bars, INFO lines, warnings) looks like ordinary output with a thin grey mark at its left. The live
     lines (a tqdm bar being redrawn) come last. When ``lines`` is a :class:`~notebook_accel.widgets.state.LogBuffer`
-    whose output is kept in files, a caption says where (the pane keeps only a tail).
+    whose output is kept in files, a caption says where (the pane keeps only a tail). ``title`` (a pane without
+    tabs) is a line of the tab bar's height above the box. Without any line there is no box: one grey line, in
+    a space of the box's height (the box appears there, nothing below moves).
     ``flex-direction: column-reverse`` keeps the box scrolled to the end without any script.
     """
     everything = list(lines)
     tail = everything[-max_lines:]
+    head = (f'<div style="height:{TAB_BAR_HEIGHT}px;line-height:{TAB_BAR_HEIGHT}px;font-family:sans-serif;'
+            f'font-size:12px;color:#374151">{html.escape(title)}</div>') if title else ""
+    if not tail:
+        return (f'{head}<div style="height:{height_px + 10}px;font-family:sans-serif;font-size:12px;color:#6b7280;'
+                'padding:4px">no output yet (print() and logging show here)</div>')
     out = []
     for line, kind in zip(tail, line_kinds([line.text for line in tail])):
         text = ansi_to_html(line.styled) if line.styled else html.escape(line.text, quote=False)
@@ -179,7 +210,7 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
             out.append(f'<span style="{_STDERR}">{prefix}{text}</span>')
         else:
             out.append(prefix + text)
-    body = "\n".join(out) if out else '<span style="color:#6b7280">no output yet (print() and logging show here)</span>'
+    body = "\n".join(out)
     where = getattr(lines, "where", "")
     caption = ""
     if where:
@@ -189,7 +220,7 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
             f"{shown}every rank&#x27;s full output: <code>{html.escape(where)}/rank&lt;N&gt;.log</code></div>"
         )
     return (
-        f'{caption}<div style="height:{height_px}px;overflow-y:auto;display:flex;flex-direction:column-reverse;'
+        f'{head}{caption}<div style="height:{height_px}px;overflow-y:auto;display:flex;flex-direction:column-reverse;'
         'border:1px solid #e5e7eb;padding:4px">'
         f'<pre style="margin:0;font-size:12px;white-space:pre-wrap">{body}</pre></div>'
     )

@@ -11,26 +11,32 @@ next cells; :func:`warm_kernel` finishes it (or does it) right before the first 
 thread first, since forking while another thread holds import locks could leave a worker stuck. Elsewhere (a
 script, or torch not yet imported) it happens at the first launch. With GPUs it stays in the workers, so nothing in
 the kernel can touch CUDA before the fork.
+
+The same thread first imports the dashboard (ipywidgets) and, last, what draws its final curves (matplotlib):
+:data:`UI_MODULES`, about a second the first launch's dashboard no longer waits for. That needs no GPU check
+(nothing of it touches CUDA), only a kernel with ipywidgets installed.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import threading
 
 from notebook_accel import hardware
 
-__all__ = ["WARM_MODULES", "warm_kernel", "start_early", "warming_needed"]
+__all__ = ["WARM_MODULES", "UI_MODULES", "warm_kernel", "start_early", "warming_needed"]
 
 WARM_MODULES = ("torch.distributed", "torch.nn.parallel", "torch._dynamo")
+UI_MODULES = ("notebook_accel.widgets.dashboard", "notebook_accel.widgets.plots")  # the live view, the final PNG
 _early: list[threading.Thread] = []  # the background import, once started
 
 
-def _import_all() -> list[str]:
-    """Import each of :data:`WARM_MODULES` not imported yet; the ones this call imported."""
+def _import_all(names: tuple[str, ...] | None = None) -> list[str]:
+    """Import each of ``names`` (default :data:`WARM_MODULES`) not imported yet; the ones this call imported."""
     done = []
-    for name in WARM_MODULES:
+    for name in WARM_MODULES if names is None else names:
         if name not in sys.modules:
             try:
                 importlib.import_module(name)
@@ -40,12 +46,33 @@ def _import_all() -> list[str]:
     return done
 
 
+def _ui_wanted() -> bool:
+    """Whether the first launch will build a dashboard: ipywidgets is installed (the kernel is checked by the
+    caller)."""
+    return importlib.util.find_spec("ipywidgets") is not None
+
+
+def _warm_up(torch_too: bool, ui: bool) -> None:
+    """The background thread: the dashboard, then torch's modules, then matplotlib (needed last, at a run's end)."""
+    if ui:
+        _import_all(UI_MODULES[:1])
+    if torch_too:
+        _import_all()
+    if ui:
+        _import_all(UI_MODULES[1:])
+
+
 def start_early() -> bool:
-    """Start importing :data:`WARM_MODULES` in a daemon thread, in a Jupyter kernel that has imported torch and
-    sees no GPU (once per process). Returns whether it started."""
-    if _early or "ipykernel" not in sys.modules or "torch" not in sys.modules or hardware.visible_gpu_count():
+    """In a Jupyter kernel (once per process), start a daemon thread that imports the dashboard's modules
+    (:data:`UI_MODULES`, when ipywidgets is installed) and, when torch is imported and no GPU is visible,
+    :data:`WARM_MODULES`. Returns whether it started."""
+    if _early or "ipykernel" not in sys.modules:
         return False
-    thread = threading.Thread(target=_import_all, name="notebook-accel warm-up", daemon=True)
+    torch_too = "torch" in sys.modules and not hardware.visible_gpu_count()
+    ui = _ui_wanted()
+    if not torch_too and not ui:
+        return False
+    thread = threading.Thread(target=_warm_up, args=(torch_too, ui), name="notebook-accel warm-up", daemon=True)
     _early.append(thread)
     thread.start()
     return True

@@ -42,6 +42,7 @@ def test_start_early_only_in_a_kernel_with_torch_and_no_gpu(monkeypatch: pytest.
     assert warmup.start_early() is False  # a script
     monkeypatch.setitem(sys.modules, "ipykernel", sys.modules["sys"])  # looks like a kernel
     monkeypatch.setattr(warmup.hardware, "visible_gpu_count", lambda: 1)
+    monkeypatch.setattr(warmup, "_ui_wanted", lambda: False)
     assert warmup.start_early() is False  # GPUs: nothing may touch CUDA before the fork
     monkeypatch.setattr(warmup.hardware, "visible_gpu_count", lambda: 0)
     assert warmup.start_early() is True and len(warmup._early) == 1
@@ -75,3 +76,19 @@ def test_warming_needed_says_whether_the_launcher_has_imports_left(monkeypatch: 
     monkeypatch.setattr(warmup, "WARM_MODULES", ("notebook_accel_no_such_module_for_the_test",))
     assert warmup.warming_needed("gloo") is True
     assert warmup.warming_needed("nccl") is False  # with GPUs the imports stay in the workers
+
+
+def test_the_dashboard_is_imported_in_the_background_first_and_matplotlib_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first launch's dashboard does not wait for ipywidgets and matplotlib (about a second), GPU or not."""
+    imported: list[tuple[str, ...]] = []
+    monkeypatch.setattr(warmup, "_import_all", lambda names=None: imported.append(names or warmup.WARM_MODULES))
+    monkeypatch.setitem(sys.modules, "ipykernel", sys.modules["sys"])  # looks like a kernel
+    for gpus, expected in ((0, [("notebook_accel.widgets.dashboard",), warmup.WARM_MODULES,
+                                ("notebook_accel.widgets.plots",)]),
+                           (1, [("notebook_accel.widgets.dashboard",), ("notebook_accel.widgets.plots",)])):
+        imported.clear()
+        monkeypatch.setattr(warmup, "_early", [])
+        monkeypatch.setattr(warmup.hardware, "visible_gpu_count", lambda gpus=gpus: gpus)
+        assert warmup.start_early() is True
+        warmup.warm_kernel("nccl")  # waits for the thread (before any fork)
+        assert imported == expected, (gpus, imported)
