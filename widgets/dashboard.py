@@ -144,35 +144,29 @@ class Dashboard:
     def _build_widgets(self) -> None:
         """Create the few widgets of the live view, with their first values.
 
-        Three HTML widgets share one layout and one style (each widget is a model the front end opens, so
-        every one costs the launch a comm message): the top (header, ranks, both progress rows, the error),
-        the curves with the table of values, and the output pane. Each part's height is held in its HTML from
-        the first frame. The "main process | all ranks" tabs appear once a rank other than the main process
-        prints (or at once with ``show_all_ranks``); until then the pane's title line takes the tabs' height.
-        The stop button exists only for a background run (:meth:`attach_stop`).
+        The HTML widgets share one layout and one style (each widget is a model the front end opens with a
+        message): the top (header, ranks, both progress rows, the error), the curves with the table of values,
+        and the output pane, in "main process | all ranks" tabs when there are several ranks. Each part's height
+        is held in its HTML. The stop button exists only for a background run (:meth:`attach_stop`).
         """
         layout, style = w.Layout(), HTMLStyle()  # never changed, so sharing them hides nothing by accident
-        self._shared = [layout, style]
         self._compose()
         self.top = w.HTML(self._top_html(), layout=layout, style=style)
         self.body = w.HTML(self._body_html(), layout=layout, style=style)
-        self.log_main = w.HTML(self._log_html(main=True), layout=layout, style=style, _dom_classes=("nacc-logs",))
-        self.root = w.VBox([self.top, self.body, self.log_main], _dom_classes=("nacc-dashboard",))
-        if self.show_all_ranks:
-            self._build_tabs()
+        self.log_main = w.HTML(self._log_html(main=True), layout=layout, style=style)
+        pane: w.Widget = self.log_main
+        if self._tabbed():
+            self.log_all = w.HTML(self._log_html(main=False), layout=layout, style=style)
+            pane = self.logs = w.Tab(children=[self.log_main, self.log_all], titles=("main process", "all ranks"),
+                                     selected_index=1 if self.show_all_ranks else 0)
+        pane.add_class("nacc-logs")
+        self.root = w.VBox([self.top, self.body, pane], _dom_classes=("nacc-dashboard",))
         if self._stop is not None:
             self._build_stop_button()
 
-    def _build_tabs(self) -> None:
-        """Put the output pane in tabs, "main process" and "all ranks" (a rank other than the main one printed)."""
-        if self.root is None or self.log_main is None or self.logs is not None:
-            return
-        layout, style = self._shared
-        self.log_all = w.HTML(self._log_html(main=False), layout=layout, style=style)
-        self.logs = w.Tab(children=[self.log_main, self.log_all], titles=("main process", "all ranks"),
-                          selected_index=1 if self.show_all_ranks else 0, _dom_classes=("nacc-logs",))
-        self._set(self.log_main, self._log_html(main=True))  # no title line: the tabs take its place
-        self.root.children = (*self.root.children[:-1], self.logs)
+    def _tabbed(self) -> bool:
+        """Whether the output pane has the "all ranks" tab (several ranks, or asked for)."""
+        return self.show_all_ranks or (self.state is not None and self.state.info.num_processes > 1)
 
     def _build_stop_button(self) -> None:
         """The stop button, beside the top part (its own row: the button never moves as the clock text widens)."""
@@ -220,13 +214,12 @@ class Dashboard:
         self.display_handle = self._display(self._frame())
 
     def _frame(self) -> Summary:
-        """The first frame: the live view's parts as one static HTML output (no widget, no comm message), in the
-        live view's places (the widgets replace it in place, nothing moves)."""
-        p = self.parts
+        """The first frame: the live view's parts as one static HTML output (no widget, no comm message), each
+        with the room its widget will have (the widgets replace it in place, nothing moves)."""
         state = self.state
         text = "" if state is None else f"{state.info.function_name}: {state.shown_status}"
-        return Summary(f'<div class="nacc-dashboard">{self._top_html()}{self._body_html()}'
-                       f'<div class="nacc-logs">{self._log_html(main=True)}</div></div>', text or p.get("header", ""))
+        logs = self._log_html(main=True)
+        return Summary(views.first_frame_html(self._top_html(), self._body_html(), logs, self._tabbed()), text)
 
     def _go_live(self) -> None:
         """Build the widgets and put them where the first frame is. Without a display handle the first frame
@@ -343,8 +336,6 @@ class Dashboard:
         self._set(self.top, self._top_html())
         self._set(self.body, self._body_html())
         if logs_changed:
-            if self.logs is None and any(line.rank != state.main_rank for line in state.logs_all):
-                self._build_tabs()
             self._set(self.log_main, self._log_html(main=True))
             self._set(self.log_all, self._log_html(main=False))
 
@@ -387,26 +378,25 @@ class Dashboard:
     def _top_html(self) -> str:
         """Header, ranks, the run's and the loop's progress rows, the error."""
         p = self.parts
-        return (f'<div class="nacc-header" style="min-height:24px;display:flex;align-items:center">{p["header"]}</div>'
-                f'<div class="nacc-ranks">{p["ranks"]}</div>{p["overall"]}{p["bar"]}{p["error"]}')
+        return views.part_html(
+            f'<div class="nacc-header" style="min-height:24px;display:flex;align-items:center">{p["header"]}</div>'
+            f'<div class="nacc-ranks">{p["ranks"]}</div>{p["overall"]}{p["bar"]}{p["error"]}')
 
     def _body_html(self) -> str:
         """The curves (their height held before the first point) beside the table of latest values."""
         p = self.parts
-        return ('<div style="display:flex;flex-flow:row wrap;align-items:flex-start">'
-                f'<div class="nacc-curves" style="min-height:{_CURVES_HEIGHT}px">{p["curves"]}</div>'
-                f'<div class="nacc-metrics">{p["metrics"]}</div></div>')
+        return views.part_html(
+            '<div style="display:flex;flex-flow:row wrap;align-items:flex-start">'
+            f'<div class="nacc-curves" style="min-height:{_CURVES_HEIGHT}px">{p["curves"]}</div>'
+            f'<div class="nacc-metrics">{p["metrics"]}</div></div>')
 
     def _log_html(self, main: bool) -> str:
-        """The main process's pane (with its title line while there are no tabs) or every rank's."""
+        """The main process's output pane, or every rank's."""
         state = self.state
         if state is None:
             return ""
-        n = self.shown_log_lines
-        if main:
-            title = "" if self.logs is not None or self.show_all_ranks else "output of the main process"
-            return views.logs_html(state.logs_main, with_rank=False, max_lines=n, title=title)
-        return views.logs_html(state.logs_all, with_rank=True, max_lines=n)
+        logs = state.logs_main if main else state.logs_all
+        return views.part_html(views.logs_html(logs, with_rank=not main, max_lines=self.shown_log_lines))
 
     @staticmethod
     def _set(widget: w.HTML | None, value: str) -> None:
