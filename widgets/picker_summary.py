@@ -7,8 +7,8 @@ here from plain values (no widgets), so it is cheap to test.
 
 A trusted notebook reopened with a fresh kernel renders the form's output with ipywidgets' renderer, which finds
 no model and says so ("Error displaying widget: model not found") above the summary. The summary carries a style
-rule (:data:`HIDE_DEAD_FORM`) that hides exactly that: the output right before a picker summary when it is a
-widget view with nothing rendered in it (a live form has its widgets inside, so it stays). An untrusted notebook
+rule (:data:`HIDE_DEAD_FORM`) that hides exactly that: the output right before a picker summary when it is
+ipywidgets' renderer with nothing rendered in it (a live form has its widgets inside, so it stays). An untrusted notebook
 drops the rule, but it also never uses the widget renderer: it shows the form's short ``text/html`` note.
 """
 
@@ -23,11 +23,11 @@ from notebook_accel.config.io import config_to_yaml
 __all__ = ["describe", "summary_text", "summary_html", "FORM_NOTE", "HIDE_DEAD_FORM"]
 
 FORM_NOTE = "Config picker form (it needs the running kernel; the configuration it describes is shown below)"
-_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-# JupyterLab 4 and Notebook 7 put each output in a .jp-OutputArea-child whose output node names its mimetype
+# JupyterLab 4 and Notebook 7 put each output in a .jp-OutputArea-child; ipywidgets' renderer marks its own output
+# node .jupyter-widgets only when it shows an error (a live form's node holds the widgets' nodes, unmarked)
 HIDE_DEAD_FORM = (
     "<style>.jp-OutputArea-child:has(+ .jp-OutputArea-child .nacc-picker-summary)"
-    f':has(> .jp-OutputArea-output[data-mime-type="{_WIDGET_VIEW}"]:not(:has(*))){{display:none}}</style>'
+    " > .jp-OutputArea-output.jupyter-widgets{display:none}</style>"
 )
 
 
