@@ -12,9 +12,10 @@ thread first, since forking while another thread holds import locks could leave 
 script, or torch not yet imported) it happens at the first launch. With GPUs it stays in the workers, so nothing in
 the kernel can touch CUDA before the fork.
 
-The same thread first imports the dashboard (ipywidgets) and, last, what draws its final curves (matplotlib):
-:data:`UI_MODULES`, about a second the first launch's dashboard no longer waits for. That needs no GPU check
-(nothing of it touches CUDA), only a kernel with ipywidgets installed.
+The same thread then imports the dashboard (ipywidgets) and what draws its final curves (matplotlib):
+:data:`UI_MODULES`, which the first launch's dashboard then finds imported. That needs no GPU check (nothing of
+it touches CUDA), only a kernel with ipywidgets installed. A launch that comes before they are done stops the
+thread after the module it is importing (the fork waits only for that); the dashboard imports what it needs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = ["WARM_MODULES", "UI_MODULES", "warm_kernel", "start_early", "warming_
 WARM_MODULES = ("torch.distributed", "torch.nn.parallel", "torch._dynamo")
 UI_MODULES = ("notebook_accel.widgets.dashboard", "notebook_accel.widgets.plots")  # the live view, the final PNG
 _early: list[threading.Thread] = []  # the background import, once started
+_halt = threading.Event()  # set by the first launch: the thread imports no further UI module
 
 
 def _import_all(names: tuple[str, ...] | None = None) -> list[str]:
@@ -53,13 +55,15 @@ def _ui_wanted() -> bool:
 
 
 def _warm_up(torch_too: bool, ui: bool) -> None:
-    """The background thread: the dashboard, then torch's modules, then matplotlib (needed last, at a run's end)."""
-    if ui:
-        _import_all(UI_MODULES[:1])
+    """The background thread: torch's modules (the fork waits for them), then the dashboard, then matplotlib
+    (needed last, at a run's end). A launch that comes first stops it after the module being imported
+    (:data:`_halt`): the fork must not wait for a second of UI imports it does not need."""
     if torch_too:
         _import_all()
-    if ui:
-        _import_all(UI_MODULES[1:])
+    for name in UI_MODULES if ui else ():
+        if _halt.is_set():
+            return
+        _import_all((name,))
 
 
 def start_early() -> bool:
@@ -89,6 +93,7 @@ def warm_kernel(backend: str, store: bool = False) -> list[str]:
     Returns:
         The modules imported by this call (empty when there was nothing left to do).
     """
+    _halt.set()
     for thread in _early:
         thread.join()
     if store and "torch.distributed" not in sys.modules:
