@@ -35,11 +35,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import ipywidgets as w
-from ipywidgets.widgets.widget_string import HTMLStyle
-
 from notebook_accel.events import EngineReady, Event, Exited, Failed, Finished, RunInfo, RunOutcome, Started
 from notebook_accel.widgets import views
+from notebook_accel.widgets.live_view import LiveView
 from notebook_accel.widgets.snapshot import StaticResult, Summary
 from notebook_accel.widgets.state import RunState
 from notebook_accel.widgets.svg import curves_svg
@@ -126,73 +124,34 @@ class Dashboard:
         self._seen: dict[str, int] = {}
         self._stop: Callable[[], None] | None = None
         self._failed_at: float | None = None
-        self._shared: list[w.Widget] = []
         self._clear_widgets()
 
     def _clear_widgets(self) -> None:
-        """No widget yet: they are made by :meth:`start`, with their first values (no update message after)."""
-        self.root: w.VBox | None = None
-        self.top: w.HTML | None = None
-        self.body: w.HTML | None = None
-        self.log_main: w.HTML | None = None
-        self.log_all: w.HTML | None = None
-        self.logs: w.Tab | None = None
-        self.stop_button: w.Button | None = None
+        """No widget yet: they are made when the view goes live, with their first values."""
+        self.view: LiveView | None = None
         self.parts: dict[str, str] = {}  # the HTML of each part, as last drawn (for tests and tools)
         self.fractions: dict[str, float | None] = {}  # each bar's fraction as last drawn (``None``: no bar)
 
-    def _build_widgets(self) -> None:
-        """Create the few widgets of the live view, with their first values.
-
-        The HTML widgets share one layout and one style (each widget is a model the front end opens with a
-        message): the top (header, ranks, both progress rows, the error), the curves with the table of values,
-        and the output pane, in "main process | all ranks" tabs when there are several ranks. Each part's height
-        is held in its HTML. The stop button exists only for a background run (:meth:`attach_stop`).
-        """
-        layout, style = w.Layout(), HTMLStyle()  # never changed, so sharing them hides nothing by accident
+    def _build_widgets(self) -> LiveView:
+        """Make the live view (:class:`~notebook_accel.widgets.live_view.LiveView`) with the parts as they are."""
         self._compose()
-        self.top = w.HTML(self._top_html(), layout=layout, style=style)
-        self.body = w.HTML(self._body_html(), layout=layout, style=style)
-        self.log_main = w.HTML(self._log_html(main=True), layout=layout, style=style)
-        pane: w.Widget = self.log_main
-        if self._tabbed():
-            self.log_all = w.HTML(self._log_html(main=False), layout=layout, style=style)
-            pane = self.logs = w.Tab(children=[self.log_main, self.log_all], titles=("main process", "all ranks"),
-                                     selected_index=1 if self.show_all_ranks else 0)
-        pane.add_class("nacc-logs")
-        self.root = w.VBox([self.top, self.body, pane], _dom_classes=("nacc-dashboard",))
+        all_ranks = self._log_html(main=False) if self._tabbed() else None
+        view = self.view = LiveView(self._top_html(), self._body_html(), self._log_html(main=True), all_ranks,
+                                    self.show_all_ranks)
         if self._stop is not None:
-            self._build_stop_button()
+            view.add_stop_button(self._stop)
+        return view
 
     def _tabbed(self) -> bool:
         """Whether the output pane has the "all ranks" tab (several ranks, or asked for)."""
         return self.show_all_ranks or (self.state is not None and self.state.info.num_processes > 1)
 
-    def _build_stop_button(self) -> None:
-        """The stop button, beside the top part (its own row: the button never moves as the clock text widens)."""
-        if self.root is None or self.top is None or self.stop_button is not None:
-            return
-        stop = self._stop
-        button = w.Button(description="Stop run", button_style="danger", icon="stop",
-                          tooltip="Stop this background run (as run.stop())",
-                          layout=w.Layout(flex="0 0 auto", align_self="flex-start"), _dom_classes=("nacc-stop",))
-
-        def pressed(_: w.Button) -> None:
-            button.disabled = True
-            button.description = "Stopping..."
-            if stop is not None:
-                stop()
-
-        button.on_click(pressed)
-        self.stop_button = button
-        self.top.layout = w.Layout(flex="1 1 auto")
-        self.root.children = (w.HBox([self.top, button]), *self.root.children[1:])
-
     def attach_stop(self, stop: Callable[[], None]) -> None:
         """Show the stop button, calling ``stop`` when pressed (a background run: the notebook's own stop
-        button interrupts the running cell, not the run)."""
+        button interrupts the running cell, not the run); it comes with the widgets when they do not exist yet."""
         self._stop = stop
-        self._build_stop_button()
+        if self.view is not None:
+            self.view.add_stop_button(stop)
 
     # -- Sink protocol ----------------------------------------------------------------------------------
 
@@ -207,8 +166,7 @@ class Dashboard:
         self._failed_at = None
         self._live_at = self._started_at + self.live_after
         if self.live_after <= 0:
-            self._build_widgets()
-            self.display_handle = self._display(self.root)
+            self.display_handle = self._display(self._build_widgets().root)
             return
         self._compose()
         self.display_handle = self._display(self._frame())
@@ -225,10 +183,9 @@ class Dashboard:
         """Build the widgets and put them where the first frame is. Without a display handle the first frame
         cannot be replaced: it stays (no widget below a stale copy), and the result comes after it."""
         update = getattr(self.display_handle, "update", None)
-        if self.root is not None or self.state is None or update is None:
+        if self.view is not None or self.state is None or update is None:
             return
-        self._build_widgets()
-        update(self.root)
+        update(self._build_widgets().root)
 
     def handle(self, event: Event) -> None:
         """Record ``event``; refresh the widgets when the throttle allows (status changes: at once)."""
@@ -291,24 +248,9 @@ class Dashboard:
             self.png = self.plot.render(self.state.series)
 
     def _close_widgets(self) -> None:
-        """Close every widget of the live view, layouts and styles too (their models leave the front end;
-        nothing is left to save)."""
-        if self.root is None:
-            return
-        seen: dict[int, w.Widget] = {}
-        for widget in [self.root, *self._all_children(self.root)]:
-            for model in (widget, getattr(widget, "layout", None), getattr(widget, "style", None)):
-                if isinstance(model, w.Widget):
-                    seen.setdefault(id(model), model)
-        for model in seen.values():
-            model.close()
-
-    def _all_children(self, box: w.Widget) -> list[w.Widget]:
-        """The widgets inside ``box``, depth first."""
-        out: list[w.Widget] = []
-        for child in getattr(box, "children", ()):
-            out += [child, *self._all_children(child)]
-        return out
+        """Close the live view's widgets (their models leave the front end; nothing is left to save)."""
+        if self.view is not None:
+            self.view.close()
 
     # -- drawing ----------------------------------------------------------------------------------------
 
@@ -324,20 +266,22 @@ class Dashboard:
         if state is None:
             return
         now = self.clock()
-        if self.root is None:
+        if self.view is None:
             if not go_live or now < self._live_at:
                 return
             self._go_live()
-            if self.root is None:
-                return
+        view = self.view
+        if view is None:
+            return
         self.refreshes += 1
         self._next_refresh = now + self.refresh_interval
         logs_changed = self._compose(force)
-        self._set(self.top, self._top_html())
-        self._set(self.body, self._body_html())
+        view.set(view.top, self._top_html())
+        view.set(view.body, self._body_html())
         if logs_changed:
-            self._set(self.log_main, self._log_html(main=True))
-            self._set(self.log_all, self._log_html(main=False))
+            view.set(view.log_main, self._log_html(main=True))
+            if view.log_all is not None:
+                view.set(view.log_all, self._log_html(main=False))
 
     def _compose(self, force: bool = True) -> bool:
         """Work out each part's HTML into :attr:`parts` (each only when its content moved); return whether the
@@ -398,12 +342,6 @@ class Dashboard:
         logs = state.logs_main if main else state.logs_all
         return views.part_html(views.logs_html(logs, with_rank=not main, max_lines=self.shown_log_lines))
 
-    @staticmethod
-    def _set(widget: w.HTML | None, value: str) -> None:
-        """Set ``widget``'s value when it changed (an unchanged value sends nothing)."""
-        if widget is not None and widget.value != value:
-            widget.value = value
-
     def _elapsed(self, now: float) -> float:
         """The run's time on this dashboard's clock: from :meth:`start` to ``now``, or to when the last rank ended."""
         end = self.state.ended_at if self.state is not None and self.state.ended_at is not None else now
@@ -437,6 +375,6 @@ class Dashboard:
                 warnings.warn(f"the dashboard could not draw: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)
 
     def _ipython_display_(self) -> None:
-        """Displaying the dashboard object shows its widgets (nothing before :meth:`start` made them)."""
-        if self.root is not None:
-            self._display(self.root)
+        """Displaying the dashboard object shows its widgets (nothing before they exist)."""
+        if self.view is not None:
+            self._display(self.view.root)

@@ -48,12 +48,12 @@ def _dashboard(**kw: object) -> tuple[Dashboard, Clock, Shown]:
 def test_is_a_sink_and_displays_its_widgets_once() -> None:
     dash, clock, shown = _dashboard()
     assert isinstance(dash, Sink)
-    assert list(shown) == [dash.root]
+    assert list(shown) == [dash.view.root]
     assert "train" in dash.parts["header"] and "starting" in dash.parts["header"]
     dash.handle(Started(0, 4242, "cpu"))
     clock.now += 5
     dash.handle(Metrics(0, 1, {"train/loss": 1.0}, 0.0))
-    assert list(shown) == [dash.root] and shown.updates == []  # updated in place, never displayed again
+    assert list(shown) == [dash.view.root] and shown.updates == []  # updated in place, never displayed again
 
 
 def test_widget_values_follow_the_run() -> None:
@@ -68,13 +68,14 @@ def test_widget_values_follow_the_run() -> None:
     clock.now += 10
     dash.refresh()
     assert "4242" in dash.parts["ranks"] and "running" in dash.parts["ranks"]
-    assert "progress" not in dash.parts["ranks"]  # only the main process reports: its position is the bar, no empty cells
-    assert dash.fractions["bar"] == pytest.approx(0.5) and "width:50.0%" in dash.top.value  # type: ignore[union-attr]
+    assert "progress" not in dash.parts["ranks"]  # only the main process reports: no column of empty cells
+    assert dash.fractions["bar"] == pytest.approx(0.5) and "width:50.0%" in dash.view.top.value  # type: ignore[union-attr]
     # ETA 25 s at the last report, counted down by the 10 s since it arrived
     assert ">train · epoch 1 · 50/100 · 2.00 it/s · ETA 15.0s<" in dash.parts["bar"]
     assert "train/loss" in dash.parts["metrics"] and "0.02" in dash.parts["metrics"]
-    assert "hello from rank 0" in dash.log_main.value and "rank 1" not in dash.log_main.value  # type: ignore[union-attr]
-    assert "[1] hello from rank 1" in dash.log_all.value  # type: ignore[union-attr]
+    main_pane = dash.view.log_main.value  # type: ignore[union-attr]
+    assert "hello from rank 0" in main_pane and "rank 1" not in main_pane
+    assert "[1] hello from rank 1" in dash.view.log_all.value  # type: ignore[union-attr]
     assert "10.0s" in dash.parts["header"]
     assert dash.parts["curves"].count("<svg") == 1 and dash.parts["curves"].count("<polyline") == 2
 
@@ -148,13 +149,13 @@ def test_status_events_refresh_at_once() -> None:
 
 def test_error_box_is_hidden_until_a_failure() -> None:
     dash, _, _ = _dashboard()
-    assert dash.parts["error"] == "" and "rank" not in dash.top.value.split("nacc-loop")[1]
+    assert dash.parts["error"] == "" and "rank" not in dash.view.top.value.split("nacc-loop")[1]
 
 
 def test_a_failure_waits_a_moment_for_the_launchers_verdict_then_shows() -> None:
     dash, clock, shown = _dashboard()
     dash.handle(Failed(0, "RuntimeError", "[gloo] Connection closed by peer", "Traceback ...\nRuntimeError: gloo"))
-    assert dash.parts["error"] == "" and "gloo" not in dash.top.value.split("nacc-loop")[1]  # not torch's words first
+    assert dash.parts["error"] == "" and "gloo" not in dash.view.top.value.split("nacc-loop")[1]  # not torch's words first
     dash.finish(RunOutcome("failed", 1.0, "rank 0 called gather (your line 10) but rank 1 had already returned"))
     page = shown.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
     assert "rank 1 had already returned" in page  # the verdict is the first error the user reads
@@ -162,7 +163,7 @@ def test_a_failure_waits_a_moment_for_the_launchers_verdict_then_shows() -> None
     dash.handle(Failed(1, "ValueError", "bad <input>", "Traceback (most recent call last):\nValueError: bad"))
     clock.now += dashboard_module.ERROR_GRACE + 0.1  # no verdict yet (the run goes on): the failure shows
     dash.tick(clock.now)
-    assert "rank 1 failed: ValueError: bad &lt;input&gt;" in dash.parts["error"] and "Traceback" in dash.top.value
+    assert "rank 1 failed: ValueError: bad &lt;input&gt;" in dash.parts["error"] and "Traceback" in dash.view.top.value
 
 
 def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None:
@@ -178,7 +179,7 @@ def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None
     dash.tick(clock.now)
     assert "finishing" in dash.parts["header"] and "12.0s" in dash.parts["header"]
     dash.finish(RunOutcome("finished", 15.5))  # the launcher's count also has the set-up before the dashboard
-    assert list(shown) == [dash.root]  # nothing displayed below: the live view itself was replaced
+    assert list(shown) == [dash.view.root]  # nothing displayed below: the live view itself was replaced
     (result,) = shown.updates
     assert isinstance(result, StaticResult)
     bundle = result._repr_mimebundle_()
@@ -193,7 +194,8 @@ def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None
     dash2.finish(RunOutcome("finished", 1.0))
     final = shown2.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
     assert ">train · epoch 3 · 16/16<" in final and "ETA" not in final  # where it stopped; no rate or ETA
-    assert dash.root.comm is None and dash.body.comm is None and dash.body.layout.comm is None  # closed: no model left for the front end
+    # closed, layouts too: no model left for the front end
+    assert dash.view.root.comm is None and dash.view.body.comm is None and dash.view.body.layout.comm is None  # type: ignore[union-attr]
     dash.handle(Metrics(0, 99, {"train/loss": 9.0}, 0.0))
     dash.tick(clock.now + 10)
     dash.finish(RunOutcome("finished", 13.0))
@@ -221,20 +223,22 @@ def test_without_a_display_handle_the_result_is_displayed_after() -> None:
 
 
 def test_show_all_ranks_opens_the_all_ranks_tab() -> None:
-    assert _dashboard(show_all_ranks=True)[0].logs.selected_index == 1  # type: ignore[union-attr]
+    assert _dashboard(show_all_ranks=True)[0].view.logs.selected_index == 1  # type: ignore[union-attr]
 
 
 def test_one_process_has_one_pane_and_several_have_the_all_ranks_tab() -> None:
     clock, shown = Clock(), Shown()
     one = Dashboard(clock=clock, display=shown, live_after=0.0)
     one.start(RunInfo(1, ("cpu",), "gloo", "train"))
-    assert one.logs is None and one.log_all is None and one.root.children[-1] is one.log_main  # type: ignore[union-attr]
+    assert one.view.logs is None and one.view.log_all is None
+    assert one.view.root.children[-1] is one.view.log_main  # type: ignore[union-attr]
     dash, clock, _ = _dashboard()
-    assert dash.logs is not None and dash.logs.selected_index == 0 and dash.root.children[-1] is dash.logs  # type: ignore[union-attr]
+    assert dash.view.logs is not None and dash.view.logs.selected_index == 0
+    assert dash.view.root.children[-1] is dash.view.logs  # type: ignore[union-attr]
     dash.handle(Log(1, "stdout", "from rank 1"))
     clock.now += 1
     dash.tick(clock.now)
-    assert "[1] from rank 1" in dash.log_all.value  # type: ignore[union-attr]
+    assert "[1] from rank 1" in dash.view.log_all.value  # type: ignore[union-attr]
 
 
 def test_log_pane_shows_a_bounded_tail() -> None:
@@ -243,7 +247,7 @@ def test_log_pane_shows_a_bounded_tail() -> None:
         dash.handle(Log(0, "stdout", f"line {i}"))
     clock.now += 1
     dash.refresh()
-    assert "line 99" in dash.log_main.value and "line 94" not in dash.log_main.value
+    assert "line 99" in dash.view.log_main.value and "line 94" not in dash.view.log_main.value
 
 
 def test_a_drawing_error_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,9 +276,9 @@ def test_a_second_launch_gets_fresh_widgets() -> None:
     dash, _, shown = _dashboard()
     dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))
     dash.finish(RunOutcome("finished", 1.0))
-    first_root = dash.root
+    first_root = dash.view.root
     dash.start(INFO)
-    assert dash.root is not first_root and shown[-1] is dash.root
+    assert dash.view.root is not first_root and shown[-1] is dash.view.root
     assert "no metrics logged yet" in dash.parts["metrics"]
     dash.handle(Started(0, 1, "cpu"))
     assert not dash.frozen and "running" in dash.parts["ranks"]
@@ -320,22 +324,21 @@ def test_one_clock_and_one_vocabulary_from_the_first_frame_to_the_result() -> No
 
 def test_the_layout_has_its_places_from_the_first_frame() -> None:
     dash, _, _ = _dashboard()
-    assert 'class="nacc-curves" style="min-height:184px"' in dash.body.value  # type: ignore[union-attr]
+    assert 'class="nacc-curves" style="min-height:184px"' in dash.view.body.value  # type: ignore[union-attr]
     assert 'min-width:4.2em;font-variant-numeric:tabular-nums' in dash.parts["header"]  # a clock of fixed width
-    assert 'class="nacc-run" style="display:flex;align-items:center;min-height:24px"' in dash.top.value  # type: ignore[union-attr]
-    assert dash.stop_button is None  # a background run's only
+    run_row = 'class="nacc-run" style="display:flex;align-items:center;min-height:24px"'
+    assert run_row in dash.view.top.value  # type: ignore[union-attr]
+    assert dash.view.stop_button is None  # a background run's only
     dash.attach_stop(lambda: None)
-    assert dash.stop_button is not None and dash.stop_button.layout.flex == "0 0 auto"
-    assert dash.top.layout.flex == "1 1 auto" and dash.top.layout is not dash.body.layout  # type: ignore[union-attr]
-    assert dash.root.children[0].children == (dash.top, dash.stop_button)  # type: ignore[union-attr]
+    assert dash.view.stop_button is not None and dash.view.stop_button.layout.flex == "0 0 auto"
+    assert dash.view.top.layout.flex == "1 1 auto" and dash.view.top.layout is not dash.view.body.layout  # type: ignore[union-attr]
+    assert dash.view.root.children[0].children == (dash.view.top, dash.view.stop_button)  # type: ignore[union-attr]
 
 
 def test_the_live_view_is_a_handful_of_widgets() -> None:
     """Each widget (and each layout or style of one) is a model the launch opens with a message: ~46 before."""
     dash, _, _ = _dashboard()
-    models = {id(m) for x in [dash.root, *dash._all_children(dash.root)]
-              for m in (x, getattr(x, "layout", None), getattr(x, "style", None)) if m is not None}
-    assert len(models) <= 10
+    assert dash.view is not None and len(dash.view.models()) <= 10
 
 
 def test_a_short_run_builds_no_widget_and_a_longer_one_replaces_the_first_frame_in_place() -> None:
@@ -343,22 +346,22 @@ def test_a_short_run_builds_no_widget_and_a_longer_one_replaces_the_first_frame_
     dash = Dashboard(clock=clock, display=shown, live_after=0.5)
     dash.start(INFO)
     (frame,) = shown
-    assert dash.root is None and 'class="nacc-dashboard"' in frame._repr_html_()  # type: ignore[attr-defined]
+    assert dash.view is None and 'class="nacc-dashboard"' in frame._repr_html_()  # type: ignore[attr-defined]
     assert 'class="nacc-header"' in frame._repr_html_() and "starting" in repr(frame)  # type: ignore[attr-defined]
     dash.handle(Started(0, 1, "cpu"))
     clock.now += 0.2
     dash.handle(Finished(0, 1))
     dash.finish(RunOutcome("finished", 0.2))
-    assert dash.root is None and len(shown.updates) == 1 and isinstance(shown.updates[0], StaticResult)
+    assert dash.view is None and len(shown.updates) == 1 and isinstance(shown.updates[0], StaticResult)
     clock, shown = Clock(), Shown()
     dash = Dashboard(clock=clock, display=shown, live_after=0.5)
     dash.start(INFO)
     dash.phase("starting 2 worker processes")
-    assert dash.root is None and shown.updates == []  # a short step costs no message
+    assert dash.view is None and shown.updates == []  # a short step costs no message
     clock.now += 0.6
     dash.tick(clock.now)
-    assert dash.root is not None and shown.updates == [dash.root]  # the widgets take the first frame's place
-    assert "starting 2 worker processes" in dash.top.value  # type: ignore[union-attr]
+    assert dash.view is not None and shown.updates == [dash.view.root]  # the widgets take the first frame's place
+    assert "starting 2 worker processes" in dash.view.top.value  # type: ignore[union-attr]
 
 
 def test_a_run_of_unknown_length_shows_its_label_without_an_empty_bar() -> None:
