@@ -2,9 +2,14 @@
 
 Layout, top to bottom: a header (function, status, elapsed time), a table of ranks (status, device, pid,
 progress), the run's overall progress (training batches over all epochs) and the current loop's (train or
-eval loader, with the user's 1-based epoch), the error of the first failing rank (hidden until then), the live
-curves (inline SVG, one panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`), a
-table of the latest values, and the output of the workers in two tabs, "main process" and "all ranks".
+eval loader, with the user's 1-based epoch), the error of the first failing rank (shown :data:`ERROR_GRACE`
+seconds after it, unless the launcher's clearer verdict ends the run first), the live curves (inline SVG, one
+panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`), a table of the latest values,
+and the output of the workers (tabs "main process" and "all ranks" with several ranks).
+
+Cost: the first frame is plain HTML (:meth:`Dashboard._frame`, no widget and no comm message); the widgets
+(:class:`~notebook_accel.widgets.live_view.LiveView`, a handful) replace it in place after ``live_after``
+seconds, so a launch that ends sooner costs the kernel two display messages and builds no widget.
 
 Timing: ``handle`` runs on the launcher's loop in the kernel's main thread and updates the pure-Python
 :class:`~notebook_accel.widgets.state.RunState` (O(1) per event); the widgets are refreshed at most every
