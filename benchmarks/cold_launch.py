@@ -11,6 +11,8 @@ each sees the same machine state; the script prints each median and the ratios:
     notebook-accel cold / accelerate cold    (goal: <= 0.5)
     notebook-accel warm / raw fork warm      (goal: <= 1.0)
 
+and what the live dashboard adds to the cold and the warm launch (the same launch with ``dashboard=None``).
+
 accelerate is optional (``pip install accelerate``); without it only our figures and the raw fork print.
 
 Usage: ``python benchmarks/cold_launch.py [--runs N] [--gap SECONDS]``
@@ -40,6 +42,8 @@ for _ in range(2):
     notebook_launcher(train, num_processes=2, dashboard=False)
     times.append(time.perf_counter() - start)
 """
+
+_OURS_DASHBOARD = _OURS.replace("dashboard=False", "dashboard=None")  # the live dashboard a notebook shows
 
 _ACCELERATE = """
 import json, time, torch
@@ -112,9 +116,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gap", type=float, default=3.0, help="seconds between the import cell and the launch cell")
+    parser.add_argument("--no-accelerate", action="store_true", help="leave accelerate out (it takes ~5 s a launch)")
     options = parser.parse_args()
-    contenders = {"notebook-accel": _OURS, "raw fork": _RAW}
-    if importlib.util.find_spec("accelerate") is not None:
+    contenders = {"notebook-accel": _OURS, "with dashboard": _OURS_DASHBOARD, "raw fork": _RAW}
+    if importlib.util.find_spec("accelerate") is not None and not options.no_accelerate:
         contenders["accelerate"] = _ACCELERATE
     gaps = (0.0, options.gap)
     results: dict[tuple[str, float], list[tuple[float, float]]] = {(n, g): [] for n in contenders for g in gaps}
@@ -135,6 +140,9 @@ def main() -> None:
             print(f"cold ratio notebook-accel / accelerate ({label}): {ratio:.2f}x (goal <= 0.5)")
         print(f"warm ratio notebook-accel / raw fork ({label}):   {ours_warm / medians[('raw fork', gap)][1]:.2f}x "
               "(goal <= 1.0)")
+        dash_cold, dash_warm = medians[("with dashboard", gap)]
+        print(f"with the dashboard ({label}): cold {dash_cold - ours_cold:+.2f} s, warm {dash_warm - ours_warm:+.2f} s "
+              "over dashboard=False")
 
 
 if __name__ == "__main__":

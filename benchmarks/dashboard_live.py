@@ -62,10 +62,13 @@ CELL = textwrap.dedent(
     class Agg(Recorder, Dashboard):
         def __init__(self, **kw):
             super().__init__(plot_interval=1.0, plot_share=0.025, **kw)
-        def _build_widgets(self):
-            super()._build_widgets()
+            from notebook_accel.widgets.plots import CurvePlot
+            self.plot = CurvePlot()  # the dashboard makes its own only at the end
             self.image = w.Image(format="png")
-            kids = list(self.root.children); kids[kids.index(self.curves)] = self.image; self.root.children = kids
+        def _build_widgets(self):
+            view = super()._build_widgets()
+            kids = list(view.root.children); kids[kids.index(view.body)] = self.image; view.root.children = kids
+            return view
         def _redraw(self, now):
             t, started = time.thread_time(), time.perf_counter()
             self.png = self.plot.render(self.state.series); self.image.value = self.png; self.redraws += 1
@@ -80,7 +83,7 @@ CELL = textwrap.dedent(
         def finish(self, outcome): pass
 
     def one(kind, seconds):
-        sink = {"null": Null, "live": Live, "agg": Agg}[kind]() if kind == "null" else {"live": Live, "agg": Agg}[kind](display=lambda obj: w.Output())
+        sink = {"null": Null, "live": Live, "agg": Agg}[kind]() if kind == "null" else {"live": Live, "agg": Agg}[kind](display=lambda obj: w.Output(), live_after=0.0)
         if kind != "null":
             sink.records = []
         c0, w0 = time.process_time(), time.time()

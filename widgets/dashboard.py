@@ -2,9 +2,14 @@
 
 Layout, top to bottom: a header (function, status, elapsed time), a table of ranks (status, device, pid,
 progress), the run's overall progress (training batches over all epochs) and the current loop's (train or
-eval loader, with the user's 1-based epoch), the error of the first failing rank (hidden until then), the live
-curves (inline SVG, one panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`), a
-table of the latest values, and the output of the workers in two tabs, "main process" and "all ranks".
+eval loader, with the user's 1-based epoch), the error of the first failing rank (shown :data:`ERROR_GRACE`
+seconds after it, unless the launcher's clearer verdict ends the run first), the live curves (inline SVG, one
+panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`), a table of the latest values,
+and the output of the workers (tabs "main process" and "all ranks" with several ranks).
+
+Cost: the first frame is plain HTML (:meth:`Dashboard._frame`, no widget and no comm message); the widgets
+(:class:`~notebook_accel.widgets.live_view.LiveView`, a handful) replace it in place after ``live_after``
+seconds, so a launch that ends sooner costs the kernel two display messages and builds no widget.
 
 Timing: ``handle`` runs on the launcher's loop in the kernel's main thread and updates the pure-Python
 :class:`~notebook_accel.widgets.state.RunState` (O(1) per event); the widgets are refreshed at most every
@@ -35,11 +40,10 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import ipywidgets as w
-
 from notebook_accel.events import EngineReady, Event, Exited, Failed, Finished, RunInfo, RunOutcome, Started
 from notebook_accel.widgets import views
-from notebook_accel.widgets.snapshot import StaticResult
+from notebook_accel.widgets.live_view import LiveView
+from notebook_accel.widgets.snapshot import StaticResult, Summary
 from notebook_accel.widgets.state import RunState
 from notebook_accel.widgets.svg import curves_svg
 
@@ -47,9 +51,8 @@ __all__ = ["Dashboard"]
 
 _URGENT = (Started, Finished, Failed, Exited, EngineReady)
 _BAR_STYLES = {"finished": "success", "failed": "danger", "timeout": "danger", "stopped": "warning"}
-_BAR = {"width": "260px", "flex": "0 0 auto"}  # keyword sets, not Layout objects: a Layout shared by two widgets
-_ROW = {"min_height": "24px", "align_items": "center"}  # would hide both when one is hidden
-_CURVES_HEIGHT = "184px"  # one row of SVG panels (svg._H) with its gap: reserved before the first point
+_CURVES_HEIGHT = 184  # px of one row of SVG panels (svg._H) with its gap: reserved before the first point
+ERROR_GRACE = 2.0  # seconds a failure waits for the launcher's verdict before the live error box shows it
 
 
 def _ipython_display(obj: object) -> Any:
@@ -71,9 +74,13 @@ class Dashboard:
         max_log_lines: output lines kept per pane; the pane shows the last ``shown_log_lines`` of them.
         shown_log_lines: output lines rendered in each log pane.
         clock: monotonic clock in seconds (injected by tests).
-        display: shows the widgets; may return a handle whose ``update(obj)`` replaces them in place at the end
-            (default: ``IPython.display.display(obj, display_id=True)``); without a handle the result is shown
-            by a second call.
+        display: shows the first frame; may return a handle whose ``update(obj)`` replaces it in place by the
+            widgets, and those by the result at the end (default: ``IPython.display.display(obj,
+            display_id=True)``); without a handle the widgets come at once and the result is shown by a second
+            call.
+        live_after: seconds the first frame (static HTML, no widget) stays before the widgets replace it: a run
+            that ends sooner never builds a widget (a warm launch costs what the launch itself costs); ``0``: the
+            widgets at once.
 
     Example:
         >>> from notebook_accel import notebook_launcher
@@ -93,6 +100,7 @@ class Dashboard:
         shown_log_lines: int = 200,
         clock: Callable[[], float] = time.monotonic,
         display: Callable[[object], Any] | None = None,
+        live_after: float = 0.5,
     ) -> None:
         self.show_all_ranks = show_all_ranks
         self.refresh_interval = refresh_interval
@@ -102,6 +110,8 @@ class Dashboard:
         self.max_log_lines = max_log_lines
         self.shown_log_lines = shown_log_lines
         self.clock = clock
+        self.live_after = live_after
+        self._live_at = 0.0
         self._display = display if display is not None else _ipython_display
         self.state: RunState | None = None
         self.plot: Any = None  # the matplotlib CurvePlot that drew the final PNG (made at the end)
@@ -117,63 +127,70 @@ class Dashboard:
         self._next_refresh = 0.0
         self._next_plot = 0.0
         self._seen: dict[str, int] = {}
-        self._build_widgets()
+        self._stop: Callable[[], None] | None = None
+        self._failed_at: float | None = None
+        self._clear_widgets()
 
-    def _build_widgets(self) -> None:
-        """Create the widgets once; later only their values change."""
-        self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
-        self.stop_button = w.Button(description="Stop run", button_style="danger", icon="stop",
-                                    tooltip="Stop this background run (as run.stop())",
-                                    layout=w.Layout(display="none", flex="0 0 auto"))
-        self.ranks = w.HTML()
-        self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(**_BAR))
-        self.bar_label = w.HTML(layout=w.Layout(flex="1 1 auto"))
-        self.error = w.HTML(layout=w.Layout(display="none"))
-        self.overall_bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(**_BAR))
-        self.overall_label = w.HTML(layout=w.Layout(flex="1 1 auto"))
-        self.overall_row = w.HBox([self.overall_bar, self.overall_label], layout=w.Layout(**_ROW))
-        self.overall_bar.layout.display = "none"
-        self.curves = w.HTML(layout=w.Layout(min_height=_CURVES_HEIGHT))
-        self.metrics = w.HTML()
-        self.log_main = w.HTML()
-        self.log_all = w.HTML()
-        self.logs = w.Tab(children=[self.log_main, self.log_all], selected_index=1 if self.show_all_ranks else 0)
-        self.logs.set_title(0, "main process")
-        self.logs.set_title(1, "all ranks")
-        self.root = w.VBox([
-            w.HBox([self.header, self.stop_button], layout=w.Layout(**_ROW)), self.ranks, self.overall_row,
-            w.HBox([self.bar, self.bar_label], layout=w.Layout(**_ROW)), self.error,
-            w.HBox([self.curves, self.metrics], layout=w.Layout(flex_flow="row wrap", align_items="flex-start")),
-            self.logs,
-        ])
-        for widget, name in ((self.root, "nacc-dashboard"), (self.header, "nacc-header"), (self.ranks, "nacc-ranks"),
-                             (self.stop_button, "nacc-stop"), (self.logs, "nacc-logs")):
-            widget.add_class(name)  # stable names for styling and for the browser test
+    def _clear_widgets(self) -> None:
+        """No widget yet: they are made when the view goes live, with their first values."""
+        self.view: LiveView | None = None
+        self.parts: dict[str, str] = {}  # the HTML of each part, as last drawn (for tests and tools)
+        self.fractions: dict[str, float | None] = {}  # each bar's fraction as last drawn (``None``: no bar)
+
+    def _build_widgets(self) -> LiveView:
+        """Make the live view (:class:`~notebook_accel.widgets.live_view.LiveView`) with the parts as they are."""
+        self._compose()
+        all_ranks = self._log_html(main=False) if self._tabbed() else None
+        view = self.view = LiveView(self._top_html(), self._body_html(), self._log_html(main=True), all_ranks,
+                                    self.show_all_ranks)
+        if self._stop is not None:
+            view.add_stop_button(self._stop)
+        return view
+
+    def _tabbed(self) -> bool:
+        """Whether the output pane has the "all ranks" tab (several ranks, or asked for)."""
+        return self.show_all_ranks or (self.state is not None and self.state.info.num_processes > 1)
 
     def attach_stop(self, stop: Callable[[], None]) -> None:
         """Show the stop button, calling ``stop`` when pressed (a background run: the notebook's own stop
-        button interrupts the running cell, not the run)."""
-
-        def pressed(_: w.Button) -> None:
-            self.stop_button.disabled = True
-            self.stop_button.description = "Stopping..."
-            stop()
-
-        self.stop_button.on_click(pressed)
-        self.stop_button.layout.display = None
+        button interrupts the running cell, not the run); it comes with the widgets when they do not exist yet."""
+        self._stop = stop
+        if self.view is not None:
+            self.view.add_stop_button(stop)
 
     # -- Sink protocol ----------------------------------------------------------------------------------
 
     def start(self, info: RunInfo) -> None:
         """Show the dashboard under the cell for the run described by ``info``."""
         if self.state is not None:  # the same dashboard passed to a second launch: fresh widgets, old view kept
-            self._build_widgets()
+            self._clear_widgets()
             self.png, self.svg, self._seen, self._next_plot = None, "", {}, 0.0
         self.state = RunState(info, budget=self.budget, max_log_lines=self.max_log_lines)
-        self._started_at = self.clock()
+        self._started_at = self._next_refresh = self.clock()
         self.frozen = False
-        self.display_handle = self._display(self.root)
-        self._guarded(self._refresh, True)
+        self._failed_at = None
+        self._live_at = self._started_at + self.live_after
+        if self.live_after <= 0:
+            self.display_handle = self._display(self._build_widgets().root)
+            return
+        self._compose()
+        self.display_handle = self._display(self._frame())
+
+    def _frame(self) -> Summary:
+        """The first frame: the live view's parts as one static HTML output (no widget, no comm message), each
+        with the room its widget will have (the widgets replace it in place, nothing moves)."""
+        state = self.state
+        text = "" if state is None else f"{state.info.function_name}: {state.shown_status}"
+        logs = self._log_html(main=True)
+        return Summary(views.first_frame_html(self._top_html(), self._body_html(), logs, self._tabbed()), text)
+
+    def _go_live(self) -> None:
+        """Build the widgets and put them where the first frame is. Without a display handle the first frame
+        cannot be replaced: it stays (no widget below a stale copy), and the result comes after it."""
+        update = getattr(self.display_handle, "update", None)
+        if self.view is not None or self.state is None or update is None:
+            return
+        update(self._build_widgets().root)
 
     def handle(self, event: Event) -> None:
         """Record ``event``; refresh the widgets when the throttle allows (status changes: at once)."""
@@ -186,13 +203,15 @@ class Dashboard:
             self._guarded(self._refresh, False)
 
     def phase(self, text: str) -> None:
-        """Say what the launch is doing while nothing else shows it (``""``: nothing); shown at once, since the
-        launcher calls this right before a step that may take a while."""
+        """Say what the launch is doing while nothing else shows it (``""``: nothing); shown at once once the
+        widgets exist (the launcher calls this right before a step that may take a while, and ticks during a slow
+        one, which brings the widgets after :attr:`live_after`). Before that the first frame says ``starting``
+        and "waiting for the workers": a step of a few milliseconds costs no message."""
         if self.state is None or self.frozen:
             return
         self.state.phase = text
         self.state.version += 1
-        self._guarded(self._refresh, False)
+        self._guarded(self._refresh, False)  # before the widgets: shown once they come (a slow step ticks)
 
     def tick(self, now: float) -> None:
         """The launcher's periodic wake-up: move the clock and show every value held back by the throttle.
@@ -210,7 +229,7 @@ class Dashboard:
         if state is None or self.frozen:
             return
         state.finish(outcome)
-        self._guarded(self._refresh, False)  # the final status at once, while the result's image is drawn
+        self._guarded(self._refresh, False, False)  # the final status at once, while the result's image is drawn
         self.frozen = True
         if state.series:
             self._guarded(self._render_png)
@@ -234,16 +253,9 @@ class Dashboard:
             self.png = self.plot.render(self.state.series)
 
     def _close_widgets(self) -> None:
-        """Close every widget of the live view (their models leave the front end; nothing is left to save)."""
-        for widget in [self.root, *self._all_children(self.root)]:
-            widget.close()
-
-    def _all_children(self, box: w.Widget) -> list[w.Widget]:
-        """The widgets inside ``box``, depth first."""
-        out: list[w.Widget] = []
-        for child in getattr(box, "children", ()):
-            out += [child, *self._all_children(child)]
-        return out
+        """Close the live view's widgets (their models leave the front end; nothing is left to save)."""
+        if self.view is not None:
+            self.view.close()
 
     # -- drawing ----------------------------------------------------------------------------------------
 
@@ -252,36 +264,88 @@ class Dashboard:
         if self.state is not None and not self.frozen:
             self._guarded(self._refresh, True)
 
-    def _refresh(self, force: bool) -> None:
-        """Update the widgets whose content changed; redraw the curves when due (or ``force``)."""
+    def _refresh(self, force: bool, go_live: bool = True) -> None:
+        """Update the widgets whose content changed; redraw the curves when due (or ``force``). Before the widgets
+        exist: build them when :attr:`live_after` has passed (and ``go_live``), else leave the first frame."""
         state = self.state
         if state is None:
             return
         now = self.clock()
+        if self.view is None:
+            if not go_live or now < self._live_at:
+                return
+            self._go_live()
+        view = self.view
+        if view is None:
+            return
         self.refreshes += 1
         self._next_refresh = now + self.refresh_interval
-        self.header.value = views.header_html(state, self._elapsed(now))
+        logs_changed = self._compose(force)
+        view.set(view.top, self._top_html())
+        view.set(view.body, self._body_html())
+        if logs_changed:
+            view.set(view.log_main, self._log_html(main=True))
+            if view.log_all is not None:
+                view.set(view.log_all, self._log_html(main=False))
+
+    def _compose(self, force: bool = True) -> bool:
+        """Work out each part's HTML into :attr:`parts` (each only when its content moved); return whether the
+        output changed."""
+        state = self.state
+        if state is None:
+            return False
+        now = self.clock()
+        parts = self.parts
+        parts["header"] = views.header_html(state, self._elapsed(now))
         fraction, label = views.progress_text(state, now)
-        self.bar.value, self.bar_label.value = fraction, views.label_html(label)
+        style = _BAR_STYLES.get(state.shown_status, "")
+        parts["bar"] = views.bar_row_html(fraction, label, style, "nacc-loop")
         overall, overall_label = views.overall_text(state, now)
-        self.overall_bar.layout.display = "none" if overall is None else None  # length unknown: the label alone
-        self.overall_bar.value = overall if overall is not None else 0.0
-        self.overall_label.value = views.label_html(overall_label)
+        parts["overall"] = views.bar_row_html(overall, overall_label, style, "nacc-run")
+        self.fractions = {"bar": fraction, "overall": overall}
         if self._changed("state", state.version):
-            self.ranks.value = views.ranks_html(state)
-            self.bar.bar_style = _BAR_STYLES.get(state.shown_status, "")
-            error = views.error_html(state)
-            if error and error != self.error.value:
-                self.error.value = error
-                self.error.layout.display = ""
-        if self._changed("logs", state.logs_version) or force:
-            n = self.shown_log_lines
-            self.log_main.value = views.logs_html(state.logs_main, with_rank=False, max_lines=n)
-            self.log_all.value = views.logs_html(state.logs_all, with_rank=True, max_lines=n)
+            parts["ranks"] = views.ranks_html(state)
+            if state.failure is not None and self._failed_at is None:
+                self._failed_at = now
+        parts["error"] = self._error_part(now)
         if self._changed("table", state.metrics_version):
-            self.metrics.value = views.metrics_html(state)
+            parts["metrics"] = views.metrics_html(state)
         if (force or now >= self._next_plot) and (self._changed("plot", state.metrics_version) or not self.svg):
             self._redraw(now)
+        parts["curves"] = self.svg
+        return self._changed("logs", state.logs_version) or force
+
+    def _error_part(self, now: float) -> str:
+        """The error box: a worker's failure waits :data:`ERROR_GRACE` seconds for the launcher's verdict (torch's
+        first words about a lost connection are not the cause; the result names it), then shows."""
+        state = self.state
+        if state is None:
+            return ""
+        held = state.failure is not None and self._failed_at is not None and now < self._failed_at + ERROR_GRACE
+        return "" if held else views.error_html(state)
+
+    def _top_html(self) -> str:
+        """Header, ranks, the run's and the loop's progress rows, the error."""
+        p = self.parts
+        return views.part_html(
+            f'<div class="nacc-header" style="min-height:24px;display:flex;align-items:center">{p["header"]}</div>'
+            f'<div class="nacc-ranks">{p["ranks"]}</div>{p["overall"]}{p["bar"]}{p["error"]}')
+
+    def _body_html(self) -> str:
+        """The curves (their height held before the first point) beside the table of latest values."""
+        p = self.parts
+        return views.part_html(
+            '<div style="display:flex;flex-flow:row wrap;align-items:flex-start">'
+            f'<div class="nacc-curves" style="min-height:{_CURVES_HEIGHT}px">{p["curves"]}</div>'
+            f'<div class="nacc-metrics">{p["metrics"]}</div></div>')
+
+    def _log_html(self, main: bool) -> str:
+        """The main process's output pane, or every rank's."""
+        state = self.state
+        if state is None:
+            return ""
+        logs = state.logs_main if main else state.logs_all
+        return views.part_html(views.logs_html(logs, with_rank=not main, max_lines=self.shown_log_lines))
 
     def _elapsed(self, now: float) -> float:
         """The run's time on this dashboard's clock: from :meth:`start` to ``now``, or to when the last rank ended."""
@@ -295,7 +359,6 @@ class Dashboard:
             return
         started = time.perf_counter()
         self.svg = curves_svg(state.series)
-        self.curves.value = self.svg
         self.redraws += 1
         cost = time.perf_counter() - started
         self._next_plot = now + max(self.plot_interval, cost / self.plot_share)
@@ -317,5 +380,6 @@ class Dashboard:
                 warnings.warn(f"the dashboard could not draw: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)
 
     def _ipython_display_(self) -> None:
-        """Displaying the dashboard object shows its widgets."""
-        self._display(self.root)
+        """Displaying the dashboard object shows its widgets (nothing before they exist)."""
+        if self.view is not None:
+            self._display(self.view.root)

@@ -4,6 +4,12 @@ A widget view needs the live kernel (or saved widget state) to render. So a disp
 form, a second output that is plain ``text/html`` and ``text/plain``: a summary of the configuration the form
 describes and the YAML its Save button would write (or the problems that keep it from being valid). It is built
 here from plain values (no widgets), so it is cheap to test.
+
+A trusted notebook reopened with a fresh kernel renders the form's output with ipywidgets' renderer, which finds
+no model and says so ("Error displaying widget: model not found") above the summary. The summary carries a style
+rule (:data:`HIDE_DEAD_FORM`) that hides exactly that: the output right before a picker summary when it is
+ipywidgets' renderer with nothing rendered in it (a live form has its widgets inside, so it stays). An untrusted notebook
+drops the rule, but it also never uses the widget renderer: it shows the form's short ``text/html`` note.
 """
 
 from __future__ import annotations
@@ -14,9 +20,15 @@ from collections.abc import Sequence
 from notebook_accel.config import Config
 from notebook_accel.config.io import config_to_yaml
 
-__all__ = ["describe", "summary_text", "summary_html", "FORM_NOTE"]
+__all__ = ["describe", "summary_text", "summary_html", "FORM_NOTE", "HIDE_DEAD_FORM"]
 
 FORM_NOTE = "Config picker form (it needs the running kernel; the configuration it describes is shown below)"
+# JupyterLab 4 and Notebook 7 put each output in a .jp-OutputArea-child; ipywidgets' renderer marks its own output
+# node .jupyter-widgets only when it shows an error (a live form's node holds the widgets' nodes, unmarked)
+HIDE_DEAD_FORM = (
+    "<style>.jp-OutputArea-child:has(+ .jp-OutputArea-child .nacc-picker-summary)"
+    " > .jp-OutputArea-output.jupyter-widgets{display:none}</style>"
+)
 
 
 def describe(config: Config, engine: str = "") -> str:
@@ -37,7 +49,8 @@ def summary_text(config: Config | None, problems: Sequence[str], engine: str = "
 def summary_html(config: Config | None, problems: Sequence[str], engine: str = "", path: str = "") -> str:
     """The HTML summary: the description, then the YAML in a block (or the problems in red)."""
     esc = html.escape
-    head = '<div style="font-family:sans-serif;font-size:13px"><b>Config picker</b>'
+    head = (f'{HIDE_DEAD_FORM}<div class="nacc-picker-summary" style="font-family:sans-serif;font-size:13px">'
+            "<b>Config picker</b>")
     if config is None:
         items = "".join(f"<li>{esc(p)}</li>" for p in problems)
         return (f'{head}<div style="color:#b42318">not a valid config yet:</div>'

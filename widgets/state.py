@@ -330,11 +330,12 @@ class RunState:
             self.run_progress.on_step(progress_step, event.time, self._now)
 
     def _progress(self, event: Progress) -> None:
-        """Track each rank's count; the lowest reporting rank drives the progress bars."""
+        """Track each rank's count (every rank's loader reports: the ranks table shows each position); the main
+        rank alone drives the progress bars, so a rank ahead or behind never moves them back and forth."""
         rank = self._rank(event.rank)
         count = f"{event.n}/{event.total}" if event.total is not None else str(event.n)
         rank.progress = f"{event.desc} {count}" if event.desc else count
-        if event.rank != min(r for r, s in self.ranks.items() if s.progress):
+        if event.rank != self.main_rank:
             return
         self.run_progress.apply(event, self._now)
 

@@ -14,7 +14,8 @@ from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.state import LogLine, RunState
 
 __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
-           "error_html", "STATUS_COLORS"]
+           "error_html", "bar_row_html", "first_frame_html", "part_html", "STATUS_COLORS", "LOG_HEIGHT",
+           "TAB_BAR_HEIGHT"]
 
 STATUS_COLORS = {
     "starting": "#6b7280",
@@ -32,6 +33,11 @@ _NOTE = "color:#6b7280"
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
 _STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
+LOG_HEIGHT = 180  # px of the log pane's scroll box
+TAB_BAR_HEIGHT = 26  # px of ipywidgets' tab bar (24 px tabs and the current tab's 2 px top border)
+_TAB_PADDING = 15  # px around a tab's content (--jp-widgets-container-padding), inside a 1 px border
+_WIDGET_MARGIN = 2  # px around each ipywidgets HTML widget (--jp-widgets-margin)
+_BAR_COLORS = {"": "#2196f3", "success": "#4caf50", "danger": "#f44336", "warning": "#ff9800"}
 
 
 def _badge(status: str) -> str:
@@ -62,9 +68,9 @@ def header_html(state: RunState, elapsed: float) -> str:
 
 def ranks_html(state: RunState, with_detail: bool = True) -> str:
     """One row per rank: status, device, pid, detail (exit reason or error), and each rank's loop position when
-    more than one rank reports one (a prepared DataLoader reports from the main process only: its position is
-    the progress bar, and a column empty for every other rank would say nothing). ``with_detail=False`` leaves the
-    detail out (the static result names the error once, above)."""
+    more than one rank reports one (every rank's prepared DataLoader does; a ``progress()`` loop reports from the
+    main process only, and a column empty for every other rank would say nothing). ``with_detail=False`` leaves
+    the detail out (the static result names the error once, above)."""
     with_progress = sum(1 for s in state.ranks.values() if s.progress) > 1
     names = ("rank", "status", "device", "pid", *(("progress",) if with_progress else ()),
              *(("",) if with_detail else ()))
@@ -141,6 +147,49 @@ def overall_text(state: RunState, now: float = 0.0) -> tuple[float | None, str]:
     return fraction, " · ".join(parts)
 
 
+def bar_row_html(fraction: float | None, label: str, style: str = "", css_class: str = "") -> str:
+    """A progress row drawn in HTML: a 260 px bar (none when ``fraction`` is ``None``: the length is unknown, the
+    label alone) and its label; the row keeps its height when the label is empty. ``style`` is ``""``,
+    ``"success"``, ``"danger"`` or ``"warning"``.
+
+    Example:
+        >>> 'width:50.0%' in bar_row_html(0.5, "train 5/10")
+        True
+    """
+    bar = ""
+    if fraction is not None:
+        width = max(0.0, min(fraction, 1.0)) * 100
+        bar = ('<div style="flex:0 0 260px;height:12px;margin-right:8px;background:#e5e7eb;border-radius:2px">'
+               f'<div style="width:{width:.1f}%;height:100%;background:{_BAR_COLORS.get(style, "#2196f3")};'
+               'border-radius:2px"></div></div>')
+    cls = f' class="{css_class}"' if css_class else ""
+    return (f'<div{cls} style="display:flex;align-items:center;min-height:24px">{bar}'
+            f'<div style="flex:1 1 auto">{label_html(label)}</div></div>')
+
+
+def part_html(inner: str) -> str:
+    """One part of the live view at a plain line height (ipywidgets' HTML widget sets a 28 px one, which would
+    make every table row and label taller there than in the first frame)."""
+    return f'<div style="line-height:1.4">{inner}</div>'
+
+
+def first_frame_html(top: str, body: str, logs: str, tabbed: bool) -> str:
+    """The live view's parts as one static HTML output, each in the room its widget will take (the widget's
+    margin; the output pane inside the frame of the "main process | all ranks" tabs when ``tabbed``), so the
+    widgets that replace it in place move nothing."""
+    margin = f'style="margin:{_WIDGET_MARGIN}px"'
+    pane = f"<div {margin}>{logs}</div>"
+    if tabbed:
+        tab = (f'<span style="display:inline-block;width:144px;height:{TAB_BAR_HEIGHT - 1}px;line-height:'
+               f'{TAB_BAR_HEIGHT - 1}px;padding:0 10px;box-sizing:border-box;font-family:sans-serif;font-size:13px;'
+               'color:#616161">')
+        pane = (f'<div style="height:{TAB_BAR_HEIGHT}px;border-bottom:1px solid #e0e0e0;box-sizing:border-box">'
+                f'{tab}main process</span>{tab}all ranks</span></div>'
+                f'<div style="border:1px solid #e0e0e0;border-top:0;padding:{_TAB_PADDING}px">{pane}</div>')
+    return (f'<div class="nacc-dashboard"><div {margin}>{top}</div><div {margin}>{body}</div>'
+            f'<div class="nacc-logs">{pane}</div></div>')
+
+
 def metrics_html(state: RunState) -> str:
     """The latest value of every metric, grouped in first-seen order."""
     if not state.latest:
@@ -157,18 +206,30 @@ def metrics_html(state: RunState) -> str:
     return f"<table {_TABLE}><tr>{head}</tr>{rows}</table>"
 
 
-def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_px: int = 180) -> str:
+def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_px: int = LOG_HEIGHT) -> str:
     """A scroll box with the last ``max_lines`` lines, anchored at the bottom (newest visible), in their colours.
 
     Lines keep the worker's ANSI colours (as HTML); where the worker chose none, only tracebacks, exception lines
     and ERROR/CRITICAL log records are red (:mod:`~notebook_accel.widgets.log_style`), and the rest of stderr
     (tqdm bars, INFO lines, warnings) looks like ordinary output with a thin grey mark at its left. The live
     lines (a tqdm bar being redrawn) come last. When ``lines`` is a :class:`~notebook_accel.widgets.state.LogBuffer`
-    whose output is kept in files, a caption says where (the pane keeps only a tail).
+    whose output is kept in files, a caption says where (the pane keeps only a tail). Without any line there is
+    no box: one grey line, in a space of the box's height (the box appears there, nothing below moves).
     ``flex-direction: column-reverse`` keeps the box scrolled to the end without any script.
     """
     everything = list(lines)
     tail = everything[-max_lines:]
+    where = getattr(lines, "where", "")
+    caption = ""
+    if where:
+        shown = f"showing the last {len(tail)} lines &middot; " if len(everything) > len(tail) else ""
+        caption = (
+            '<div style="font-family:sans-serif;font-size:11px;color:#6b7280;margin:2px 0">'
+            f"{shown}every rank&#x27;s full output: <code>{html.escape(where)}/rank&lt;N&gt;.log</code></div>"
+        )
+    if not tail:  # the box's outer height (content, padding, border): the box comes there, nothing moves
+        return (f'{caption}<div style="height:{height_px + 10}px;font-family:sans-serif;font-size:12px;'
+                'color:#6b7280">no output yet (print() and logging show here)</div>')
     out = []
     for line, kind in zip(tail, line_kinds([line.text for line in tail])):
         text = ansi_to_html(line.styled) if line.styled else html.escape(line.text, quote=False)
@@ -179,15 +240,7 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
             out.append(f'<span style="{_STDERR}">{prefix}{text}</span>')
         else:
             out.append(prefix + text)
-    body = "\n".join(out) if out else '<span style="color:#6b7280">no output yet (print() and logging show here)</span>'
-    where = getattr(lines, "where", "")
-    caption = ""
-    if where:
-        shown = f"showing the last {len(tail)} lines &middot; " if len(everything) > len(tail) else ""
-        caption = (
-            '<div style="font-family:sans-serif;font-size:11px;color:#6b7280;margin:2px 0">'
-            f"{shown}every rank&#x27;s full output: <code>{html.escape(where)}/rank&lt;N&gt;.log</code></div>"
-        )
+    body = "\n".join(out)
     return (
         f'{caption}<div style="height:{height_px}px;overflow-y:auto;display:flex;flex-direction:column-reverse;'
         'border:1px solid #e5e7eb;padding:4px">'

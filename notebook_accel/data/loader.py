@@ -7,7 +7,8 @@
 - fetches one batch ahead, so it knows while yielding the last batch that it is the last (this drives the
   accumulation flush and :meth:`Accelerator.gather_for_metrics`);
 - calls ``set_epoch`` on the samplers and the dataset, moves (nested) batches to the device;
-- on the main process of a launched run, posts a ``Progress`` event per batch (a deque append).
+- in a launched run, posts a ``Progress`` event per batch on every rank (a deque append), and at the start of an
+  epoch on the main process the epoch loop's position when the user wraps it in tqdm (:mod:`.epoch_bar`).
 
 The order is the plain loader's own (see :mod:`notebook_accel.data.randomness` for how every rank is made to
 draw the same one): a shuffle follows the DataLoader's ``generator``, so a prepared loader on N processes visits
@@ -32,6 +33,7 @@ from notebook_accel.monitor import steps
 from notebook_accel.data.iterable import ShardedIterableDataset, Tagged
 from notebook_accel.data.randomness import SeedableRandomSampler, generators_of
 from notebook_accel.data.sharding import DataPrepareError, LastRound, ShardedBatchSampler, ShardedSampler
+from notebook_accel.data.epoch_bar import epoch_loop_event
 from notebook_accel.events import Progress
 from notebook_accel.state import GradientState, ProcessState
 from notebook_accel.utils.nested import send_to_device
@@ -291,10 +293,14 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not a _BaseDataLoaderIter
         manual_skip = self._start_epoch()
         self.end_of_dataloader = False
-        writer = channel.current() if self.state.is_main_process else None
+        writer = channel.current()  # every rank reports its position (the dashboard's ranks table)
         total = self._total_or_none() if writer is not None else None
         name = self.progress_name() if writer is not None else ""
         epoch = self._epoch + 1
+        if writer is not None and self.state.is_main_process:
+            around = epoch_loop_event(self.state.process_index, self, total, self._epoch)  # a tqdm over epochs
+            if around is not None:
+                writer.post(around)
         self.gradient_state.active_loaders.append(self)
         self._iterating = True
         self._tagged_real = None

@@ -11,26 +11,34 @@ next cells; :func:`warm_kernel` finishes it (or does it) right before the first 
 thread first, since forking while another thread holds import locks could leave a worker stuck. Elsewhere (a
 script, or torch not yet imported) it happens at the first launch. With GPUs it stays in the workers, so nothing in
 the kernel can touch CUDA before the fork.
+
+The same thread then imports the dashboard (ipywidgets) and what draws its final curves (matplotlib):
+:data:`UI_MODULES`, which the first launch's dashboard then finds imported. That needs no GPU check (nothing of
+it touches CUDA), only a kernel with ipywidgets installed. A launch that comes before they are done stops the
+thread after the module it is importing (the fork waits only for that); the dashboard imports what it needs.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import threading
 
 from notebook_accel import hardware
 
-__all__ = ["WARM_MODULES", "warm_kernel", "start_early", "warming_needed"]
+__all__ = ["WARM_MODULES", "UI_MODULES", "warm_kernel", "start_early", "warming_needed"]
 
 WARM_MODULES = ("torch.distributed", "torch.nn.parallel", "torch._dynamo")
+UI_MODULES = ("notebook_accel.widgets.dashboard", "notebook_accel.widgets.plots")  # the live view, the final PNG
 _early: list[threading.Thread] = []  # the background import, once started
+_halt = threading.Event()  # set by the first launch: the thread imports no further UI module
 
 
-def _import_all() -> list[str]:
-    """Import each of :data:`WARM_MODULES` not imported yet; the ones this call imported."""
+def _import_all(names: tuple[str, ...] | None = None) -> list[str]:
+    """Import each of ``names`` (default :data:`WARM_MODULES`) not imported yet; the ones this call imported."""
     done = []
-    for name in WARM_MODULES:
+    for name in WARM_MODULES if names is None else names:
         if name not in sys.modules:
             try:
                 importlib.import_module(name)
@@ -40,12 +48,35 @@ def _import_all() -> list[str]:
     return done
 
 
+def _ui_wanted() -> bool:
+    """Whether the first launch will build a dashboard: ipywidgets is installed (the kernel is checked by the
+    caller)."""
+    return importlib.util.find_spec("ipywidgets") is not None
+
+
+def _warm_up(torch_too: bool, ui: bool) -> None:
+    """The background thread: torch's modules (the fork waits for them), then the dashboard, then matplotlib
+    (needed last, at a run's end). A launch that comes first stops it after the module being imported
+    (:data:`_halt`): the fork must not wait for a second of UI imports it does not need."""
+    if torch_too:
+        _import_all()
+    for name in UI_MODULES if ui else ():
+        if _halt.is_set():
+            return
+        _import_all((name,))
+
+
 def start_early() -> bool:
-    """Start importing :data:`WARM_MODULES` in a daemon thread, in a Jupyter kernel that has imported torch and
-    sees no GPU (once per process). Returns whether it started."""
-    if _early or "ipykernel" not in sys.modules or "torch" not in sys.modules or hardware.visible_gpu_count():
+    """In a Jupyter kernel (once per process), start a daemon thread that imports the dashboard's modules
+    (:data:`UI_MODULES`, when ipywidgets is installed) and, when torch is imported and no GPU is visible,
+    :data:`WARM_MODULES`. Returns whether it started."""
+    if _early or "ipykernel" not in sys.modules:
         return False
-    thread = threading.Thread(target=_import_all, name="notebook-accel warm-up", daemon=True)
+    torch_too = "torch" in sys.modules and not hardware.visible_gpu_count()
+    ui = _ui_wanted()
+    if not torch_too and not ui:
+        return False
+    thread = threading.Thread(target=_warm_up, args=(torch_too, ui), name="notebook-accel warm-up", daemon=True)
     _early.append(thread)
     thread.start()
     return True
@@ -62,6 +93,7 @@ def warm_kernel(backend: str, store: bool = False) -> list[str]:
     Returns:
         The modules imported by this call (empty when there was nothing left to do).
     """
+    _halt.set()
     for thread in _early:
         thread.join()
     if store and "torch.distributed" not in sys.modules:

@@ -372,7 +372,7 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
           f"finished in {final:.2f}s")
     assert not [m for f in frames if (m := inconsistent(f))], [m for f in frames if (m := inconsistent(f))][:5]
     assert not height_jumps(frames), height_jumps(frames)[:5]
-    assert abs(final_height - frames[-1].height) <= 0.15 * frames[-1].height, (final_height, frames[-1].height)
+    assert abs(final_height - frames[-1].height) <= 0.10 * frames[-1].height, (final_height, frames[-1].height)
     # the clock is never behind the final duration by more than one refresh (plus the sampling gap of 0.1 s and
     # the front end's delay under load)
     assert final - max(clocks) <= REFRESH + 0.1 + 0.5, (max(clocks), final)
@@ -391,8 +391,9 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
     assert "slow: stopped (background run" in background_text, background_text  # the handle's line followed
     assert "interrupted" not in background_text and "<BackgroundRun" not in background_text, background_text
     assert images == 1, "the reopened notebook does not show the curves image"
-    # the picker's summary output shows the configuration without the kernel; its form's own output is the widget
-    # view, which a trusted notebook with a fresh kernel reports as ipywidgets does ("model not found")
+    # the picker's summary output shows the configuration without the kernel, and only that: the form's own
+    # output (a widget view without its model in a trusted notebook with a fresh kernel) is hidden
+    assert "model not found" not in reopened_picker and "Error displaying" not in reopened_picker, reopened_picker
     assert "Config picker" in reopened_picker and "1 process(es) on CPU, FSDP" in reopened_picker
     assert "num_processes: 1" in reopened_picker and "distributed_type: FSDP" in reopened_picker, reopened_picker
     assert "ConfigPicker(" not in reopened_picker and "children=" not in reopened_picker, reopened_picker

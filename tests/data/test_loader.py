@@ -157,19 +157,41 @@ class _Writer:
         self.events.append(event)
 
 
-def test_progress_events_on_the_main_process() -> None:
+def test_progress_events_on_every_rank() -> None:
     writer = _Writer()
     channel.install(writer)  # type: ignore[arg-type]
     try:
         for _ in _prepare(DataLoader(range(6), batch_size=2)):
             pass
         for _ in _prepare(DataLoader(range(6), batch_size=2), rank=1, n=2):
-            pass  # not the main process: nothing posted
+            pass  # another rank: its own position, for the dashboard's ranks table
     finally:
         channel.uninstall()
-    assert [(e.n, e.total, e.desc, e.epoch) for e in writer.events] == [(1, 3, "train", 1), (2, 3, "train", 1),
-                                                                          (3, 3, "train", 1)]
-    assert all(isinstance(e, Progress) and e.rank == 0 and e.source == "loader" for e in writer.events)
+    assert [(e.rank, e.n, e.total, e.desc, e.epoch) for e in writer.events] == [
+        (0, 1, 3, "train", 1), (0, 2, 3, "train", 1), (0, 3, 3, "train", 1),
+        (1, 1, 2, "train", 1), (1, 2, 2, "train", 1)]
+    assert all(isinstance(e, Progress) and e.source == "loader" for e in writer.events)
+
+
+def test_a_tqdm_bar_around_the_epochs_reports_the_epoch_count() -> None:
+    import io
+
+    tqdm = pytest.importorskip("tqdm").tqdm
+    writer = _Writer()
+    loader = _prepare(DataLoader(range(6), batch_size=2))
+    channel.install(writer)  # type: ignore[arg-type]
+    try:
+        for _ in tqdm(range(4), desc="epochs", file=io.StringIO()):
+            for _ in tqdm(loader, file=io.StringIO()):  # a bar over the batches is not the epoch loop
+                pass
+            for _ in tqdm(range(3), file=io.StringIO()):  # nor one counting as many items as there are batches
+                break
+    finally:
+        channel.uninstall()
+    loops = [(e.n, e.total, e.desc) for e in writer.events if e.source == "loop"]
+    assert loops == [(0, 4, "epochs"), (1, 4, "epochs"), (2, 4, "epochs"), (3, 4, "epochs")]
+    first_batch = next(i for i, e in enumerate(writer.events) if e.source == "loader")
+    assert writer.events[first_batch - 1].source == "loop"  # before the epoch's first batch
 
 
 def test_progress_names_the_loader_by_the_models_mode_order_or_explicit_name() -> None:

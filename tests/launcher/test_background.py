@@ -131,14 +131,14 @@ def test_block_false_with_one_process_forks_and_restarts_are_refused() -> None:
 def test_the_dashboard_stop_button_stops_the_run() -> None:
     from notebook_accel.widgets import Dashboard
 
-    dashboard = Dashboard(display=lambda obj: None)
-    assert dashboard.stop_button.layout.display == "none"
+    dashboard = Dashboard(display=lambda obj: None, live_after=0.0)
+    assert dashboard.view is None  # no widget before the launch
     run = notebook_launcher(train, args=(10_000, 0.05), num_processes=2, block=False, dashboard=dashboard)
-    assert dashboard.stop_button.layout.display is None
+    assert dashboard.view.stop_button is not None and dashboard.view.stop_button.layout.display is None
     deadline = time.monotonic() + 60
     while not run.metrics and time.monotonic() < deadline:
         time.sleep(0.05)
-    dashboard.stop_button.click()
+    dashboard.view.stop_button.click()
     assert run.wait(timeout=60) and run.status == "stopped"
     assert child_pids() == []
 

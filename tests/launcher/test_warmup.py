@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import torch  # noqa: F401 - a kernel that trains has imported torch
@@ -42,6 +43,7 @@ def test_start_early_only_in_a_kernel_with_torch_and_no_gpu(monkeypatch: pytest.
     assert warmup.start_early() is False  # a script
     monkeypatch.setitem(sys.modules, "ipykernel", sys.modules["sys"])  # looks like a kernel
     monkeypatch.setattr(warmup.hardware, "visible_gpu_count", lambda: 1)
+    monkeypatch.setattr(warmup, "_ui_wanted", lambda: False)
     assert warmup.start_early() is False  # GPUs: nothing may touch CUDA before the fork
     monkeypatch.setattr(warmup.hardware, "visible_gpu_count", lambda: 0)
     assert warmup.start_early() is True and len(warmup._early) == 1
@@ -75,3 +77,38 @@ def test_warming_needed_says_whether_the_launcher_has_imports_left(monkeypatch: 
     monkeypatch.setattr(warmup, "WARM_MODULES", ("notebook_accel_no_such_module_for_the_test",))
     assert warmup.warming_needed("gloo") is True
     assert warmup.warming_needed("nccl") is False  # with GPUs the imports stay in the workers
+
+
+def test_the_dashboard_and_matplotlib_are_imported_in_the_background(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first launch's dashboard finds ipywidgets and matplotlib imported (GPU or not), after torch's modules."""
+    imported: list[tuple[str, ...]] = []
+    monkeypatch.setattr(warmup, "_import_all", lambda names=None: imported.append(names or warmup.WARM_MODULES))
+    monkeypatch.setitem(sys.modules, "ipykernel", sys.modules["sys"])  # looks like a kernel
+    monkeypatch.setattr(warmup, "_halt", threading.Event())
+    ui = [("notebook_accel.widgets.dashboard",), ("notebook_accel.widgets.plots",)]
+    for gpus, expected in ((0, [warmup.WARM_MODULES, *ui]), (1, ui)):
+        imported.clear()
+        monkeypatch.setattr(warmup, "_early", [])
+        monkeypatch.setattr(warmup.hardware, "visible_gpu_count", lambda gpus=gpus: gpus)
+        assert warmup.start_early() is True
+        warmup._early[0].join(timeout=60)
+        assert imported == expected, (gpus, imported)
+
+
+def test_a_launch_stops_the_ui_imports_so_the_fork_waits_only_for_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    imported: list[tuple[str, ...]] = []
+    halt = threading.Event()
+
+    def slow_import(names: tuple[str, ...] | None = None) -> None:
+        if names is None:  # torch's modules: still importing when the launch comes
+            halt.wait(timeout=60)
+        imported.append(names or warmup.WARM_MODULES)
+
+    monkeypatch.setattr(warmup, "_import_all", slow_import)
+    monkeypatch.setattr(warmup, "_halt", halt)
+    monkeypatch.setattr(warmup, "_early", [])
+    monkeypatch.setitem(sys.modules, "ipykernel", sys.modules["sys"])
+    monkeypatch.setattr(warmup.hardware, "visible_gpu_count", lambda: 0)
+    assert warmup.start_early() is True
+    warmup.warm_kernel("nccl")  # the launch: halts the thread and waits for it
+    assert not warmup._early[0].is_alive() and imported == [warmup.WARM_MODULES]

@@ -358,6 +358,10 @@ def test_the_displayed_summary_is_a_second_output_that_follows_every_change(
     picker._ipython_display_()  # what a cell ending in `picker` does
     form, summary = shown
     assert "application/vnd.jupyter.widget-view+json" in form
+    # a reopened trusted notebook hides the form's dead widget view (the output right before the summary)
+    rule = "<style>.jp-OutputArea-child:has(+ .jp-OutputArea-child .nacc-picker-summary)"
+    assert summary["text/html"].startswith(rule)
+    assert " > .jp-OutputArea-output.jupyter-widgets{display:none}</style>" in summary["text/html"]
     assert set(summary) == {"text/html", "text/plain"} and "num_processes: 1" in summary["text/plain"]
     assert str(tmp_path / "c.yaml") in summary["text/html"]
     picker.processes.value = 3

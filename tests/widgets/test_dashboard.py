@@ -40,7 +40,7 @@ INFO = RunInfo(2, ("cpu", "cpu"), "gloo", "train")
 
 def _dashboard(**kw: object) -> tuple[Dashboard, Clock, Shown]:
     clock, shown = Clock(), Shown()
-    dash = Dashboard(clock=clock, display=shown, **kw)  # type: ignore[arg-type]
+    dash = Dashboard(clock=clock, display=shown, **{"live_after": 0.0, **kw})  # type: ignore[arg-type]
     dash.start(INFO)
     return dash, clock, shown
 
@@ -48,12 +48,12 @@ def _dashboard(**kw: object) -> tuple[Dashboard, Clock, Shown]:
 def test_is_a_sink_and_displays_its_widgets_once() -> None:
     dash, clock, shown = _dashboard()
     assert isinstance(dash, Sink)
-    assert list(shown) == [dash.root]
-    assert "train" in dash.header.value and "starting" in dash.header.value
+    assert list(shown) == [dash.view.root]
+    assert "train" in dash.parts["header"] and "starting" in dash.parts["header"]
     dash.handle(Started(0, 4242, "cpu"))
     clock.now += 5
     dash.handle(Metrics(0, 1, {"train/loss": 1.0}, 0.0))
-    assert list(shown) == [dash.root] and shown.updates == []  # updated in place, never displayed again
+    assert list(shown) == [dash.view.root] and shown.updates == []  # updated in place, never displayed again
 
 
 def test_widget_values_follow_the_run() -> None:
@@ -67,16 +67,17 @@ def test_widget_values_follow_the_run() -> None:
     dash.handle(Log(1, "stdout", "hello from rank 1"))
     clock.now += 10
     dash.refresh()
-    assert "4242" in dash.ranks.value and "running" in dash.ranks.value
-    assert "progress" not in dash.ranks.value  # only the main process reports: its position is the bar, no empty cells
-    assert dash.bar.value == pytest.approx(0.5)
+    assert "4242" in dash.parts["ranks"] and "running" in dash.parts["ranks"]
+    assert "progress" not in dash.parts["ranks"]  # only the main process reports: no column of empty cells
+    assert dash.fractions["bar"] == pytest.approx(0.5) and "width:50.0%" in dash.view.top.value  # type: ignore[union-attr]
     # ETA 25 s at the last report, counted down by the 10 s since it arrived
-    assert ">train · epoch 1 · 50/100 · 2.00 it/s · ETA 15.0s<" in dash.bar_label.value
-    assert "train/loss" in dash.metrics.value and "0.02" in dash.metrics.value
-    assert "hello from rank 0" in dash.log_main.value and "rank 1" not in dash.log_main.value
-    assert "[1] hello from rank 1" in dash.log_all.value
-    assert "10.0s" in dash.header.value
-    assert dash.curves.value.count("<svg") == 1 and dash.curves.value.count("<polyline") == 2
+    assert ">train · epoch 1 · 50/100 · 2.00 it/s · ETA 15.0s<" in dash.parts["bar"]
+    assert "train/loss" in dash.parts["metrics"] and "0.02" in dash.parts["metrics"]
+    main_pane = dash.view.log_main.value  # type: ignore[union-attr]
+    assert "hello from rank 0" in main_pane and "rank 1" not in main_pane
+    assert "[1] hello from rank 1" in dash.view.log_all.value  # type: ignore[union-attr]
+    assert "10.0s" in dash.parts["header"]
+    assert dash.parts["curves"].count("<svg") == 1 and dash.parts["curves"].count("<polyline") == 2
 
 
 def test_values_held_back_by_the_throttle_show_at_the_next_tick() -> None:
@@ -84,10 +85,10 @@ def test_values_held_back_by_the_throttle_show_at_the_next_tick() -> None:
     dash.handle(Metrics(0, 1, {"loss": 1.0}, 0.0))
     clock.now += 0.1
     dash.handle(Metrics(0, 2, {"loss": 0.123}, 0.0))  # inside the throttle window: held back
-    assert "0.123" not in dash.metrics.value
+    assert "0.123" not in dash.parts["metrics"]
     clock.now += 0.15
     dash.tick(clock.now)  # no event, but the launcher's wake-up shows it
-    assert "0.123" in dash.metrics.value and dash.ticks == 1
+    assert "0.123" in dash.parts["metrics"] and dash.ticks == 1
 
 
 def test_the_clock_and_eta_move_without_events() -> None:
@@ -97,10 +98,10 @@ def test_the_clock_and_eta_move_without_events() -> None:
     dash.handle(Progress(0, 20, 100, "train", 1.0, 1, "loader"))  # 10 it/s: ETA 8 s
     clock.now += 0.3
     dash.tick(clock.now)
-    assert "0.3s" in dash.header.value and "ETA 7.7s" in dash.bar_label.value
+    assert "0.3s" in dash.parts["header"] and "ETA 7.7s" in dash.parts["bar"]
     clock.now += 5.0
     dash.tick(clock.now)
-    assert "5.3s" in dash.header.value and "ETA 2.7s" in dash.bar_label.value
+    assert "5.3s" in dash.parts["header"] and "ETA 2.7s" in dash.parts["bar"]
 
 
 def test_curves_follow_at_the_plot_interval_and_stay_within_the_budget() -> None:
@@ -112,7 +113,7 @@ def test_curves_follow_at_the_plot_interval_and_stay_within_the_budget() -> None
     clock.now += 0.3
     dash.tick(clock.now)
     assert dash.redraws == base + 1
-    points = dash.curves.value.split('<polyline points="')[1].split('"')[0].split()
+    points = dash.parts["curves"].split('<polyline points="')[1].split('"')[0].split()
     assert len(points) <= 2 * (200 + 2)  # downsampled to the budget
     clock.now += 5.0
     dash.tick(clock.now)
@@ -124,7 +125,7 @@ def test_a_single_point_draws_a_marker() -> None:
     dash.handle(Metrics(0, 3, {"train/loss": 0.5}, 0.0))
     clock.now += 1
     dash.tick(clock.now)
-    assert "<circle" in dash.curves.value and "<polyline" not in dash.curves.value
+    assert "<circle" in dash.parts["curves"] and "<polyline" not in dash.parts["curves"]
 
 
 def test_a_slow_redraw_stretches_the_plot_interval() -> None:
@@ -141,16 +142,28 @@ def test_a_slow_redraw_stretches_the_plot_interval() -> None:
 def test_status_events_refresh_at_once() -> None:
     dash, _, _ = _dashboard()
     dash.handle(Started(1, 77, "cpu"))
-    assert "77" in dash.ranks.value
+    assert "77" in dash.parts["ranks"]
     dash.handle(Failed(1, "ValueError", "bad <input>", "Traceback (most recent call last):\nValueError: bad"))
-    assert dash.error.layout.display == ""
-    assert "rank 1 failed: ValueError: bad &lt;input&gt;" in dash.error.value
-    assert "Traceback" in dash.error.value
+    assert "failed" in dash.parts["ranks"]
 
 
 def test_error_box_is_hidden_until_a_failure() -> None:
     dash, _, _ = _dashboard()
-    assert dash.error.layout.display == "none" and dash.error.value == ""
+    assert dash.parts["error"] == "" and "rank" not in dash.view.top.value.split("nacc-loop")[1]
+
+
+def test_a_failure_waits_a_moment_for_the_launchers_verdict_then_shows() -> None:
+    dash, clock, shown = _dashboard()
+    dash.handle(Failed(0, "RuntimeError", "[gloo] Connection closed by peer", "Traceback ...\nRuntimeError: gloo"))
+    assert dash.parts["error"] == "" and "gloo" not in dash.view.top.value.split("nacc-loop")[1]  # not torch's words first
+    dash.finish(RunOutcome("failed", 1.0, "rank 0 called gather (your line 10) but rank 1 had already returned"))
+    page = shown.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
+    assert "rank 1 had already returned" in page  # the verdict is the first error the user reads
+    dash, clock, _ = _dashboard()
+    dash.handle(Failed(1, "ValueError", "bad <input>", "Traceback (most recent call last):\nValueError: bad"))
+    clock.now += dashboard_module.ERROR_GRACE + 0.1  # no verdict yet (the run goes on): the failure shows
+    dash.tick(clock.now)
+    assert "rank 1 failed: ValueError: bad &lt;input&gt;" in dash.parts["error"] and "Traceback" in dash.view.top.value
 
 
 def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None:
@@ -164,9 +177,9 @@ def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None
     dash.handle(Finished(1))
     clock.now += 3  # the workers exit, the launcher tears down: the run's clock has stopped
     dash.tick(clock.now)
-    assert "finishing" in dash.header.value and "12.0s" in dash.header.value
+    assert "finishing" in dash.parts["header"] and "12.0s" in dash.parts["header"]
     dash.finish(RunOutcome("finished", 15.5))  # the launcher's count also has the set-up before the dashboard
-    assert list(shown) == [dash.root]  # nothing displayed below: the live view itself was replaced
+    assert list(shown) == [dash.view.root]  # nothing displayed below: the live view itself was replaced
     (result,) = shown.updates
     assert isinstance(result, StaticResult)
     bundle = result._repr_mimebundle_()
@@ -181,7 +194,8 @@ def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None
     dash2.finish(RunOutcome("finished", 1.0))
     final = shown2.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
     assert ">train · epoch 3 · 16/16<" in final and "ETA" not in final  # where it stopped; no rate or ETA
-    assert dash.root.comm is None and dash.curves.comm is None  # closed: no model left for the front end
+    # closed, layouts too: no model left for the front end
+    assert dash.view.root.comm is None and dash.view.body.comm is None and dash.view.body.layout.comm is None  # type: ignore[union-attr]
     dash.handle(Metrics(0, 99, {"train/loss": 9.0}, 0.0))
     dash.tick(clock.now + 10)
     dash.finish(RunOutcome("finished", 13.0))
@@ -209,8 +223,22 @@ def test_without_a_display_handle_the_result_is_displayed_after() -> None:
 
 
 def test_show_all_ranks_opens_the_all_ranks_tab() -> None:
-    assert _dashboard()[0].logs.selected_index == 0
-    assert _dashboard(show_all_ranks=True)[0].logs.selected_index == 1
+    assert _dashboard(show_all_ranks=True)[0].view.logs.selected_index == 1  # type: ignore[union-attr]
+
+
+def test_one_process_has_one_pane_and_several_have_the_all_ranks_tab() -> None:
+    clock, shown = Clock(), Shown()
+    one = Dashboard(clock=clock, display=shown, live_after=0.0)
+    one.start(RunInfo(1, ("cpu",), "gloo", "train"))
+    assert one.view.logs is None and one.view.log_all is None
+    assert one.view.root.children[-1] is one.view.log_main  # type: ignore[union-attr]
+    dash, clock, _ = _dashboard()
+    assert dash.view.logs is not None and dash.view.logs.selected_index == 0
+    assert dash.view.root.children[-1] is dash.view.logs  # type: ignore[union-attr]
+    dash.handle(Log(1, "stdout", "from rank 1"))
+    clock.now += 1
+    dash.tick(clock.now)
+    assert "[1] from rank 1" in dash.view.log_all.value  # type: ignore[union-attr]
 
 
 def test_log_pane_shows_a_bounded_tail() -> None:
@@ -219,7 +247,7 @@ def test_log_pane_shows_a_bounded_tail() -> None:
         dash.handle(Log(0, "stdout", f"line {i}"))
     clock.now += 1
     dash.refresh()
-    assert "line 99" in dash.log_main.value and "line 94" not in dash.log_main.value
+    assert "line 99" in dash.view.log_main.value and "line 94" not in dash.view.log_main.value
 
 
 def test_a_drawing_error_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,12 +276,12 @@ def test_a_second_launch_gets_fresh_widgets() -> None:
     dash, _, shown = _dashboard()
     dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))
     dash.finish(RunOutcome("finished", 1.0))
-    first_root = dash.root
+    first_root = dash.view.root
     dash.start(INFO)
-    assert dash.root is not first_root and shown[-1] is dash.root
-    assert "no metrics logged yet" in dash.metrics.value
+    assert dash.view.root is not first_root and shown[-1] is dash.view.root
+    assert "no metrics logged yet" in dash.parts["metrics"]
     dash.handle(Started(0, 1, "cpu"))
-    assert not dash.frozen and "running" in dash.ranks.value
+    assert not dash.frozen and "running" in dash.parts["ranks"]
 
 
 def test_a_timeout_without_a_failed_event_shows_the_outcome_error() -> None:
@@ -269,23 +297,23 @@ def test_the_header_names_the_engine_as_soon_as_the_main_process_reports_it() ->
     dash, clock, _ = _dashboard()
     dash.handle(Metrics(0, 1, {"train/loss": 1.0}, 0.0))  # a redraw: the next one is throttled
     dash.handle(EngineReady(0, "FSDP FULL_SHARD"))  # no clock advance: urgent, shown at once
-    assert "FSDP FULL_SHARD" in dash.header.value
+    assert "FSDP FULL_SHARD" in dash.parts["header"]
     dash.finish(RunOutcome("finished", 1.0))
-    assert "FSDP FULL_SHARD" in dash.header.value
+    assert "FSDP FULL_SHARD" in dash.parts["header"]
 
 
 def test_one_clock_and_one_vocabulary_from_the_first_frame_to_the_result() -> None:
     dash, clock, shown = _dashboard()
     dash.phase("starting 2 worker processes")
-    assert "starting" in dash.header.value and "starting 2 worker processes" in dash.header.value
-    assert "waiting for the workers" in dash.bar_label.value
+    assert "starting" in dash.parts["header"] and "starting 2 worker processes" in dash.parts["header"]
+    assert "waiting for the workers" in dash.parts["bar"]
     dash.handle(Started(0, 1, "cpu"))
     dash.handle(Started(1, 2, "cpu"))
     dash.phase("")
     clock.now += 4.25
     dash.tick(clock.now)
-    assert "running" in dash.header.value and "4.2s" in dash.header.value
-    assert "worker processes" not in dash.header.value
+    assert "running" in dash.parts["header"] and "4.2s" in dash.parts["header"]
+    assert "worker processes" not in dash.parts["header"]
     clock.now += 1
     dash.finish(RunOutcome("interrupted", 9.0, "interrupted"))  # the stop button, or run.stop()
     page = shown.updates[-1]._repr_mimebundle_()  # type: ignore[attr-defined]
@@ -296,10 +324,44 @@ def test_one_clock_and_one_vocabulary_from_the_first_frame_to_the_result() -> No
 
 def test_the_layout_has_its_places_from_the_first_frame() -> None:
     dash, _, _ = _dashboard()
-    assert dash.curves.layout.min_height and dash.overall_row.layout.display is None
-    assert dash.header.layout.flex == "1 1 auto" and dash.stop_button.layout.flex == "0 0 auto"
-    assert 'min-width:4.2em;font-variant-numeric:tabular-nums' in dash.header.value  # a clock of fixed width
-    assert dash.bar.layout is not dash.overall_bar.layout  # hiding the run bar (no total) leaves the loop's bar
+    assert 'class="nacc-curves" style="min-height:184px"' in dash.view.body.value  # type: ignore[union-attr]
+    assert 'min-width:4.2em;font-variant-numeric:tabular-nums' in dash.parts["header"]  # a clock of fixed width
+    run_row = 'class="nacc-run" style="display:flex;align-items:center;min-height:24px"'
+    assert run_row in dash.view.top.value  # type: ignore[union-attr]
+    assert dash.view.stop_button is None  # a background run's only
+    dash.attach_stop(lambda: None)
+    assert dash.view.stop_button is not None and dash.view.stop_button.layout.flex == "0 0 auto"
+    assert dash.view.top.layout.flex == "1 1 auto" and dash.view.top.layout is not dash.view.body.layout  # type: ignore[union-attr]
+    assert dash.view.root.children[0].children == (dash.view.top, dash.view.stop_button)  # type: ignore[union-attr]
+
+
+def test_the_live_view_is_a_handful_of_widgets() -> None:
+    """Each widget (and each layout or style of one) is a model the launch opens with a message: ~46 before."""
+    dash, _, _ = _dashboard()
+    assert dash.view is not None and len(dash.view.models()) <= 10
+
+
+def test_a_short_run_builds_no_widget_and_a_longer_one_replaces_the_first_frame_in_place() -> None:
+    clock, shown = Clock(), Shown()
+    dash = Dashboard(clock=clock, display=shown, live_after=0.5)
+    dash.start(INFO)
+    (frame,) = shown
+    assert dash.view is None and 'class="nacc-dashboard"' in frame._repr_html_()  # type: ignore[attr-defined]
+    assert 'class="nacc-header"' in frame._repr_html_() and "starting" in repr(frame)  # type: ignore[attr-defined]
+    dash.handle(Started(0, 1, "cpu"))
+    clock.now += 0.2
+    dash.handle(Finished(0, 1))
+    dash.finish(RunOutcome("finished", 0.2))
+    assert dash.view is None and len(shown.updates) == 1 and isinstance(shown.updates[0], StaticResult)
+    clock, shown = Clock(), Shown()
+    dash = Dashboard(clock=clock, display=shown, live_after=0.5)
+    dash.start(INFO)
+    dash.phase("starting 2 worker processes")
+    assert dash.view is None and shown.updates == []  # a short step costs no message
+    clock.now += 0.6
+    dash.tick(clock.now)
+    assert dash.view is not None and shown.updates == [dash.view.root]  # the widgets take the first frame's place
+    assert "starting 2 worker processes" in dash.view.top.value  # type: ignore[union-attr]
 
 
 def test_a_run_of_unknown_length_shows_its_label_without_an_empty_bar() -> None:
@@ -308,5 +370,5 @@ def test_a_run_of_unknown_length_shows_its_label_without_an_empty_bar() -> None:
     dash.handle(Progress(0, 5, 16, "train", 1.0, 1, "loader"))
     clock.now += 1
     dash.tick(clock.now)
-    assert "run · epoch 1 · 5 batches" in dash.overall_label.value
-    assert dash.overall_bar.layout.display == "none"  # no invisible bar pushing the label to the middle
+    assert "run · epoch 1 · 5 batches" in dash.parts["overall"]
+    assert dash.fractions["overall"] is None and "260px" not in dash.parts["overall"]  # no invisible bar

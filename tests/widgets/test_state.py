@@ -93,6 +93,18 @@ def test_rank_zero_drives_the_main_bar() -> None:
     assert s.progress.n == 5 and s.ranks[1].progress == "7/10"
 
 
+def test_a_rank_that_reports_first_never_moves_the_main_bar() -> None:
+    """Every rank's loader reports: the bars follow the main process alone, nothing counted twice."""
+    s = _state()
+    s.apply(Progress(1, 3, 16, "train", 1.0, 1, "loader"))  # rank 1 is ahead of the main process
+    assert s.run_progress.current is None and s.run_progress.overall(1.0) is None
+    for n in (1, 2):
+        s.apply(Progress(0, n, 16, "train", 1.0 + n, 1, "loader"))
+        s.apply(Progress(1, n + 3, 16, "train", 1.0 + n, 1, "loader"))
+    assert s.progress.n == 2 and s.run_progress.overall(3.0).done == 2  # type: ignore[union-attr]
+    assert (s.ranks[0].progress, s.ranks[1].progress) == ("train 2/16", "train 5/16")
+
+
 def test_logs_are_split_bounded_and_rank_zero_kept_apart() -> None:
     s = _state(max_log_lines=5)
     s.apply(Log(0, "stdout", "a\nb"))
