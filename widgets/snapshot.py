@@ -50,12 +50,23 @@ def _error(state: RunState) -> str:
     return state.outcome.error
 
 
+def _system_lines(state: RunState) -> list[str]:
+    """Per rank: mean use, peak memory and the step-time split; then the verdict, if the run had one."""
+    system = state.system
+    if system is None:
+        return []
+    lines = [f"system {line}" for line in system.rank_lines()]
+    found = system.verdict()
+    return lines + [f"verdict: {found}"] if found else lines
+
+
 def summary_text(state: RunState, elapsed: float) -> str:
     """The plain-text summary (for ``text/plain``, terminals and nbval)."""
     lines = [_headline(state, elapsed)]
     if _error(state):
         lines.append(f"error: {_error(state)}")
     lines.append("ranks: " + ", ".join(f"{r}={s.status}" for r, s in sorted(state.ranks.items())))
+    lines.extend(_system_lines(state))
     for name, (step, value) in state.latest.items():
         lines.append(f"{name} = {format_value(value)} (step {step})")
     if state.metrics_note():
@@ -80,6 +91,10 @@ def summary_html(state: RunState, elapsed: float, png: bytes | None = None, wher
         parts.append(f'<div style="color:#b42318;white-space:pre-wrap;margin:2px 0">{esc(_error(state))}</div>')
     if where:
         parts.append(f'<div style="margin:2px 0">{where}</div>')
+    system = _system_lines(state)
+    if system:
+        parts.append('<div class="nacc-system-summary" style="font-size:12px;margin:2px 0">'
+                     + "".join(f"<div>{esc(line)}</div>" for line in system) + "</div>")
     if png is not None:
         data = base64.b64encode(png).decode("ascii")
         parts.append(f'<div><img alt="training curves" style="max-width:100%" src="data:image/png;base64,{data}"/></div>')
