@@ -147,7 +147,7 @@ class Dashboard:
             w.HBox([self.curves, self.metrics], layout=w.Layout(flex_flow="row wrap", align_items="flex-start")),
             self.logs,
         ])
-        self.system = SystemPanel()  # no widget until the first system sample: then one, appended to root
+        self.system = SystemPanel()  # its room is kept free below; no widget until the first system sample
         for widget, name in ((self.root, "nacc-dashboard"), (self.header, "nacc-header"), (self.ranks, "nacc-ranks"),
                              (self.stop_button, "nacc-stop"), (self.logs, "nacc-logs")):
             widget.add_class(name)  # stable names for styling and for the browser test
@@ -284,7 +284,7 @@ class Dashboard:
             self.metrics.value = views.metrics_html(state)
         if (force or now >= self._next_plot) and (self._changed("plot", state.metrics_version) or not self.svg):
             self._redraw(now)
-        self.system.update(state.system, self.root)
+        self.system.update(state, self.root)
 
     def _elapsed(self, now: float) -> float:
         """The run's time on this dashboard's clock: from :meth:`start` to ``now``, or to when the last rank ended."""

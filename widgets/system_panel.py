@@ -9,9 +9,9 @@ the rows the machine's free memory, below them the verdict line.
 Cost and layout: :func:`panel_html` is a pure function of :class:`~notebook_accel.widgets.system_state.SystemState`
 (a few kilobytes, well under a millisecond); :class:`SystemPanel` creates its one ``HTML`` widget only when the
 first sample or step report arrives (a run without them costs no widget), appends it at the bottom of the
-dashboard (its arrival moves nothing above it), and redraws it only when the state changed. The rows and the
-verdict line have fixed heights from the first frame, so step reports and a verdict arriving later do not make
-the panel grow.
+dashboard in the room kept free for it from the first frame (so its arrival moves nothing), and redraws it only
+when the state changed. Its lines have fixed heights, so step reports and a verdict arriving later do not make
+it grow; a row wider than the cell scrolls sideways instead of wrapping.
 """
 
 from __future__ import annotations
@@ -23,18 +23,33 @@ from notebook_accel.events import RankSystem
 from notebook_accel.monitor.summary import gib
 from notebook_accel.monitor.verdict import RankSteps
 from notebook_accel.widgets.series import Series
+from notebook_accel.widgets.state import RunState
 from notebook_accel.widgets.system_state import RankFigures, SystemState
 
-__all__ = ["SystemPanel", "panel_html", "sparkline_svg", "step_bar_html", "PARTS"]
+__all__ = ["SystemPanel", "panel_html", "panel_height", "sparkline_svg", "step_bar_html", "PARTS"]
 
 # the stacked bar's parts: (RankSteps.split() key, label, colour)
 PARTS = (("data", "data wait", "#f59e0b"), ("compute", "forward+backward", "#2563eb"),
          ("comm", "communication", "#db2777"), ("optimizer", "optimizer", "#16a34a"), ("other", "other", "#9ca3af"))
-_SPARK_W, _SPARK_H = 110, 18
+_SPARK_W, _SPARK_H = 90, 16
 _NOTE = "color:#6b7280"
-_ROW = "display:flex;flex-wrap:wrap;align-items:center;gap:4px 10px;min-height:40px;border-top:1px solid #eee"
-_CELL = "display:inline-block;width:116px;line-height:1.15"
-_BAR_W = 240
+# fixed heights (px), so the panel's height is known before it is drawn: reserved from the dashboard's first frame
+_HEAD_H, _ROW_H, _VERDICT_H, _TOP = 18, 40, 32, 4
+_ROW = (f"display:flex;flex-wrap:nowrap;align-items:center;gap:10px;height:{_ROW_H}px;box-sizing:border-box;"
+        "overflow-x:auto;border-top:1px solid #eee")
+_CELL = "display:inline-flex;flex-direction:column;flex:0 0 auto;white-space:nowrap;font-size:11px;line-height:14px"
+_BAR_W = 210
+_WIDGET_MARGIN = 4  # an ipywidgets HTML widget's margin, above and below together
+
+
+def panel_height(ranks: int) -> int:
+    """The panel's height in px with ``ranks`` rows, its widget's margins included.
+
+    Example:
+        >>> panel_height(2)
+        138
+    """
+    return _TOP + _HEAD_H + ranks * _ROW_H + _VERDICT_H + _WIDGET_MARGIN
 
 
 def sparkline_svg(series: Series | None, percent: bool = False, color: str = "#1d4ed8") -> str:
@@ -63,16 +78,16 @@ def sparkline_svg(series: Series | None, percent: bool = False, color: str = "#1
 def _cell(label: str, value: str, spark: str, title: str = "") -> str:
     """One figure: its label and value over its sparkline."""
     tip = f' title="{html.escape(title)}"' if title else ""
-    return (f'<span style="{_CELL}"{tip}><span style="font-size:11px"><span style="{_NOTE}">{label}</span> '
-            f"{html.escape(value)}</span>{spark}</span>")
+    return (f'<span style="{_CELL}"{tip}><span><span style="{_NOTE}">{label}</span> {html.escape(value)}</span>'
+            f"{spark}</span>")
 
 
 def _memory_text(r: RankSystem, peak: int) -> tuple[str, str]:
     """The resident-memory cell's value and tooltip (the cgroup limit when one applies)."""
-    value = f"{gib(r.rss_bytes)} (peak {gib(peak)})"
+    value = f"{gib(r.rss_bytes)}, peak {gib(peak)}"
     title = "resident memory of the worker's process tree (DataLoader workers included) and the run's peak"
     if r.memory_limit is not None:
-        value = f"{gib(r.rss_bytes)} / limit {gib(r.memory_limit)}"
+        value = f"{gib(r.rss_bytes)}, peak {gib(peak)}, limit {gib(r.memory_limit)}"
         title += f"; its memory cgroup holds {gib(r.memory_group_usage)} of a {gib(r.memory_limit)} limit"
     return value, title
 
@@ -81,16 +96,15 @@ def _cells(state: SystemState, figures: RankFigures) -> list[str]:
     """The rank's figure cells, GPU ones only where they exist."""
     r = figures.last
     if r is None:
-        return [f'<span style="{_CELL};{_NOTE};font-size:11px">no sample yet</span>']
+        return [f'<span style="{_CELL};{_NOTE}">no sample yet</span>']
     spark = figures.sparks.get
     out = []
     if r.gpu_utilization is not None:
         out.append(_cell("GPU", f"{r.gpu_utilization:.0f}%", sparkline_svg(spark("gpu"), percent=True)))
     if r.gpu_memory_used is not None:
         peak = state.peak_gpu_memory(figures.rank)
-        out.append(_cell("GPU mem", f"{gib(r.gpu_memory_used)}/{gib(r.gpu_memory_total)}",
-                         sparkline_svg(spark("gpu_memory"), color="#7c3aed"),
-                         f"device memory used / total; the run's peak: {gib(peak)}"))
+        out.append(_cell("GPU memory", f"{gib(r.gpu_memory_used)}/{gib(r.gpu_memory_total)}, peak {gib(peak)}",
+                         sparkline_svg(spark("gpu_memory"), color="#7c3aed"), "device memory used / total, the run's peak"))
     if r.gpu_temperature is not None:
         out.append(_cell("temp", f"{r.gpu_temperature:.0f}°C", sparkline_svg(spark("temperature"), color="#dc2626")))
     if r.gpu_power_watts is not None:
@@ -111,9 +125,10 @@ def step_bar_html(window: RankSteps | None) -> str:
         True
     """
     frame = f"width:{_BAR_W}px;height:10px;display:flex;background:#f3f4f6;border-radius:2px;overflow:hidden"
+    box = f"{_CELL};width:{_BAR_W}px;gap:2px"
     if window is None or not window.steps:
-        return (f'<span style="display:inline-block;width:{_BAR_W}px;font-size:11px"><span style="{_NOTE}">'
-                f'steps: none measured yet</span><span style="{frame}"></span></span>')
+        return f'<span style="{box}"><span style="{_NOTE}">steps: none measured yet</span><span style="{frame}"></span></span>'
+
     split = window.split()
     parts, words = [], []
     for key, label, color in PARTS:
@@ -121,7 +136,7 @@ def step_bar_html(window: RankSteps | None) -> str:
         parts.append(f'<span data-part="{key}" style="width:{100 * share:.1f}%;background:{color}"></span>')
         words.append(f"{label} {share:.0%}")
     title = ", ".join(words)
-    return (f'<span style="display:inline-block;width:{_BAR_W}px;font-size:11px" title="{title}">'
+    return (f'<span style="{box}" title="{title}">'
             f'<span style="{_NOTE}">steps</span> {1000 * window.step / window.steps:.0f} ms '
             f'<span style="{_NOTE}">{html.escape(_largest(split))}</span>'
             f'<span class="nacc-step-bar" style="{frame}">{"".join(parts)}</span></span>')
@@ -139,8 +154,8 @@ def _legend() -> str:
 
 
 def panel_html(state: SystemState) -> str:
-    """The whole panel: machine line and legend, a row per rank, the verdict line (empty but of the same height
-    while there is none).
+    """The whole panel: machine line and legend, a row per rank, the verdict line (a note of the same height while
+    there is none). Every part has a fixed height: :func:`panel_height` is the height of the whole.
 
     Example:
         >>> from notebook_accel.events import RankSystem, SystemSample
@@ -155,47 +170,63 @@ def panel_html(state: SystemState) -> str:
     for rank in sorted(state.ranks):
         figures = state.ranks[rank]
         rows.append(f'<div class="nacc-system-rank" data-rank="{rank}" style="{_ROW}">'
-                    f'<b style="display:inline-block;width:48px">rank {rank}</b>{"".join(_cells(state, figures))}'
-                    f"{step_bar_html(figures.window)}</div>")
+                    f'<b style="flex:0 0 48px">rank {rank}</b>{step_bar_html(figures.window)}'
+                    f'{"".join(_cells(state, figures))}</div>')
     found = state.verdict()
     verdict = (f'<b style="color:#b45309">verdict:</b> {html.escape(found)}' if found else
                f'<span style="{_NOTE}">no verdict: nothing clearly slows the run down (yet)</span>')
-    return (f'<div class="nacc-system-panel" style="font-family:sans-serif;font-size:12px;margin-top:4px">'
-            f'<div style="display:flex;justify-content:space-between;flex-wrap:wrap;gap:8px">'
+    line = f"height:{_HEAD_H}px;line-height:{_HEAD_H}px;white-space:nowrap;overflow-x:auto;overflow-y:hidden"
+    return (f'<div class="nacc-system-panel" style="font-family:sans-serif;font-size:12px;line-height:16px;'
+            f'margin-top:{_TOP}px"><div style="display:flex;justify-content:space-between;gap:12px;{line}">'
             f'<span><b>System</b> <span style="{_NOTE}">{machine}</span></span>'
             f'<span style="font-size:11px">{_legend()}</span></div>{"".join(rows)}'
-            f'<div class="nacc-verdict" style="min-height:18px;line-height:18px;overflow:hidden;'
-            f'text-overflow:ellipsis;white-space:nowrap" title="{html.escape(found or "")}">{verdict}</div></div>')
+            f'<div class="nacc-verdict" style="height:{_VERDICT_H}px;overflow-y:auto">{verdict}</div></div>')
 
 
 class SystemPanel:
-    """Holds the panel's widget: none until the run reports a sample or step times, then one ``HTML`` widget
-    appended to the dashboard's box and redrawn when the state changed.
+    """Holds the panel's widget. Until the run reports a sample or step times there is none: the dashboard's box
+    keeps the panel's height free below its other parts (a bottom padding), so the panel's arrival moves nothing;
+    then one ``HTML`` widget of that height takes the place of the padding, redrawn when the state changed.
 
     Example:
-        >>> panel = SystemPanel()
-        >>> panel.update(None, box=None)  # nothing to show: no widget
-        >>> panel.widget is None
-        True
+        >>> from notebook_accel.events import RunInfo
+        >>> from notebook_accel.widgets.state import RunState
+        >>> import ipywidgets as w
+        >>> panel, box = SystemPanel(), w.VBox()
+        >>> panel.update(RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "train")), box)
+        >>> panel.widget is None, box.layout.padding
+        (True, '0 0 138px 0')
     """
 
     def __init__(self) -> None:
         self.widget: Any = None
         self.redraws = 0
         self._seen = -1
+        self._reserved = False
 
-    def update(self, state: SystemState | None, box: Any) -> None:
-        """Show ``state`` (``None``: nothing yet) in a widget appended to ``box`` (an ipywidgets ``Box``)."""
-        if state is None or state.version == self._seen:
+    def update(self, run: RunState, box: Any) -> None:
+        """Show ``run.system`` in a widget appended to ``box`` (an ipywidgets ``Box``), or keep its room free while
+        there is nothing to show."""
+        state = run.system
+        if state is None:
+            if not self._reserved:
+                self._reserved = True
+                box.layout.padding = f"0 0 {panel_height(len(run.ranks))}px 0"
+            return
+        if state.version == self._seen:
             return
         self._seen = state.version
         text = panel_html(state)
+        height = f"{panel_height(len(state.ranks)) - _WIDGET_MARGIN}px"
         self.redraws += 1
         if self.widget is None:
             import ipywidgets as w  # the widgets package's own dependency; imported when a panel is first needed
 
-            self.widget = w.HTML(text)
+            self.widget = w.HTML(text, layout=w.Layout(height=height))
             self.widget.add_class("nacc-system")
             box.children = (*box.children, self.widget)
-        else:
-            self.widget.value = text
+            box.layout.padding = None  # the room kept free is the panel's now
+            return
+        self.widget.value = text
+        if self.widget.layout.height != height:  # a rank reported that the first sample did not have
+            self.widget.layout.height = height

@@ -10,7 +10,7 @@ from notebook_accel.events import Log, Metrics, RankSystem, RunInfo, RunOutcome,
 from notebook_accel.widgets import Dashboard
 from notebook_accel.widgets.snapshot import StaticResult
 from notebook_accel.widgets.state import RunState
-from notebook_accel.widgets.system_panel import panel_html
+from notebook_accel.widgets.system_panel import panel_height, panel_html
 from notebook_accel.widgets.system_state import SPARK_BUDGET, SystemState
 
 GIB = 1024**3
@@ -41,8 +41,8 @@ def test_gpu_figures_reach_the_panel() -> None:
     state.apply(_sample(101.0, _gpu(0, 93.0, 30.2), _gpu(1, 85.0)))
     out = panel_html(state)
     assert 'data-rank="0"' in out and 'data-rank="1"' in out
-    for text in ("93%", "85%", "30.2 GiB/80.0 GiB", "the run&#x27;s peak: 31.0 GiB", "64°C", "310 W", "CPU", "98%",
-                 "1.5 GiB (peak 2.5 GiB)", "18.0 GiB free of 32.0 GiB"):
+    for text in ("93%", "85%", "30.2 GiB/80.0 GiB, peak 31.0 GiB", "64°C", "310 W", "CPU", "98%",
+                 "1.5 GiB, peak 2.5 GiB", "18.0 GiB free of 32.0 GiB"):
         assert text in out, text
     assert out.count("<svg") == 12  # six sparklines per rank
 
@@ -52,7 +52,7 @@ def test_a_cpu_host_shows_what_exists_with_its_cgroup_limit() -> None:
     state.apply(_sample(1.0, _cpu(0, 150.0, limit=4 * GIB)))
     state.apply(_sample(2.0, _cpu(0, 110.0, limit=4 * GIB)))
     out = panel_html(state)
-    assert "110%" in out and "0.5 GiB / limit 4.0 GiB" in out and "holds 0.6 GiB of a 4.0 GiB limit" in out
+    assert "110%" in out and "0.5 GiB, peak 0.8 GiB, limit 4.0 GiB" in out and "holds 0.6 GiB of a 4.0 GiB limit" in out
     assert "GPU" not in out.replace("forward+backward", "") and "°C" not in out
     assert out.count("<svg") == 2
 
@@ -63,7 +63,8 @@ def test_sparklines_keep_a_bounded_number_of_points_over_a_long_run() -> None:
         state.apply(_sample(float(t), _cpu(0, float(t % 97))))
     (cpu_points, memory_points) = _points(panel_html(state))
     assert 2 < len(cpu_points) <= 2 * (SPARK_BUDGET + 2) and len(memory_points) <= 2 * (SPARK_BUDGET + 2)
-    assert max(float(p.split(",")[0]) for p in cpu_points) > 100  # the line spans the whole run
+    xs = [float(p.split(",")[0]) for p in cpu_points]
+    assert xs[0] == 2.0 and xs[-1] == 88.0 and xs == sorted(xs)  # the line spans the whole run, left to right
 
 
 def test_the_sparkline_moves_with_new_samples() -> None:
@@ -82,7 +83,7 @@ def test_the_step_bar_splits_the_last_report_and_the_verdict_appears() -> None:
     state.apply(StepTimes(0, 20, 2.0, 1.0, 0.6, 0.3, 0.0, 0.2, 0))  # half of each step waits for data
     out = panel_html(state)
     assert "100 ms" in out and "data wait 50%" in out and "forward+backward 30%" in out and "optimizer 10%" in out
-    assert 'data-part="data" style="width:50.0%' in out
+    assert 'data-part="data" style="width:50.0%' in out and out.index("data wait 50%") < out.index("CPU")
     assert "verdict:</b> data-bound: rank 0 waits 50% of each step for its DataLoader" in out
     state.apply(StepTimes(0, 20, 2.0, 0.2, 1.4, 0.7, 0.0, 0.2, 0))  # the bar shows the last report
     assert 'data-part="data" style="width:10.0%' in panel_html(state)
@@ -121,11 +122,13 @@ def test_no_panel_widget_until_the_first_sample_then_one_at_the_bottom() -> None
     dash.refresh()
     before = _widgets(dash.root)
     assert dash.system.widget is None and not any("nacc-system" in x._dom_classes for x in before)
+    assert dash.root.layout.padding == f"0 0 {panel_height(2)}px 0"  # its room is kept from the first frame
     dash.handle(_sample(1.0, _gpu(0, 77.0), _gpu(1, 66.0)))
     dash.refresh()
     after = _widgets(dash.root)
     assert len(after) == len(before) + 1 and dash.root.children[-1] is dash.system.widget  # below everything
     assert "77%" in dash.system.widget.value and "nacc-system" in dash.system.widget._dom_classes
+    assert dash.root.layout.padding is None and dash.system.widget.layout.height == f"{panel_height(2) - 4}px"
     redraws = dash.system.redraws
     dash.refresh()
     assert dash.system.redraws == redraws  # nothing changed: not redrawn
