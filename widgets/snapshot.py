@@ -4,7 +4,8 @@ Widgets need a live kernel (or saved widget state) to render; a saved notebook, 
 nbval run see only plain outputs. So when the run ends the dashboard *replaces* its live widget view in place
 (its display id) with :class:`StaticResult`: one ``text/html`` output (the headline, the error once as one
 line, the curves as an inline PNG, the final metric values, the main process's output in a collapsible
-``<details>`` block) with a ``text/plain`` twin for terminals and nbval. The full worker traceback is not
+``<details>`` block, the system panel's last frame with a line per rank: mean use, peak memory, the step-time
+split) with a ``text/plain`` twin for terminals and nbval. The full worker traceback is not
 repeated: the exception raised in the cell carries it.
 """
 
@@ -15,6 +16,7 @@ import html
 
 from notebook_accel.durations import format_duration
 from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.system_panel import panel_html
 
 SNAPSHOT_LOG_LINES = 20  # the main process's last output lines in the plain-text summary
 SNAPSHOT_HTML_LINES = 1000  # the main process's output lines kept in the collapsible block of the HTML result
@@ -91,10 +93,6 @@ def summary_html(state: RunState, elapsed: float, png: bytes | None = None, wher
         parts.append(f'<div style="color:#b42318;white-space:pre-wrap;margin:2px 0">{esc(_error(state))}</div>')
     if where:
         parts.append(f'<div style="margin:2px 0">{where}</div>')
-    system = _system_lines(state)
-    if system:
-        parts.append('<div class="nacc-system-summary" style="font-size:12px;margin:2px 0">'
-                     + "".join(f"<div>{esc(line)}</div>" for line in system) + "</div>")
     if png is not None:
         data = base64.b64encode(png).decode("ascii")
         parts.append(f'<div><img alt="training curves" style="max-width:100%" src="data:image/png;base64,{data}"/></div>')
@@ -112,6 +110,11 @@ def summary_html(state: RunState, elapsed: float, png: bytes | None = None, wher
         parts.append(f"<details open><summary>output of rank {state.main_rank} ({len(output)} lines)</summary>"
                      f'<pre style="white-space:pre-wrap;max-height:180px;overflow:auto;font-size:12px">'
                      f"{esc(chr(10).join(output))}</pre></details>")
+    if state.system is not None:  # where the live view had the panel: its last frame (the whole run's sparklines,
+        # the verdict), then each rank's means and peaks
+        lines = state.system.rank_lines()
+        parts.append(panel_html(state.system, final=True) + '<div class="nacc-system-summary" style="font-size:12px;'
+                     'margin:2px 0">' + "".join(f"<div>system {esc(line)}</div>" for line in lines) + "</div>")
     if state.info.log_dir:
         parts.append(f'<div style="font-size:11px;color:#6b7280">full output of every rank: '
                      f"<code>{esc(state.info.log_dir)}/rank&lt;N&gt;.log</code></div>")

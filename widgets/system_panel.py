@@ -137,8 +137,8 @@ def step_bar_html(window: RankSteps | None) -> str:
         words.append(f"{label} {share:.0%}")
     title = ", ".join(words)
     return (f'<span style="{box}" title="{title}">'
-            f'<span style="{_NOTE}">steps</span> {1000 * window.step / window.steps:.0f} ms '
-            f'<span style="{_NOTE}">{html.escape(_largest(split))}</span>'
+            f'<span><span style="{_NOTE}">step</span> {1000 * window.step / window.steps:.0f} ms '
+            f'<span style="{_NOTE}">· most: {html.escape(_largest(split))}</span></span>'
             f'<span class="nacc-step-bar" style="{frame}">{"".join(parts)}</span></span>')
 
 
@@ -153,9 +153,10 @@ def _legend() -> str:
     return " ".join(f'<span style="color:{color}">&#9632;</span>&nbsp;{label}' for _, label, color in PARTS)
 
 
-def panel_html(state: SystemState) -> str:
+def panel_html(state: SystemState, final: bool = False) -> str:
     """The whole panel: machine line and legend, a row per rank, the verdict line (a note of the same height while
-    there is none). Every part has a fixed height: :func:`panel_height` is the height of the whole.
+    there is none). Every part has a fixed height: :func:`panel_height` is the height of the whole. ``final``: the
+    run has ended (the static result keeps this last frame).
 
     Example:
         >>> from notebook_accel.events import RankSystem, SystemSample
@@ -174,7 +175,8 @@ def panel_html(state: SystemState) -> str:
                     f'{"".join(_cells(state, figures))}</div>')
     found = state.verdict()
     verdict = (f'<b style="color:#b45309">verdict:</b> {html.escape(found)}' if found else
-               f'<span style="{_NOTE}">no verdict: nothing clearly slows the run down (yet)</span>')
+               f'<span style="{_NOTE}">no verdict: nothing clearly {"slowed" if final else "slows"} the run down'
+               f'{"" if final else " (yet)"}</span>')
     line = f"height:{_HEAD_H}px;line-height:{_HEAD_H}px;white-space:nowrap;overflow-x:auto;overflow-y:hidden"
     return (f'<div class="nacc-system-panel" style="font-family:sans-serif;font-size:12px;line-height:16px;'
             f'margin-top:{_TOP}px"><div style="display:flex;justify-content:space-between;gap:12px;{line}">'

@@ -151,8 +151,9 @@ def test_the_final_result_has_a_line_per_rank_and_the_verdict() -> None:
              "compute 30%, communication 0%, optimizer 10%, other 10%")
     assert line0 in bundle["text/plain"] and "system rank 1: mean GPU 90%" in bundle["text/plain"]
     verdict = "verdict: data-bound: every rank waits 50% of each step for its DataLoader; raise num_workers (now 2)"
-    assert verdict in bundle["text/plain"] and verdict in bundle["text/html"]
+    assert verdict in bundle["text/plain"] and verdict.replace(":", ":</b>", 1) in bundle["text/html"]
     assert 'class="nacc-system-summary"' in bundle["text/html"] and line0 in bundle["text/html"]
+    assert 'class="nacc-system-panel"' in bundle["text/html"] and "<polyline" in bundle["text/html"]  # its last frame
 
 
 def test_a_run_without_samples_leaves_no_system_lines() -> None:
