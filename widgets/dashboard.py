@@ -4,7 +4,8 @@ Layout, top to bottom: a header (function, status, elapsed time), a table of ran
 progress), the run's overall progress (training batches over all epochs) and the current loop's (train or
 eval loader, with the user's 1-based epoch), the error of the first failing rank (hidden until then), the live
 curves (inline SVG, one panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`), a
-table of the latest values, and the output of the workers in two tabs, "main process" and "all ranks".
+table of the latest values, the output of the workers in two tabs, "main process" and "all ranks", and from the
+first system sample on the system panel (:mod:`notebook_accel.widgets.system_panel`), in room kept free for it.
 
 Timing: ``handle`` runs on the launcher's loop in the kernel's main thread and updates the pure-Python
 :class:`~notebook_accel.widgets.state.RunState` (O(1) per event); the widgets are refreshed at most every
