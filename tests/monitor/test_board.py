@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from notebook_accel import Accelerator, notebook_launcher
-from notebook_accel.events import RankSystem, StepTimes, SystemSample
+from notebook_accel.events import Metrics, RankSystem, StepTimes, SystemSample
+from notebook_accel.monitor import board as board_module
 from notebook_accel.monitor.board import SystemBoard, board_for, close_board, open_board, tracker_board
 from notebook_accel.plugins import ConfigurationError
+from tests.launcher.recording import RecordingSink
 from tests.monitor import workers
 
 GIB = 1024**3
@@ -78,7 +80,11 @@ def test_the_option_must_be_a_bool() -> None:
 
 @pytest.mark.timeout(180)
 def test_a_two_process_run_logs_system_values_to_its_jsonl_tracker_only_when_asked(tmp_path: Path) -> None:
-    steps = notebook_launcher(workers.log_system, (str(tmp_path / "on"), True), num_processes=2)
+    sink = RecordingSink()
+    steps = notebook_launcher(workers.log_system, (str(tmp_path / "on"), True), num_processes=2, dashboard=sink)
+    assert not board_module._boards  # the kernel's board is gone with the run
+    live = [k for event in sink.of_type(Metrics) for k in event.values]  # type: ignore[attr-defined]
+    assert "loss" in live and not [k for k in live if k.startswith("system/")]  # the dashboard has its own panel
     lines = _lines(tmp_path / "on")
     system = [line["values"] for line in lines if any(k.startswith("system/") for k in line["values"])]  # type: ignore[union-attr]
     assert 2 <= len(system) <= 5, len(system)  # at most once a second over the 3.5 s, not at every one of the steps
