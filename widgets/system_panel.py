@@ -31,14 +31,14 @@ __all__ = ["SystemPanel", "panel_html", "panel_height", "sparkline_svg", "step_b
 # the stacked bar's parts: (RankSteps.split() key, label, colour)
 PARTS = (("data", "data wait", "#f59e0b"), ("compute", "forward+backward", "#2563eb"),
          ("comm", "communication", "#db2777"), ("optimizer", "optimizer", "#16a34a"), ("other", "other", "#9ca3af"))
-_SPARK_W, _SPARK_H = 90, 16
+_SPARK_W, _SPARK_H = 80, 16
 _NOTE = "color:#6b7280"
 # fixed heights (px), so the panel's height is known before it is drawn: reserved from the dashboard's first frame
 _HEAD_H, _ROW_H, _VERDICT_H, _TOP = 18, 40, 32, 4
-_ROW = (f"display:flex;flex-wrap:nowrap;align-items:center;gap:10px;height:{_ROW_H}px;box-sizing:border-box;"
+_ROW = (f"display:flex;flex-wrap:nowrap;align-items:center;gap:8px;height:{_ROW_H}px;box-sizing:border-box;"
         "overflow-x:auto;border-top:1px solid #eee")
 _CELL = "display:inline-flex;flex-direction:column;flex:0 0 auto;white-space:nowrap;font-size:11px;line-height:14px"
-_BAR_W = 210
+_BAR_W = 180
 _WIDGET_MARGIN = 4  # an ipywidgets HTML widget's margin, above and below together
 
 
@@ -82,12 +82,17 @@ def _cell(label: str, value: str, spark: str, title: str = "") -> str:
             f"{spark}</span>")
 
 
+def _num(n: int | None) -> str:
+    """Bytes as GiB with one decimal and no unit (it is said once in the cell), ``"?"`` when unknown."""
+    return "?" if n is None else f"{n / 1024**3:.1f}"
+
+
 def _memory_text(r: RankSystem, peak: int) -> tuple[str, str]:
     """The resident-memory cell's value and tooltip (the cgroup limit when one applies)."""
-    value = f"{gib(r.rss_bytes)}, peak {gib(peak)}"
+    value = f"{gib(r.rss_bytes)}, peak {_num(peak)}"
     title = "resident memory of the worker's process tree (DataLoader workers included) and the run's peak"
     if r.memory_limit is not None:
-        value = f"{gib(r.rss_bytes)}, peak {gib(peak)}, limit {gib(r.memory_limit)}"
+        value = f"{gib(r.rss_bytes)}, peak {_num(peak)}, limit {_num(r.memory_limit)}"
         title += f"; its memory cgroup holds {gib(r.memory_group_usage)} of a {gib(r.memory_limit)} limit"
     return value, title
 
@@ -103,7 +108,7 @@ def _cells(state: SystemState, figures: RankFigures) -> list[str]:
         out.append(_cell("GPU", f"{r.gpu_utilization:.0f}%", sparkline_svg(spark("gpu"), percent=True)))
     if r.gpu_memory_used is not None:
         peak = state.peak_gpu_memory(figures.rank)
-        out.append(_cell("GPU memory", f"{gib(r.gpu_memory_used)}/{gib(r.gpu_memory_total)}, peak {gib(peak)}",
+        out.append(_cell("GPU mem", f"{_num(r.gpu_memory_used)}/{gib(r.gpu_memory_total)}, peak {_num(peak)}",
                          sparkline_svg(spark("gpu_memory"), color="#7c3aed"), "device memory used / total, the run's peak"))
     if r.gpu_temperature is not None:
         out.append(_cell("temp", f"{r.gpu_temperature:.0f}°C", sparkline_svg(spark("temperature"), color="#dc2626")))
@@ -112,7 +117,7 @@ def _cells(state: SystemState, figures: RankFigures) -> list[str]:
     out.append(_cell("CPU", f"{r.cpu_percent:.0f}%", sparkline_svg(spark("cpu"), percent=True, color="#0891b2"),
                      "CPU of the worker's process tree (100% = one core)"))
     value, title = _memory_text(r, state.peak_memory(figures.rank))
-    out.append(_cell("memory", value, sparkline_svg(spark("memory"), color="#4d7c0f"), title))
+    out.append(_cell("mem", value, sparkline_svg(spark("memory"), color="#4d7c0f"), title))
     return out
 
 
