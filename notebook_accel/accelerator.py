@@ -82,6 +82,11 @@ class Accelerator(CompatMethods, ProcessFacade):
             takes the launch config's (``distributed_type: FSDP``), else plain DDP. Ignored in one process.
         deepspeed_plugin: train with DeepSpeed ZeRO (a ``DeepSpeedPlugin``, needs ``pip install
             notebook-accel[deepspeed]``); ``None`` takes the launch config's (``distributed_type: DEEPSPEED``).
+        log_system_metrics: also send the run's system figures to the trackers started by :meth:`init_trackers`
+            (not to the dashboard, which has its own panel): with each :meth:`log` after a new sample (about once a
+            second), ``system/rank<r>/cpu_percent``, ``memory_gib``, ``gpu_utilization``, ``step_data_frac``... of
+            every rank on this machine (see :data:`notebook_accel.monitor.board.FIELDS`). Only in runs started by
+            ``notebook_launcher``, where the kernel measures them; elsewhere a warning says nothing is sent.
 
     Process properties and helpers (``device``, ``process_index``, ``is_main_process``, ``print``,
     ``wait_for_everyone``, ``main_process_first``, ``on_main_process``, ``split_between_processes``, ...) come
@@ -101,12 +106,12 @@ class Accelerator(CompatMethods, ProcessFacade):
                  step_scheduler_with_optimizer: bool = True,
                  kwargs_handlers: Sequence[KwargsHandler] | None = None,
                  fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
-                 deepspeed_plugin: DeepSpeedPlugin | None = None) -> None:
+                 deepspeed_plugin: DeepSpeedPlugin | None = None, log_system_metrics: bool = False) -> None:
         check_accelerator_arguments(
             device_placement=device_placement, split_batches=split_batches, cpu=cpu,
             dataloader_config=dataloader_config, rng_types=rng_types, project_dir=project_dir,
             project_config=project_config, step_scheduler_with_optimizer=step_scheduler_with_optimizer,
-            kwargs_handlers=kwargs_handlers)
+            kwargs_handlers=kwargs_handlers, log_system_metrics=log_system_metrics)
         env = LaunchEnvironment.from_environ()
         ddp, scaler, init = resolve_handlers(kwargs_handlers)
         self._profile_handler = next((h for h in kwargs_handlers or () if isinstance(h, ProfileKwargs)), None)  # every option is checked before the group forms
@@ -135,10 +140,12 @@ class Accelerator(CompatMethods, ProcessFacade):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
         self._custom_objects: list[Any] = []
+        from notebook_accel.monitor.board import tracker_board
         from notebook_accel.tracking import TrackerHub
 
         self._trackers = TrackerHub(log_with=log_with, logging_dir=self.project_configuration.logging_dir,
-                                    is_main_process=self.is_main_process, rank=self.process_index)
+                                    is_main_process=self.is_main_process, rank=self.process_index,
+                                    system=tracker_board(log_system_metrics, env.master_port, self.is_main_process))
         report_engine(self)  # the dashboard header names the engine that runs
 
     def __repr__(self) -> str:

@@ -72,6 +72,7 @@ def _handlers(value: Any) -> str | None:
 def check_accelerator_arguments(
     *, device_placement: Any, split_batches: Any, cpu: Any, dataloader_config: Any, rng_types: Any,
     project_dir: Any, project_config: Any, step_scheduler_with_optimizer: Any, kwargs_handlers: Any,
+    log_system_metrics: Any = False,
 ) -> None:
     """Raise :class:`~notebook_accel.plugins.ConfigurationError` listing every argument of the wrong kind."""
     problems = [
@@ -84,6 +85,7 @@ def check_accelerator_arguments(
         _instance("project_config", project_config, ProjectConfiguration),
         _flag("step_scheduler_with_optimizer", step_scheduler_with_optimizer),
         _handlers(kwargs_handlers),
+        _flag("log_system_metrics", log_system_metrics),
     ]
     found = [p for p in problems if p is not None]
     if found:

@@ -5,7 +5,9 @@ progress), the run's overall progress (training batches over all epochs) and the
 eval loader, with the user's 1-based epoch), the error of the first failing rank (shown :data:`ERROR_GRACE`
 seconds after it, unless the launcher's clearer verdict ends the run first), the live curves (inline SVG, one
 panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`), a table of the latest values,
-and the output of the workers (tabs "main process" and "all ranks" with several ranks).
+and the output of the workers (tabs "main process" and "all ranks" with several ranks), and from the first system
+sample on the system panel (:mod:`notebook_accel.widgets.system_panel`), in room kept free for it from the first
+frame on.
 
 Cost: the first frame is plain HTML (:meth:`Dashboard._frame`, no widget and no comm message); the widgets
 (:class:`~notebook_accel.widgets.live_view.LiveView`, a handful) replace it in place after ``live_after``
@@ -46,6 +48,7 @@ from notebook_accel.widgets.live_view import LiveView
 from notebook_accel.widgets.snapshot import StaticResult, Summary
 from notebook_accel.widgets.state import RunState
 from notebook_accel.widgets.svg import curves_svg
+from notebook_accel.widgets.system_panel import SystemPanel, panel_height
 
 __all__ = ["Dashboard"]
 
@@ -134,6 +137,7 @@ class Dashboard:
     def _clear_widgets(self) -> None:
         """No widget yet: they are made when the view goes live, with their first values."""
         self.view: LiveView | None = None
+        self.system = SystemPanel()  # no widget until the first system sample; its room is kept free below
         self.parts: dict[str, str] = {}  # the HTML of each part, as last drawn (for tests and tools)
         self.fractions: dict[str, float | None] = {}  # each bar's fraction as last drawn (``None``: no bar)
 
@@ -145,6 +149,8 @@ class Dashboard:
                                     self.show_all_ranks)
         if self._stop is not None:
             view.add_stop_button(self._stop)
+        if self.state is not None:
+            self.system.update(self.state, view.root)  # the panel's room (or the panel) before the view is shown
         return view
 
     def _tabbed(self) -> bool:
@@ -182,7 +188,9 @@ class Dashboard:
         state = self.state
         text = "" if state is None else f"{state.info.function_name}: {state.shown_status}"
         logs = self._log_html(main=True)
-        return Summary(views.first_frame_html(self._top_html(), self._body_html(), logs, self._tabbed()), text)
+        frame = views.first_frame_html(self._top_html(), self._body_html(), logs, self._tabbed())
+        room = 0 if state is None else panel_height(state.info.num_processes)  # the system panel's, as live
+        return Summary(f'<div style="padding-bottom:{room}px">{frame}</div>', text)
 
     def _go_live(self) -> None:
         """Build the widgets and put them where the first frame is. Without a display handle the first frame
@@ -287,6 +295,7 @@ class Dashboard:
             view.set(view.log_main, self._log_html(main=True))
             if view.log_all is not None:
                 view.set(view.log_all, self._log_html(main=False))
+        self.system.update(state, view.root)
 
     def _compose(self, force: bool = True) -> bool:
         """Work out each part's HTML into :attr:`parts` (each only when its content moved); return whether the

@@ -4,7 +4,8 @@ Widgets need a live kernel (or saved widget state) to render; a saved notebook, 
 nbval run see only plain outputs. So when the run ends the dashboard *replaces* its live widget view in place
 (its display id) with :class:`StaticResult`: one ``text/html`` output (the headline, the error once as one
 line, the curves as an inline PNG, the final metric values, the main process's output in a collapsible
-``<details>`` block) with a ``text/plain`` twin for terminals and nbval. The full worker traceback is not
+``<details>`` block, the system panel's last frame with a line per rank: mean use, peak memory, the step-time
+split) with a ``text/plain`` twin for terminals and nbval. The full worker traceback is not
 repeated: the exception raised in the cell carries it.
 """
 
@@ -15,6 +16,7 @@ import html
 
 from notebook_accel.durations import format_duration
 from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.system_panel import panel_html
 
 SNAPSHOT_LOG_LINES = 20  # the main process's last output lines in the plain-text summary
 SNAPSHOT_HTML_LINES = 1000  # the main process's output lines kept in the collapsible block of the HTML result
@@ -50,12 +52,23 @@ def _error(state: RunState) -> str:
     return state.outcome.error
 
 
+def _system_lines(state: RunState) -> list[str]:
+    """Per rank: mean use, peak memory and the step-time split; then the verdict, if the run had one."""
+    system = state.system
+    if system is None:
+        return []
+    lines = [f"system {line}" for line in system.rank_lines()]
+    found = system.verdict()
+    return lines + [f"verdict: {found}"] if found else lines
+
+
 def summary_text(state: RunState, elapsed: float) -> str:
     """The plain-text summary (for ``text/plain``, terminals and nbval)."""
     lines = [_headline(state, elapsed)]
     if _error(state):
         lines.append(f"error: {_error(state)}")
     lines.append("ranks: " + ", ".join(f"{r}={s.status}" for r, s in sorted(state.ranks.items())))
+    lines.extend(_system_lines(state))
     for name, (step, value) in state.latest.items():
         lines.append(f"{name} = {format_value(value)} (step {step})")
     if state.metrics_note():
@@ -97,6 +110,11 @@ def summary_html(state: RunState, elapsed: float, png: bytes | None = None, wher
         parts.append(f"<details open><summary>output of rank {state.main_rank} ({len(output)} lines)</summary>"
                      f'<pre style="white-space:pre-wrap;max-height:180px;overflow:auto;font-size:12px">'
                      f"{esc(chr(10).join(output))}</pre></details>")
+    if state.system is not None:  # where the live view had the panel: its last frame (the whole run's sparklines,
+        # the verdict), then each rank's means and peaks
+        lines = state.system.rank_lines()
+        parts.append(panel_html(state.system, final=True) + '<div class="nacc-system-summary" style="font-size:12px;'
+                     'margin:2px 0">' + "".join(f"<div>system {esc(line)}</div>" for line in lines) + "</div>")
     if state.info.log_dir:
         parts.append(f'<div style="font-size:11px;color:#6b7280">full output of every rank: '
                      f"<code>{esc(state.info.log_dir)}/rank&lt;N&gt;.log</code></div>")

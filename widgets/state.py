@@ -27,10 +27,13 @@ from notebook_accel.events import (
     Started,
     EngineReady,
     Phase,
+    StepTimes,
+    SystemSample,
 )
 from notebook_accel.terminal import strip_ansi
 from notebook_accel.widgets.progress_model import ProgressState, RunProgress
 from notebook_accel.widgets.series import Series
+from notebook_accel.widgets.system_state import SystemState
 
 __all__ = ["RankState", "ProgressState", "LogLine", "RunState", "RankStatus", "RunStatus", "ShownStatus", "group_of",
            "label_of"]
@@ -193,6 +196,7 @@ class RunState:
         self.worker_phase = ""  # what the main rank is busy with that no loop reports (a Phase event)
         self._heard_from_a_rank = False
         self._now = 0.0
+        self.system: SystemState | None = None  # the machine's figures and step times, from the first report on
 
     @property
     def shown_status(self) -> ShownStatus:
@@ -237,14 +241,19 @@ class RunState:
 
     def apply(self, event: Event, now: float = 0.0) -> None:
         """Update the model with one event (unknown event types are ignored); ``now`` is the dashboard clock."""
+        kind = type(event)
+        if kind is SystemSample or kind is StepTimes:  # the system panel's own model and version
+            if self.system is None:
+                self.system = SystemState()
+            self.system.apply(event)  # type: ignore[arg-type]
+            return
         self.version += 1
         self._now = now
-        rank = getattr(event, "rank", None)  # a SystemSample speaks for every rank at once
+        rank = getattr(event, "rank", None)
         if rank is None:
             return
         if rank not in self.ranks or not self._heard_from_a_rank:
             self._rank(rank)
-        kind = type(event)
         if kind is not Started and kind is not Exited:
             self.workers_spoke = True
         if kind is Metrics:

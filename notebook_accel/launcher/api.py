@@ -29,6 +29,7 @@ from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, new_s
 from notebook_accel.launcher.runlogs import create_run_folder, display_path
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
 from notebook_accel.launcher.spawn import WorkerHandle, start_workers
+from notebook_accel.monitor.board import close_board, open_board
 from notebook_accel.launcher.supervisor import finish_aborted, supervise
 from notebook_accel.launcher.tracebacks import user_facing
 from notebook_accel.launcher.phases import launch_phase
@@ -315,10 +316,12 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
             try:
                 inherited = tuple(fd for fd in (store.fd if store else -1, guard.fd if guard else -1) if fd >= 0)
                 noun = "process" if local == 1 else "processes"
+                open_board(envs[0].master_port, [env.rank for env in envs])  # the workers inherit it
                 with launch_phase(sink, f"starting {local} worker {noun}"):
                     handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
                                             inherited_fds=inherited, store_prefix=prefix, descriptors=descriptors)
             except BaseException as e:
+                close_board(envs[0].master_port)
                 finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
                 raise
             if guard is not None:
@@ -334,13 +337,13 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
         elsewhere = tuple(r for r in range(plan.nodes * local) if r // local != plan.node)
         if plan.block:
             return supervise(launch(), sink, plan.limit, start, log_dir=folder, before=before, elsewhere=elsewhere,
-                             watch=watch)
+                             watch=watch, board=envs[0].master_port)
         tee = RecordingTee(sink, main_rank)
 
         def body(handles: list[WorkerHandle], stop_fd: int) -> Any:
             try:
                 return supervise(handles, tee, plan.limit, start, log_dir=folder, before=before, stop_fd=stop_fd,
-                                 elsewhere=elsewhere, watch=watch)
+                                 elsewhere=elsewhere, watch=watch, board=envs[0].master_port)
             finally:
                 release()
 

@@ -32,7 +32,8 @@ from typing import Any, Literal
 
 from notebook_accel.cell_names import cell_names
 from notebook_accel.channel import decode
-from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started
+from notebook_accel.events import (TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started,
+                                   StepTimes)
 from notebook_accel.launcher.errors import (
     LaunchTimeoutError,
     WorkerError,
@@ -46,6 +47,7 @@ from notebook_accel.launcher.output import RankOutput
 from notebook_accel.launcher.processes import end_groups, oom_kills, signal_worker
 from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
+from notebook_accel.monitor.board import SystemBoard, board_for, close_board
 from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
 
 __all__ = ["finish_aborted", "supervise", "signal_name", "GRACE_SECONDS", "StopRequested"]
@@ -101,6 +103,7 @@ class _Supervisor:
         self.next_tick = 0.0
         self.saved: str | None = None  # the last checkpoint the run committed (a restart resumes from it)
         self.sampler = _sampler(handles)
+        self.board: SystemBoard | None = None  # the figures the workers' trackers may read (monitor.board)
         self.oom_kills = oom_kills()  # the system's count at the start: a SIGKILL blames the OOM killer on evidence
 
     # -- reading ------------------------------------------------------------------------------------------
@@ -125,6 +128,8 @@ class _Supervisor:
 
     def on_event(self, event: Event) -> None:
         """Record what the launcher needs, then pass the event on."""
+        if isinstance(event, StepTimes) and self.board is not None:
+            self.board.write(event)
         if isinstance(event, Finished):
             self.finished[event.rank] = event.value
             event = Finished(event.rank, None)  # the sink needs no copy of a possibly large value
@@ -303,6 +308,8 @@ class _Supervisor:
         except Exception:  # noqa: BLE001 - psutil/NVML trouble must not cost the run
             self.close_sampler()
             return
+        if self.board is not None:
+            self.board.write(sample)
         self.sink.handle(sample)
 
     def close_sampler(self) -> None:
@@ -414,7 +421,7 @@ def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: st
 def supervise(
     handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None,
     log_dir: Path | None = None, before: Callable[[], None] | None = None, stop_fd: int | None = None,
-    elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None,
+    elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None, board: int | None = None,
 ) -> Any:
     """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
 
@@ -432,6 +439,8 @@ def supervise(
         elsewhere: the ranks on other machines (several nodes): a failure that is only lost connections is
             reported as the loss of another node.
         watch: the node's heartbeat (several nodes): a node it loses fails the run at once.
+        board: the rendezvous port of the run whose :class:`~notebook_accel.monitor.board.SystemBoard` (made
+            before the fork) receives the samples and step reports for the workers' trackers; closed at the end.
 
     Returns:
         Rank 0's return value (``None`` when rank 0 is on another node).
@@ -442,6 +451,7 @@ def supervise(
         KeyboardInterrupt: the run was interrupted; every worker was stopped first.
     """
     state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere, watch)
+    state.board = board_for(board)
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
         sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
     try:
@@ -450,10 +460,12 @@ def supervise(
         state.loop(timeout)
     except BaseException as e:
         state.close_sampler()
+        close_board(board)
         state.stop_now()
         finish_aborted(sink, e, time.monotonic() - start_time, "launcher error")
         raise
     state.close_sampler()
+    close_board(board)
     close_handles(handles)
     end_leftovers(handles)
     outcome, error = state.outcome_error(time.monotonic() - start_time, timeout)

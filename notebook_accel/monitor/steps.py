@@ -121,7 +121,8 @@ class StepClock:
         if not self._steps:
             return
         step, data, forward_backward, backward, optimizer = self._sums
-        measured = self._comm_per_step() * self._steps + self.comm_timer.take()
+        ddp = min(self._comm_per_step() * self._steps, forward_backward)  # a mean of sampled steps: DDP's all-reduce
+        measured = ddp + self.comm_timer.take()  # runs inside backward, so no more than forward+backward
         comm = min(measured, max(0.0, step - data))
         self._post(StepTimes(self.rank, self._steps, step, data, forward_backward, backward, comm, optimizer,
                              self.loader_workers))

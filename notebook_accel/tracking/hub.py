@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union
 
+from notebook_accel.monitor.board import SystemBoard
 from notebook_accel.tracking.base import GeneralTracker, TrackerError
 from notebook_accel.tracking.live import LiveTracker
 from notebook_accel.tracking.registry import TRACKER_NAMES, TRACKERS, available_names, require
@@ -79,6 +80,9 @@ class TrackerHub:
         logging_dir: the folder file trackers write under (``ProjectConfiguration.logging_dir``).
         is_main_process: only the main process keeps trackers and writes.
         rank: this process's rank (stamped on live metrics).
+        system: the run's system figures (``Accelerator(log_system_metrics=True)`` in a launched run): each
+            ``log`` after a new sample also sends them, as ``system/rank<r>/...`` values at the same step, to the
+            trackers ``start`` created (the dashboard shows them in its own panel). ``None``: none are sent.
 
     Raises:
         TrackerError: an unknown tracker name, or ``jsonl``/``tensorboard``/``aim`` without a logging directory.
@@ -98,6 +102,7 @@ class TrackerHub:
         logging_dir: str | os.PathLike[str] | None = None,
         is_main_process: bool = True,
         rank: int = 0,
+        system: SystemBoard | None = None,
     ) -> None:
         _, self._names, self._instances = _resolve(log_with)  # "live" needs nothing: it is always on
         for name in self._names:
@@ -113,6 +118,7 @@ class TrackerHub:
         self._live = LiveTracker(rank) if is_main_process else None
         self._started: list[GeneralTracker] = []
         self._finished = False
+        self._system = system if is_main_process else None
 
     @property
     def trackers(self) -> list[GeneralTracker]:
@@ -149,6 +155,8 @@ class TrackerHub:
         live = self._live
         if live is None:
             return
+        if self._system is not None and self._started:
+            self._log_system(step)
         if not log_kwargs:  # the common case, kept short: this runs at every training step
             live.log(values, step)
             for tracker in self._started:
@@ -157,6 +165,13 @@ class TrackerHub:
         live.log(values, step, **log_kwargs.get("live", {}))
         for tracker in self._started:
             tracker.log(values, step, **log_kwargs.get(tracker.name, {}))
+
+    def _log_system(self, step: int | None) -> None:
+        """Send the run's system figures to the started trackers when they changed since the last ``log``."""
+        values = self._system.fresh() if self._system is not None else {}
+        if values:
+            for tracker in self._started:
+                tracker.log(values, step)
 
     def get(self, name: str, unwrap: bool = False) -> Any:
         """The tracker called ``name`` (its underlying object with ``unwrap=True``).

@@ -11,6 +11,8 @@ rank 1, and a background run stopped with the dashboard's Stop button. Chromium 
   gap) ahead of the last live clock;
 - normal output (tqdm, INFO lines, warnings) is not drawn red; the failing rank's traceback names ``Cell In[..]``;
 - a stopped background run says ``stopped`` (never ``interrupted``), and its handle's line follows the run;
+- the system panel appears during the training run and moves (its sparklines' points and its pixels differ 3 s
+  apart; ``build/browser/<front end>-system-panel.png``), and the result keeps a system line per rank;
 - after saving, closing and shutting the kernel down, the reopened notebook shows the static results and the
   picker's static summary, and no raw ``ConfigPicker(``, ``<BackgroundRun``, ``VBox(children`` text or widget error.
 
@@ -227,10 +229,23 @@ def _hide_left_panel(page: Any) -> None:
         page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").first.click()
 
 
-def _sample_run(page: Any, cell: Any, until: str, problems: list[str], shot: Path) -> tuple[list[Frame], float]:
+def _watch_panel(cell: Any, seen: list[tuple[float, str, bytes]], shot: Path) -> None:
+    """Keep two looks at the live system panel, at least 3 s apart: its sparklines' points and a screenshot (the
+    second one saved as ``shot``)."""
+    panel = cell.locator(".nacc-system")
+    if len(seen) == 2 or not panel.count() or (seen and time.monotonic() - seen[0][0] < 3.0):
+        return
+    points = str(panel.evaluate("(el) => Array.from(el.querySelectorAll('polyline, circle')).map("
+                                "p => p.getAttribute('points') || p.getAttribute('cy')).join('|')"))
+    seen.append((time.monotonic(), points, panel.screenshot(path=str(shot) if seen else None)))
+
+
+def _sample_run(page: Any, cell: Any, until: str, problems: list[str], shot: Path,
+                panel: list[tuple[float, str, bytes]] | None = None) -> tuple[list[Frame], float]:
     """Sample the live dashboard of ``cell`` about 10 times a second until ``until`` shows in it; check the
-    text overflow and red lines along the way and screenshot it once the curves are drawn. Returns the frames and
-    the seconds from the call to the first frame."""
+    text overflow and red lines along the way and screenshot it once the curves are drawn (and look at the system
+    panel twice, into ``panel``: :func:`_watch_panel`). Returns the frames and the seconds from the call to the
+    first frame."""
     started = time.monotonic()
     frames: list[Frame] = []
     first_at: float | None = None
@@ -252,6 +267,8 @@ def _sample_run(page: Any, cell: Any, until: str, problems: list[str], shot: Pat
             if not shot_taken and cell.locator(".nacc-dashboard svg polyline").count() and len(frames) > 20:
                 cell.screenshot(path=str(shot))
                 shot_taken = True
+            if panel is not None:
+                _watch_panel(cell, panel, shot.with_name(shot.name.replace("-live", "-system-panel")))
         time.sleep(0.1)
     assert first_at is not None, "the live dashboard never appeared"
     return frames, first_at
@@ -290,6 +307,7 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
     lab = _start_lab(folder, port)
     problems: list[str] = []
     seen: list[str] = []
+    panel: list[tuple[float, str, bytes]] = []
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch_persistent_context(
@@ -311,7 +329,7 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
                 picker = _cell(page, 0)
                 try:
                     picker.locator(".nacc-config-picker").wait_for(timeout=60_000)
-                    frames, first_at = _sample_run(page, _cell(page, 1), "train: finished", problems, shot("live"))
+                    frames, first_at = _sample_run(page, _cell(page, 1), "train: finished", problems, shot("live"), panel)
                 except Exception:
                     page.screenshot(path=str(shot("failure")), full_page=True)
                     raise
@@ -383,6 +401,11 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
         for raw in ("VBox(children", "ConfigPicker(", "<BackgroundRun"):
             assert raw not in text, text[-2000:]
     assert "train: finished" in train_text and "steps: 48" in train_text
+    # the system panel showed up live and moved: its sparklines and its pixels changed between two looks
+    assert len(panel) == 2, "the live system panel was not seen twice, 3 s apart"
+    assert panel[0][1] != panel[1][1] and panel[0][2] != panel[1][2], "the system panel did not move"
+    assert re.search(r"system rank 0: mean CPU \d+%, peak memory [0-9.]+ GiB; \d+ ms a step: data \d+%", train_text)
+    assert "system rank 1: mean CPU" in train_text, train_text[-2000:]
     # the static result names the error once; the exception raised in the cell (below it) carries the traceback
     assert "broken: failed" in failed_result and failed_result.count("boom on purpose") == 1, failed_result
     assert "WorkerError" in failed and "Cell In[3], line 4, in broken" in failed, failed[-1500:]

@@ -95,3 +95,30 @@ def device_out_of_memory() -> None:
     if int(os.environ["RANK"]) == 1:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
     time.sleep(30)
+
+
+def log_system(folder: str, wanted: bool) -> int:
+    """Train a small model for 270 steps (about 3.5 s), logging every step to a JSONL tracker under ``folder`` with
+    ``log_system_metrics=wanted``; returns the steps done."""
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator(log_with="jsonl", project_dir=folder, log_system_metrics=wanted)
+    accelerator.init_trackers("run")
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(4096, 8), torch.randn(4096, 1))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, torch.utils.data.DataLoader(data, batch_size=8))
+    step = 0
+    while step < 270:  # about 3.5 s; a step count, not a clock: every rank must run the same collectives
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            accelerator.log({"loss": loss.item()}, step=step)
+            step += 1
+            time.sleep(0.01)
+            if step == 270:
+                break
+    accelerator.end_training()
+    return step
