@@ -188,9 +188,8 @@ class Dashboard:
         state = self.state
         text = "" if state is None else f"{state.info.function_name}: {state.shown_status}"
         logs = self._log_html(main=True)
-        frame = views.first_frame_html(self._top_html(), self._body_html(), logs, self._tabbed())
         room = 0 if state is None else panel_height(state.info.num_processes)  # the system panel's, as live
-        return Summary(f'<div style="padding-bottom:{room}px">{frame}</div>', text)
+        return Summary(views.first_frame_html(self._top_html(), self._body_html(), logs, self._tabbed(), room), text)
 
     def _go_live(self) -> None:
         """Build the widgets and put them where the first frame is. Without a display handle the first frame

@@ -173,10 +173,10 @@ def part_html(inner: str) -> str:
     return f'<div style="line-height:1.4">{inner}</div>'
 
 
-def first_frame_html(top: str, body: str, logs: str, tabbed: bool) -> str:
+def first_frame_html(top: str, body: str, logs: str, tabbed: bool, reserve: int = 0) -> str:
     """The live view's parts as one static HTML output, each in the room its widget will take (the widget's
-    margin; the output pane inside the frame of the "main process | all ranks" tabs when ``tabbed``), so the
-    widgets that replace it in place move nothing."""
+    margin; the output pane inside the frame of the "main process | all ranks" tabs when ``tabbed``; ``reserve``
+    px below for a part that comes later), so the widgets that replace it in place move nothing."""
     margin = f'style="margin:{_WIDGET_MARGIN}px"'
     pane = f"<div {margin}>{logs}</div>"
     if tabbed:
@@ -186,8 +186,8 @@ def first_frame_html(top: str, body: str, logs: str, tabbed: bool) -> str:
         pane = (f'<div style="height:{TAB_BAR_HEIGHT}px;border-bottom:1px solid #e0e0e0;box-sizing:border-box">'
                 f'{tab}main process</span>{tab}all ranks</span></div>'
                 f'<div style="border:1px solid #e0e0e0;border-top:0;padding:{_TAB_PADDING}px">{pane}</div>')
-    return (f'<div class="nacc-dashboard"><div {margin}>{top}</div><div {margin}>{body}</div>'
-            f'<div class="nacc-logs">{pane}</div></div>')
+    return (f'<div class="nacc-dashboard" style="padding-bottom:{reserve}px"><div {margin}>{top}</div>'
+            f'<div {margin}>{body}</div><div class="nacc-logs">{pane}</div></div>')
 
 
 def metrics_html(state: RunState) -> str:
