@@ -25,7 +25,8 @@ from notebook_accel.launcher.heartbeat import PeerWatch
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.kernel_fds import RunDescriptors
 from notebook_accel.launcher.plan import Plan, choose_port, environments, function_name
-from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, new_store_prefix, worker_variables
+from notebook_accel.launcher.rendezvous import (StoreServer, bind_listener, new_store_folder, remove_store_folder,
+                                                 worker_variables)
 from notebook_accel.launcher.runlogs import create_run_folder, display_path
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
 from notebook_accel.launcher.spawn import WorkerHandle, start_workers
@@ -278,6 +279,8 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
     watch = None if plan.nodes == 1 or plan.in_process else PeerWatch(  # a lost node ends the run (.heartbeat)
         plan.master_addr, int(port), plan.node, plan.nodes, local, plan.rdzv.keep_alive_interval,
         plan.rdzv.keep_alive_max_attempt, plan.rdzv.join_timeout)
+    # One machine: the workers rendezvous in a FileStore only this user can open, not on the TCP port (.rendezvous).
+    private = new_store_folder() if store is not None and plan.nodes == 1 else None
     # What this run holds open in the kernel: the workers of every later fork close it (.kernel_fds).
     descriptors = RunDescriptors([lambda: (store.fd if store else -1, guard.fd if guard else -1),
                                   lambda: watch.descriptors() if watch else ()],
@@ -292,6 +295,7 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
             store.close()
         if guard is not None:
             guard.close()
+        remove_store_folder(private)
 
     handed_over = False
     try:
@@ -308,7 +312,6 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
         warming = "importing torch's distributed modules in the kernel (once)" if warming_needed(plan.backend) else ""
         with launch_phase(sink, warming, ticking=True) if warming else nullcontext():
             warm_kernel(plan.backend, store=store is not None)
-        prefix = new_store_prefix() if store is not None and plan.nodes == 1 else None  # all forks of us
 
         def launch() -> list[WorkerHandle]:
             """Fork the workers (in the thread that will watch them: see .background) and guard them."""
@@ -317,7 +320,7 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
                 noun = "process" if local == 1 else "processes"
                 with launch_phase(sink, f"starting {local} worker {noun}"):
                     handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
-                                            inherited_fds=inherited, store_prefix=prefix, descriptors=descriptors)
+                                            inherited_fds=inherited, store_folder=private, descriptors=descriptors)
             except BaseException as e:
                 finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
                 raise
