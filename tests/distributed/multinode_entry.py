@@ -8,6 +8,7 @@
 ``train`` runs the shared training body with 2 processes on this node (4 in all) and writes rank 0's result
 as JSON to OUT (node 0). ``wait`` does collectives until the other node disappears, then writes the error.
 ``partition`` is ``wait`` with a 1 s heartbeat (lost after 3 missed beats), and every node writes its error.
+Every result also names the heartbeat threads still alive when the launch returned.
 ``local`` is a one-machine run of 2 processes: once its process group is up, rank 0 writes every listening TCP
 socket of this host as JSON to OUT and waits for OUT.done before the run ends.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -63,6 +65,7 @@ def main(mode: str, node_rank: int, master_addr: str, port: int, out: str) -> in
         result = {"value": value}
     except WorkerError as e:
         result = {"error": str(e)}
+    result["threads"] = [t.name for t in threading.enumerate() if t.name.startswith("notebook-accel heartbeat")]
     if node_rank == 0 or mode == "partition":
         Path(f"{out}.node{node_rank}" if mode == "partition" else out).write_text(json.dumps(result))
     return 0
