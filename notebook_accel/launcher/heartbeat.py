@@ -49,13 +49,15 @@ class PeerWatch:
         node: this node's index; ``nodes`` how many take part; ``local`` processes per node.
         interval: seconds between beats; ``attempts``: beats missed before a node is lost.
         join_timeout: how long the first connection to node 0's store may take (node 0 may start later).
+        secret: the run's shared store secret: the beats go through a ``KeyedStore`` (see :mod:`.keyed_store`).
     """
 
     def __init__(self, host: str, port: int, node: int, nodes: int, local: int, interval: float, attempts: int,
-                 join_timeout: float) -> None:
+                 join_timeout: float, secret: bytes | None = None) -> None:
         self.host, self.port, self.node, self.nodes, self.local = host, port, node, nodes, local
         self.interval, self.limit, self.join_timeout = interval, interval * attempts, join_timeout
         self.lost: WorkerFailure | None = None
+        self._secret = secret
         self._read, self._write = os.pipe()
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the pipe is written by the thread and closed by close()
@@ -121,9 +123,13 @@ class PeerWatch:
         while True:
             before = _connections_to(self.port)
             try:  # the client's socket timeout is fixed here: every later operation waits at most the limit
-                store = TCPStore(self.host, self.port, None, False, datetime.timedelta(seconds=self.limit),
+                store: Any = TCPStore(self.host, self.port, None, False, datetime.timedelta(seconds=self.limit),
                                  wait_for_workers=False)
                 self._connections = _connections_to(self.port) - before
+                if self._secret is not None:
+                    from notebook_accel.launcher.keyed_store import KeyedStore
+
+                    store = KeyedStore(store, self._secret)
                 break
             except Exception:  # noqa: BLE001 - not up yet; never up: the workers' own rendezvous reports it
                 if self._stop.wait(self.interval) or time.monotonic() > deadline:

@@ -15,9 +15,12 @@ of the launching kernel, and the launcher makes a fresh folder per run that only
 :func:`new_store_folder`), hands its path to the workers through the fork, and each worker's ``env://``
 rendezvous (``init_process_group``) yields a ``FileStore`` in that folder instead of a TCP client
 (:func:`use_private_store`). The kernel still serves the (empty) TCP store, which holds the port for the run;
-another user can open neither the folder nor the file, so cannot read, write or delete the run's keys. (With
-several machines the workers of the other nodes are not forks of this kernel and need the TCP store: there the
-keys are not protected; see the README.)
+another user can open neither the folder nor the file, so cannot read, write or delete the run's keys. With several machines the workers of the other nodes are not forks of this kernel and need node 0's TCP store.
+There, when every node's launcher has the same secret in ``NOTEBOOK_ACCEL_STORE_SECRET`` (:func:`store_secret`),
+each worker's ``env://`` rendezvous and the nodes' heartbeat see the store through a
+:class:`~notebook_accel.launcher.keyed_store.KeyedStore` (:func:`use_keyed_store`): key names are keyed hashes
+and values are encrypted and authenticated, so an outsider who reaches the port learns nothing from a listing or a
+read, and a value it writes is refused. Without the secret a run of several machines is not protected.
 
 On a single machine with a loopback ``master_addr`` the collectives' own sockets stay on loopback too
 (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` set to the loopback interface unless the user set them).
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import datetime
 import errno
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -46,10 +50,11 @@ from notebook_accel import environment
 from notebook_accel.errors import LaunchError
 
 __all__ = ["StoreServer", "bind_listener", "worker_variables", "LOOPBACK_ADDRESSES", "new_store_folder",
-           "use_private_store", "remove_store_folder"]
+           "use_private_store", "remove_store_folder", "store_secret", "use_keyed_store"]
 
 LOOPBACK_ADDRESSES = ("127.0.0.1", "localhost", "::1")
 _BACKLOG = 1024
+_KEPT: list[Any] = []  # the worker's keyed stores, alive as long as the process (see use_keyed_store)
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -232,20 +237,58 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def use_private_store(folder: str) -> None:
-    """In a worker: every ``env://`` rendezvous (``init_process_group``) uses the run's ``FileStore`` in
-    ``folder`` (see the module's docstring) instead of the kernel's TCP store.
+def store_secret() -> bytes | None:
+    """The run's shared store secret from ``NOTEBOOK_ACCEL_STORE_SECRET`` (hashed to 32 bytes), ``None`` if unset.
 
-    Applied at once when torch.distributed is imported already, else right after it is first imported (a
-    worker that never uses torch never imports it).
+    Raises:
+        LaunchError: the variable is set but shorter than 16 characters.
     """
+    text = environment.get(environment.STORE_SECRET) or ""
+    if not text:
+        return None
+    if len(text) < 16:
+        raise LaunchError(
+            f"{environment.STORE_SECRET} has {len(text)} characters; at least 16 are needed (the same value on every "
+            "node), e.g. the output of `python -c \"import secrets; print(secrets.token_hex(32))\"`, or unset it")
+    return hashlib.sha256(text.encode()).digest()
+
+
+def _when_rendezvous_imported(install: Callable[[ModuleType], None]) -> None:
+    """Run ``install(torch.distributed.rendezvous)`` now if it is imported, else right after its first import (a
+    worker that never uses torch never imports it)."""
     name = "torch.distributed.rendezvous"
-
-    def install(module: ModuleType) -> None:
-        module._rendezvous_handlers["env"] = _private_handler(folder)
-
     module = sys.modules.get(name)
     if module is not None:
         install(module)
     else:
         sys.meta_path.insert(0, _AfterImport(name, install))
+
+
+def use_keyed_store(secret: bytes) -> None:
+    """In a worker: every ``env://`` rendezvous yields its store inside a ``KeyedStore`` with ``secret``."""
+
+    def install(module: ModuleType) -> None:
+        from notebook_accel.launcher.keyed_store import KeyedStore
+
+        original = module._rendezvous_handlers["env"]
+
+        def keyed(url: str, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, int, int]]:
+            for store, rank, world_size in original(url, *args, **kwargs):
+                wrapped = KeyedStore(store, secret)
+                wrapped.set_timeout(store.timeout)
+                _KEPT.append(wrapped)  # torch keeps only the C++ half: without this, the Python methods go
+                yield wrapped, rank, world_size
+
+        module._rendezvous_handlers["env"] = keyed
+
+    _when_rendezvous_imported(install)
+
+
+def use_private_store(folder: str) -> None:
+    """In a worker: every ``env://`` rendezvous (``init_process_group``) uses the run's ``FileStore`` in
+    ``folder`` (see the module's docstring) instead of the kernel's TCP store."""
+
+    def install(module: ModuleType) -> None:
+        module._rendezvous_handlers["env"] = _private_handler(folder)
+
+    _when_rendezvous_imported(install)

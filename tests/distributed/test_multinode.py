@@ -187,6 +187,46 @@ print(json.dumps(results))
 """
 
 
+_OUTSIDER = """
+import datetime, json, sys
+import torch.distributed as dist
+store = dist.TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, timeout=datetime.timedelta(seconds=10),
+                      wait_for_workers=False)
+names = store.list_keys()
+values = [store.get(name).decode(errors="replace") for name in names]
+plain = [name for name in ("default_pg/0//secret", "secret") if store.check([name])]
+for name in ("default_pg/0//injected", "injected"):
+    store.set(name, "evil")
+print(json.dumps({"names": names, "values": values, "plain": plain}))
+"""
+
+
+def test_with_a_shared_secret_an_outsider_on_the_store_port_learns_and_changes_nothing(
+        hosts: Hosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOTEBOOK_ACCEL_STORE_SECRET", "9f2c41d0a8e7b6c5d4e3f2a1b0c9d8e7")  # every node's launcher
+    out = tmp_path / "secret"
+    entry = [sys.executable, "-m", "tests.distributed.multinode_entry", "secret"]
+    nodes = [hosts.run(i, [*entry, str(i), HOST0, "29521", str(out)]) for i in (0, 1)]
+    try:
+        deadline = time.monotonic() + 90
+        while not Path(f"{out}.ready").exists() and time.monotonic() < deadline and nodes[0].poll() is None:
+            time.sleep(0.1)
+        if not Path(f"{out}.ready").exists():
+            for node in nodes:
+                node.kill()
+            pytest.fail(f"the run did not start: {_finish(nodes)}")
+        monkeypatch.delenv("NOTEBOOK_ACCEL_STORE_SECRET")
+        probe = hosts.run(1, [sys.executable, "-c", _OUTSIDER, HOST0, "29521"])
+        seen = json.loads(_finish([probe], timeout=60)[0].strip().splitlines()[-1])  # after c10d warnings
+    finally:
+        Path(f"{out}.probed").write_text("")
+        outputs = _finish(nodes)
+    assert all(node.returncode == 0 for node in nodes), outputs
+    assert seen["names"] and all(len(n) == 64 and set(n) <= set("0123456789abcdef") for n in seen["names"]), seen
+    assert not seen["plain"] and not any("run data" in value for value in seen["values"]), seen
+    assert json.loads(out.read_text())["value"] == [False, "run data"]  # nothing injected, nothing changed
+
+
 def test_a_one_machine_run_is_unreachable_from_another_host(hosts: Hosts, tmp_path: Path) -> None:
     """master_addr=127.0.0.1 on host 0: every port the run listens on (the kernel's store, gloo's) refuses host 1.
     torch's own store listens on every interface: before the kernel served it on master_addr, host 1 could
