@@ -15,7 +15,9 @@ of the launching kernel, and the launcher makes a fresh folder per run that only
 :func:`new_store_folder`), hands its path to the workers through the fork, and each worker's ``env://``
 rendezvous (``init_process_group``) yields a ``FileStore`` in that folder instead of a TCP client
 (:func:`use_private_store`). The kernel still serves the (empty) TCP store, which holds the port for the run;
-another user can open neither the folder nor the file, so cannot read, write or delete the run's keys. With several machines the workers of the other nodes are not forks of this kernel and need node 0's TCP store.
+another user can open neither the folder nor the file, so cannot read, write or delete the run's keys.
+
+With several machines the workers of the other nodes are not forks of this kernel and need node 0's TCP store.
 There, when every node's launcher has the same secret in ``NOTEBOOK_ACCEL_STORE_SECRET`` (:func:`store_secret`),
 each worker's ``env://`` rendezvous and the nodes' heartbeat see the store through a
 :class:`~notebook_accel.launcher.keyed_store.KeyedStore` (:func:`use_keyed_store`): key names are keyed hashes

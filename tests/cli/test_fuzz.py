@@ -23,7 +23,8 @@ CALLS = 500
 
 COMMANDS = [["launch", "--dry_run"], ["config", "--help"], ["env"], ["launch", "--dry_run", "--cpu"],
             ["test", "--help"], ["config", "--default", "--config_file"],
-            ["config", "--default", "--force", "--config_file"], ["env", "--config_file"], ["launch", "--dry", "--config"]]
+            ["config", "--default", "--force", "--config_file"], ["env", "--config_file"],
+            ["launch", "--dry", "--config"]]
 FLAGS = ["--num_processes", "--num_machines", "--machine_rank", "--main_process_port", "--main_process_ip",
          "--gradient_accumulation_steps", "--mixed_precision", "--gpu_ids", "--rdzv_backend", "--config_file",
          "--timeout", "--nope", "-x", "--", "--cpu", "--max_restarts", "--rdzv_conf", "--monitor_interval",

@@ -126,7 +126,8 @@ def test_gloo_runs_over_the_keyed_store() -> None:
     from pathlib import Path
 
     port = free_port()
-    code = "import sys; from tests.launcher.test_keyed_store import _member; _member(int(sys.argv[1]), int(sys.argv[2]))"
+    code = ("import sys; from tests.launcher.test_keyed_store import _member; "
+            "_member(int(sys.argv[1]), int(sys.argv[2]))")
     members = [subprocess.Popen([sys.executable, "-c", code, str(rank), str(port)],  # fresh processes: see _member
                                 cwd=Path(__file__).resolve().parents[2]) for rank in (0, 1)]
     try:
