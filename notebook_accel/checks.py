@@ -4,13 +4,15 @@ torch. They raise ``TypeError``/``ValueError`` as the accelerate functions of th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 from notebook_accel.errors import shown
 
-__all__ = ["checked_device", "checked_int", "checked_loader"]
+__all__ = ["checked_device", "checked_int", "checked_loader", "checked_number",
+           "checked_clip_arguments"]
 
 
 def checked_device(value: Any, where: str) -> torch.device:
@@ -53,3 +55,35 @@ def checked_loader(value: Any, where: str) -> Any:
         raise TypeError(f"{where}: got {shown(value)} ({type(value).__name__}); allowed: a "
                         "torch.utils.data.DataLoader")
     return value
+
+
+def checked_number(value: Any, where: str, allow_inf: bool = False) -> float:
+    """``value`` (an int or float, not ``bool``, not NaN; infinite only with ``allow_inf``) as a float.
+
+    Raises:
+        TypeError: not a number. ValueError: NaN, infinite or beyond a float's range.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{where}: got {shown(value)} ({type(value).__name__}); allowed: a number")
+    number = float(value) if isinstance(value, float) or abs(value) < 2**1023 else None
+    if number is None or number != number or (number in (float("inf"), float("-inf")) and not allow_inf):
+        allowed = "a number (or inf)" if allow_inf else "a finite number"
+        raise ValueError(f"{where}: got {shown(value)}; allowed: {allowed}")
+    return number
+
+
+def checked_clip_arguments(parameters: Any, max_norm: Any,
+                           norm_type: Any) -> tuple[list[torch.Tensor], float, float]:
+    """The arguments of ``clip_grad_norm_`` checked: ``(parameters as a list, max_norm, norm_type)``.
+
+    Raises:
+        TypeError / ValueError: ``parameters`` is not a tensor or an iterable of tensors, or a number is not one.
+    """
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    items = list(parameters) if isinstance(parameters, Iterable) and not isinstance(parameters, (str, bytes)) else None
+    if items is None or not all(isinstance(item, torch.Tensor) for item in items):
+        raise TypeError(f"clip_grad_norm_(parameters={shown(parameters)}): pass the model's parameters, e.g. "
+                        "model.parameters()")
+    return (items, checked_number(max_norm, "clip_grad_norm_(max_norm=...)"),
+            checked_number(norm_type, "clip_grad_norm_(norm_type=...)", allow_inf=True))

@@ -90,3 +90,29 @@ def test_public_functions_with_hostile_values() -> None:
                     pytest.fail(f"{label}: raised {type(e).__name__}: {str(e)[:300]}")
                 assert before.leaks(process_state()) == [], label
     assert outcomes.get("error", 0) >= 100 and outcomes.get("ok", 0) >= 10, outcomes
+
+
+def test_accelerator_number_arguments_with_hostile_values(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reduce``'s reduction and scale, ``clip_grad_norm_``'s parameters, max_norm and norm_type: a result, or an
+    error naming the parameter (was a raw TypeError/OverflowError from torch or float())."""
+    monkeypatch.chdir(tmp_path)
+    accelerator = na.Accelerator(cpu=True)
+    weight = torch.nn.Parameter(torch.ones(2))
+    weight.grad = torch.ones(2)
+    calls: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+        "reduce": (accelerator.reduce, {"tensor": torch.ones(2), "reduction": "sum", "scale": 1.0}),
+        "clip_grad_norm_": (accelerator.clip_grad_norm_, {"parameters": [weight], "max_norm": 1.0, "norm_type": 2.0}),
+    }
+    errors = 0
+    for name, (method, good) in calls.items():
+        for parameter in (p for p in good if p != "tensor"):
+            for kind, value in VALUES.items():
+                label = f"{name}({parameter}={kind})"
+                try:
+                    method(**{**good, parameter: value})
+                except (NotebookAccelError, TypeError, ValueError) as e:
+                    assert parameter in str(e) and len(str(e)) < 2000, f"{label}: {str(e)[:300]}"
+                    errors += 1
+                except Exception as e:  # noqa: BLE001 - the point of the test
+                    pytest.fail(f"{label}: raised {type(e).__name__}: {str(e)[:300]}")
+    assert errors >= 40, errors
