@@ -282,6 +282,8 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
         plan.rdzv.keep_alive_max_attempt, plan.rdzv.join_timeout, secret)
     # One machine: the workers rendezvous in a FileStore only this user can open, not on the TCP port (.rendezvous).
     private = new_store_folder() if store is not None and plan.nodes == 1 else None
+    if guard is not None and private is not None:
+        guard.remove_on_death(private)  # a killed kernel leaves no folder behind
     # What this run holds open in the kernel: the workers of every later fork close it (.kernel_fds).
     descriptors = RunDescriptors([lambda: (store.fd if store else -1, guard.fd if guard else -1),
                                   lambda: watch.descriptors() if watch else ()],
