@@ -4,6 +4,7 @@ torch. They raise ``TypeError``/``ValueError`` as the accelerate functions of th
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,7 +13,7 @@ import torch
 from notebook_accel.errors import shown
 
 __all__ = ["checked_device", "checked_int", "checked_loader", "checked_number",
-           "checked_clip_arguments"]
+           "checked_clip_arguments", "checked_folder"]
 
 
 def checked_device(value: Any, where: str) -> torch.device:
@@ -87,3 +88,22 @@ def checked_clip_arguments(parameters: Any, max_norm: Any,
                         "model.parameters()")
     return (items, checked_number(max_norm, "clip_grad_norm_(max_norm=...)"),
             checked_number(norm_type, "clip_grad_norm_(norm_type=...)", allow_inf=True))
+
+
+def checked_folder(value: Any, where: str, optional: bool = False) -> Any:
+    """``value``, which must be a folder's path (``str`` or ``os.PathLike``; ``None`` too when ``optional``), of
+    a length a path can have.
+
+    Raises:
+        TypeError: not a path. ValueError: empty, with a NUL character, or longer than 4096 characters.
+    """
+    if value is None and optional:
+        return value
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str):
+        raise TypeError(f"{where}: got {shown(value)} ({type(value).__name__}); allowed: a folder's path (str or "
+                        f"os.PathLike){', or None' if optional else ''}")
+    if not text.strip() or "\x00" in text or len(text) > 4096:
+        raise ValueError(f"{where}: {shown(text)} cannot be a folder's path (empty, a NUL character, or more than "
+                         "4096 characters)")
+    return value

@@ -92,9 +92,10 @@ def test_public_functions_with_hostile_values() -> None:
     assert outcomes.get("error", 0) >= 100 and outcomes.get("ok", 0) >= 10, outcomes
 
 
-def test_accelerator_number_arguments_with_hostile_values(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``reduce``'s reduction and scale, ``clip_grad_norm_``'s parameters, max_norm and norm_type: a result, or an
-    error naming the parameter (was a raw TypeError/OverflowError from torch or float())."""
+def test_accelerator_methods_with_hostile_values(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reduce``, ``clip_grad_norm_``, ``save_state``, ``load_state`` and ``save_model``, each parameter given each
+    hostile value: a result, or an error naming the parameter (was a raw TypeError/OverflowError from torch or
+    float(), an AttributeError, or a message quoting a 100,000-character path)."""
     monkeypatch.chdir(tmp_path)
     accelerator = na.Accelerator(cpu=True)
     weight = torch.nn.Parameter(torch.ones(2))
@@ -102,7 +103,12 @@ def test_accelerator_number_arguments_with_hostile_values(tmp_path: Any, monkeyp
     calls: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
         "reduce": (accelerator.reduce, {"tensor": torch.ones(2), "reduction": "sum", "scale": 1.0}),
         "clip_grad_norm_": (accelerator.clip_grad_norm_, {"parameters": [weight], "max_norm": 1.0, "norm_type": 2.0}),
+        "save_state": (accelerator.save_state, {"output_dir": "ck"}),
+        "load_state": (accelerator.load_state, {"input_dir": "ck", "allow_world_size_change": False}),
+        "save_model": (accelerator.save_model, {"model": torch.nn.Linear(1, 1), "save_directory": "m",
+                                                "max_shard_size": "10GB", "safe_serialization": True}),
     }
+    accelerator.save_state("ck")
     errors = 0
     for name, (method, good) in calls.items():
         for parameter in (p for p in good if p != "tensor"):
@@ -115,4 +121,4 @@ def test_accelerator_number_arguments_with_hostile_values(tmp_path: Any, monkeyp
                     errors += 1
                 except Exception as e:  # noqa: BLE001 - the point of the test
                     pytest.fail(f"{label}: raised {type(e).__name__}: {str(e)[:300]}")
-    assert errors >= 40, errors
+    assert errors >= 80, errors
