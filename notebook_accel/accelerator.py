@@ -25,6 +25,7 @@ import torch
 
 from notebook_accel import ops
 from notebook_accel.arguments import check_accelerator_arguments
+from notebook_accel.checks import checked_clip_arguments
 from notebook_accel.compat_methods import CompatMethods
 from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
 from notebook_accel.data.compat import mark_dispatching
@@ -337,6 +338,7 @@ class Accelerator(CompatMethods, ProcessFacade):
                         ) -> torch.Tensor | None:
         """Unscale, then clip; returns the total norm (over every shard under FSDP). Under DeepSpeed the engine
         clips inside its step to ``gradient_clipping``; this returns the norm of its last step (see the README)."""
+        parameters, max_norm, norm_type = checked_clip_arguments(parameters, max_norm, norm_type)
         self.unscale_gradients()
         return self._engine.clip_grad_norm_(parameters, max_norm, norm_type)
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from notebook_accel.checks import checked_device
+
 __all__ = ["init_empty_weights", "init_on_device"]
 
 
@@ -39,7 +41,7 @@ def init_on_device(device: torch.device | str, include_buffers: bool | None = No
         >>> layer.weight.device.type
         'meta'
     """
-    target = torch.device(device)
+    target = checked_device(device, "init_on_device(device=...)")
     if include_buffers:
         with torch.device(target):
             yield

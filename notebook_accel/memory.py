@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from notebook_accel.errors import shown
+
 __all__ = ["release_memory", "find_executable_batch_size", "is_out_of_memory", "held_memory", "HeldMemory"]
 
 T = TypeVar("T")
@@ -73,8 +75,11 @@ def find_executable_batch_size(
     if function is None:
         return functools.partial(find_executable_batch_size, starting_batch_size=starting_batch_size,
                                  reduce_batch_size_fn=reduce_batch_size_fn)
+    if not callable(function):
+        raise TypeError(f"find_executable_batch_size(function={shown(function)}): pass the function to run (it "
+                        "takes the batch size as its first parameter), or use it as a decorator")
     if isinstance(starting_batch_size, bool) or not isinstance(starting_batch_size, int) or starting_batch_size < 1:
-        raise ValueError(f"starting_batch_size={starting_batch_size!r}: pass a whole number >= 1")
+        raise ValueError(f"starting_batch_size={shown(starting_batch_size)}: pass a whole number >= 1")
     batch_size = starting_batch_size
 
     @functools.wraps(function)

@@ -17,7 +17,8 @@ from typing import Any, Literal, cast
 import torch
 import torch.distributed as dist
 
-from notebook_accel.errors import NotebookAccelError
+from notebook_accel.checks import checked_number
+from notebook_accel.errors import NotebookAccelError, shown
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.utils.nested import recursively_apply, tensors_of
 
@@ -191,8 +192,9 @@ def reduce(data: Any, reduction: Reduction = "sum", scale: float = 1.0) -> Any:
         >>> reduce(torch.tensor(3.0), "mean")   # single process
         tensor(3.)
     """
-    if reduction not in _REDUCTIONS:
-        raise ConfigurationError(f"reduce(reduction={reduction!r}): allowed: {', '.join(_REDUCTIONS)}")
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+        raise ConfigurationError(f"reduce(reduction={shown(reduction)}): allowed: {', '.join(_REDUCTIONS)}")
+    scale = checked_number(scale, "reduce(scale=...)")
     if not _distributed():
         return data if scale == 1.0 else recursively_apply(lambda t: t * scale, data)
     _check("reduce", _exchange(tensors_of(data)), free_dim=None,

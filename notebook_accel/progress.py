@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from notebook_accel import channel
 from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.errors import shown
 from notebook_accel.events import Progress
 
 __all__ = ["progress", "format_progress"]
@@ -74,10 +75,13 @@ def progress(iterable: Iterable[T], total: int | None = None, desc: str = "", in
         >>> sum(x for x in progress(range(5), desc="sum"))
         10
     """
-    if total is not None and total < 0:
-        raise ValueError(f"progress(total={total}) must be >= 0 or None (unknown length)")
-    if not interval > 0:
-        raise ValueError(f"progress(interval={interval}) must be > 0 seconds")
+    if not isinstance(iterable, Iterable):
+        raise TypeError(f"progress(iterable={shown(iterable)}): pass something to loop over (a list, a range, a "
+                        "DataLoader)")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+        raise ValueError(f"progress(total={shown(total)}) must be a whole number >= 0, or None (unknown length)")
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
+        raise ValueError(f"progress(interval={shown(interval)}) must be a number of seconds > 0")
     if total is None:
         try:
             total = len(iterable)  # type: ignore[arg-type]

@@ -132,7 +132,7 @@ def fuzz_case(
     parameters get a bad value; the others are left out (their default) or, 40% of the time (always for the
     names in ``always``), get a good one.
     """
-    bad = rng.sample(sorted(pools), rng.choice([0, 1, 1, 2]))
+    bad = rng.sample(sorted(pools), min(rng.choice([0, 1, 1, 2]), len(pools)))
     case: dict[str, Any] = {}
     for name, (good, wrong) in pools.items():
         if name in bad:

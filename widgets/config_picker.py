@@ -37,7 +37,9 @@ import ipywidgets as w
 from notebook_accel import hardware
 from notebook_accel.config import Config, ConfigError, default_config_path, load_config, resolve_config, save_config
 from notebook_accel.config.engine_form import ENGINES
+from notebook_accel.config.files import config_file_path
 from notebook_accel.config.machine import config_for_machine, precision_choices
+from notebook_accel.errors import shown
 from notebook_accel.hardware import GpuInfo
 from notebook_accel.widgets import picker_summary
 from notebook_accel.widgets.engine_section import EngineSection
@@ -91,6 +93,7 @@ class ConfigPicker(w.VBox):
         cpu_count: int | None = None,
         gpus: Sequence[GpuInfo] | None = None,
     ) -> None:
+        _check_hardware(cpu_count, gpus)
         self._cpus = hardware.cpu_count() if cpu_count is None else cpu_count
         self._gpus: list[GpuInfo] = hardware.detect_gpus() if gpus is None else list(gpus)
         self._applying = False
@@ -181,8 +184,8 @@ class ConfigPicker(w.VBox):
             (form.title, name) for name, form in ENGINES.items()], value=_DDP, description="Engine", style=STYLE)
         self.engines = {name: EngineSection(form) for name, form in ENGINES.items()}
         self.message = w.HTML()
-        self.path = w.Text(value=str(path if path is not None else default_config_path()), description="File",
-                           style=STYLE)
+        start = default_config_path() if path is None else config_file_path(path)
+        self.path = w.Text(value=str(start), description="File", style=STYLE)
         self.save_button = w.Button(description="Save", icon="save", layout=w.Layout(width="auto"))
         self.load_button = w.Button(description="Load", icon="folder-open", layout=w.Layout(width="auto"))
         self.save_button.on_click(lambda _: self._guarded("save", self.save))
@@ -426,10 +429,11 @@ class ConfigPicker(w.VBox):
 
     # ----------------------------------------------------------------- buttons
     def _target(self, path: PathLike | None) -> Path:
-        raw = os.fspath(path) if path is not None else self.path.value.strip()
-        if not raw:
+        if path is not None:
+            return config_file_path(path)
+        if not self.path.value.strip():
             raise ConfigError(["file: no path given; type one in the File field"])
-        return Path(os.path.expanduser(raw))
+        return config_file_path(self.path.value.strip(), "file")
 
     def _guarded(self, verb: str, action: Callable[[], object]) -> None:
         """Run a button's action, showing a ConfigError inline instead of raising it into the front end."""
@@ -438,3 +442,14 @@ class ConfigPicker(w.VBox):
         except ConfigError as e:
             self._notes = [f"{verb} failed: {p}" for p in e.problems]
             self._show()
+
+
+def _check_hardware(cpu_count: object, gpus: object) -> None:
+    """Refuse a ``cpu_count`` or ``gpus`` the form cannot show (a clear ``ConfigError``, not a TypeError later)."""
+    if cpu_count is not None and (type(cpu_count) is not int or not 1 <= cpu_count <= 1 << 20):
+        raise ConfigError([f"cpu_count: got {shown(cpu_count)}; allowed: a whole number from 1 to {1 << 20}, or None "
+                           "to detect this machine's"])
+    if gpus is not None and (isinstance(gpus, (str, bytes)) or not isinstance(gpus, Sequence)
+                             or not all(isinstance(g, GpuInfo) for g in gpus)):
+        raise ConfigError([f"gpus: got {shown(gpus)}; allowed: a list of notebook_accel.hardware.GpuInfo, or None "
+                           "to detect this machine's"])

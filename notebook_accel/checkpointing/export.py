@@ -26,6 +26,8 @@ from notebook_accel.checkpointing.agreement import agree
 from notebook_accel.checkpointing.atomic import fsync_dir, make_dir, remove_dir, temp_sibling, write_bytes, write_torch
 from notebook_accel.checkpointing.save import error_text
 from notebook_accel.checkpointing.shards import ShardPlan, for_safetensors, parse_size, plan_shards, weights_name
+from notebook_accel.checks import checked_folder
+from notebook_accel.errors import shown
 
 __all__ = ["save_model"]
 
@@ -113,6 +115,11 @@ def save_model(
         >>> from safetensors.torch import load_file                           # doctest: +SKIP
         >>> fresh.load_state_dict(load_file(path))                            # doctest: +SKIP
     """
+    checked_folder(save_directory, "save_model(save_directory=...)")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"save_model(model={shown(model)}): pass the model (a torch.nn.Module)")
+    if not isinstance(safe_serialization, bool):
+        raise TypeError(f"save_model(safe_serialization={shown(safe_serialization)}): pass True or False")
     max_bytes = parse_size(max_shard_size)
     state = accelerator.state
     directory = os.path.abspath(os.fspath(save_directory))

@@ -25,6 +25,8 @@ from notebook_accel.checkpointing.naming import checkpoints_root, complete_check
 from notebook_accel.checkpointing.objects import Saved, collect
 from notebook_accel.checkpointing.recovery import recovery_candidate
 from notebook_accel.checkpointing.save import automatic_naming, error_text, project_dir_of
+from notebook_accel.checks import checked_folder
+from notebook_accel.errors import shown
 
 __all__ = ["load_state", "compare"]
 
@@ -227,6 +229,9 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
         >>> accelerator.load_state("ckpt")     # doctest: +SKIP
         >>> accelerator.load_state("ckpt", allow_world_size_change=True)  # saved by 2 processes, 1 runs  # doctest: +SKIP
     """
+    checked_folder(input_dir, "load_state(input_dir=...)", optional=True)
+    if not isinstance(allow_world_size_change, bool):
+        raise TypeError(f"load_state(allow_world_size_change={shown(allow_world_size_change)}): pass True or False")
     state = accelerator.state
     world = state.num_processes
     path, manifest, error = "", None, None

@@ -33,6 +33,7 @@ from notebook_accel.checkpointing.naming import (
 )
 from notebook_accel.checkpointing.objects import Saved, collect
 from notebook_accel.checkpointing.recovery import recover
+from notebook_accel.checks import checked_folder
 
 __all__ = ["save_state", "error_text", "automatic_naming", "project_dir_of"]
 
@@ -159,6 +160,7 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
         >>> path = accelerator.save_state("ckpt")          # doctest: +SKIP
         >>> accelerator.load_state(path)                   # doctest: +SKIP
     """
+    checked_folder(output_dir, "save_state(output_dir=...)", optional=True)
     state = accelerator.state
     world, rank, main = state.num_processes, state.process_index, state.is_main_process
     objects = collect(accelerator)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from notebook_accel.checkpointing.errors import ShardSizeError
+from notebook_accel.errors import shown
 
 __all__ = ["ShardPlan", "parse_size", "for_safetensors", "plan_shards", "weights_name"]
 
@@ -49,19 +50,19 @@ def parse_size(size: int | str) -> int:
         (5000000, 1024, 100)
     """
     if isinstance(size, bool) or not isinstance(size, (int, str)):
-        raise ShardSizeError(f"max_shard_size={size!r} ({type(size).__name__}) is not a size; {_SIZE_HELP}")
+        raise ShardSizeError(f"max_shard_size={shown(size)} ({type(size).__name__}) is not a size; {_SIZE_HELP}")
     if isinstance(size, int):
         value = size
     else:
         match = _SIZE.match(size)
         if match is None:
-            raise ShardSizeError(f"max_shard_size={size!r} is not a size; {_SIZE_HELP}")
+            raise ShardSizeError(f"max_shard_size={shown(size)} is not a size; {_SIZE_HELP}")
         number, unit, byte = match.groups()
         value = int(float(number) * _UNITS[(unit or "").upper()])
         if byte == "b" and not (unit or "").upper().endswith("I"):  # "Mb": megabits; "MiB"/"mib": mebibytes
             value //= 8
     if value <= 0:
-        raise ShardSizeError(f"max_shard_size={size!r} is {value} bytes; it must be at least 1 byte. {_SIZE_HELP}")
+        raise ShardSizeError(f"max_shard_size={shown(size)} is {shown(value)} bytes; it must be at least 1 byte. {_SIZE_HELP}")
     return value
 
 

@@ -11,6 +11,7 @@ import torch
 
 from notebook_accel.checkpointing.atomic import read_torch
 from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.errors import shown
 
 __all__ = ["load_checkpoint_in_model", "read_weights"]
 
@@ -91,6 +92,13 @@ def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLi
     Raises:
         CheckpointError: unreadable files, shapes that differ, or (``strict``) names that differ.
     """
+    if not isinstance(checkpoint, (str, os.PathLike)) or not isinstance(model, torch.nn.Module):
+        wrong_one, value = ("model", model) if not isinstance(model, torch.nn.Module) else ("checkpoint", checkpoint)
+        raise TypeError(f"load_checkpoint_in_model: {wrong_one}={shown(value)} is not allowed; pass a "
+                        "torch.nn.Module as model and a path (str or os.PathLike) as checkpoint")
+    if len(os.fspath(checkpoint)) > 4096:
+        raise ValueError(f"load_checkpoint_in_model: checkpoint={shown(checkpoint)} is longer than any path can be; "
+                         "pass a weights file or the folder save_model wrote")
     weights = read_weights(checkpoint)
     current = model.state_dict()
     wrong = [f"{k}: {tuple(v.shape)} in the file, {tuple(current[k].shape)} in the model"

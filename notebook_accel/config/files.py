@@ -13,9 +13,38 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["MAX_CONFIG_BYTES", "read_regular_file"]
+from notebook_accel.config.errors import ConfigError
+from notebook_accel.errors import shown
+
+__all__ = ["MAX_CONFIG_BYTES", "MAX_PATH_CHARS", "read_regular_file", "config_file_path"]
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few hundred bytes (a DeepSpeed JSON a few KiB); 1 MiB is none
+MAX_PATH_CHARS = 4096  # Linux's PATH_MAX: no longer path can be opened
+
+
+def config_file_path(value: object, name: str = "path") -> Path:
+    """``value``, given as the parameter ``name``, as the path of a config file (``~`` expanded).
+
+    Raises:
+        ConfigError: ``value`` is not a ``str`` or ``os.PathLike`` path, is empty, holds a NUL character or is
+            longer than any path can be.
+
+    Example:
+        >>> config_file_path(None)
+        Traceback (most recent call last):
+        ...
+        notebook_accel.config.errors.ConfigError: invalid notebook-accel config: 1 problem
+          - path: got None (NoneType); allowed: the path of a config file, as a str or os.PathLike
+    """
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str):
+        raise ConfigError([f"{name}: got {shown(value)} ({type(value).__name__}); allowed: the path of a config "
+                           "file, as a str or os.PathLike"])
+    why = ("is empty" if not text.strip() else "holds a NUL character" if "\x00" in text
+           else f"has {len(text)} characters (at most {MAX_PATH_CHARS})" if len(text) > MAX_PATH_CHARS else "")
+    if why:
+        raise ConfigError([f"{name}: {shown(text)} {why}; give the path of a config file"])
+    return Path(os.path.expanduser(text))
 
 
 def read_regular_file(file: str | os.PathLike[str], what: str = "a config file") -> bytes:

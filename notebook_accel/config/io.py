@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -19,9 +20,10 @@ import yaml
 
 from notebook_accel.config.compat import UNSUPPORTED_KEYS, coerce_yaml_values, is_inactive, unknown_key_problem
 from notebook_accel.config.errors import ConfigError, ConfigWarning
-from notebook_accel.config.files import MAX_CONFIG_BYTES, read_regular_file
+from notebook_accel.config.files import MAX_CONFIG_BYTES, config_file_path, read_regular_file
 from notebook_accel.config.model import FIELD_NAMES, OUR_FIELDS, Config
 from notebook_accel.config.validation import BOOL_FIELDS
+from notebook_accel.errors import shown
 
 __all__ = ["load_config", "save_config", "config_from_mapping", "config_to_dict", "config_to_yaml", "parse_config_text"]
 
@@ -195,7 +197,7 @@ def load_config(path: PathLike) -> Config:
     Example:
         >>> config = load_config("~/.config/notebook_accel/config.yaml")   # doctest: +SKIP
     """
-    file = Path(os.path.expanduser(os.fspath(path)))
+    file = config_file_path(path)
     source = str(file)
     try:
         text = read_regular_file(file).decode("utf-8")
@@ -240,12 +242,24 @@ def save_config(config: Config, path: PathLike) -> Path:
         The path written.
 
     Raises:
-        ConfigError: the file cannot be written (the OS error is named).
+        ConfigError: ``config`` is not a Config, ``path`` is not a path, names a device, pipe, socket or folder,
+            or the file cannot be written (the OS error is named).
 
     Example:
         >>> save_config(Config(num_processes=2, use_cpu=True), tmp_path / "config.yaml")   # doctest: +SKIP
     """
-    file = Path(os.path.expanduser(os.fspath(path)))
+    if not isinstance(config, Config):
+        raise ConfigError([f"config: got {shown(config)} ({type(config).__name__}); allowed: a Config (e.g. "
+                           "load_config(path), or Config(num_processes=2))"])
+    file = config_file_path(path)
+    try:
+        existing = os.stat(file).st_mode
+    except OSError:
+        existing = None  # nothing there yet (or unreachable: the write below says why)
+    if existing is not None and not stat.S_ISREG(existing):  # os.replace would put the file in a device's place
+        what = "a folder" if stat.S_ISDIR(existing) else "a device, pipe or socket"
+        raise ConfigError([f"cannot write the config to {file}: it is {what}, not a file; give the path of a "
+                           "config file"], str(file))
     if file.suffix.lower() == ".json":
         text = json.dumps(config_to_dict(config), indent=2) + "\n"
     else:

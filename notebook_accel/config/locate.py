@@ -21,6 +21,7 @@ from typing import Any
 
 from notebook_accel import environment
 from notebook_accel.config.errors import ConfigError
+from notebook_accel.config.files import config_file_path
 from notebook_accel.config.io import load_config
 from notebook_accel.config.model import Config
 
@@ -86,7 +87,7 @@ def resolve_config(obj: Any = None) -> Config | None:
     if isinstance(obj, Config):
         return obj
     if isinstance(obj, (str, os.PathLike)):
-        return load_config(obj)
+        return load_config(config_file_path(obj, "config"))
     if obj is None:
         path = find_config_file()
         return None if path is None else load_config(path)

@@ -19,10 +19,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from notebook_accel.checks import checked_device, checked_int, checked_loader
 from notebook_accel.data import loader as _loader
 from notebook_accel.data import prepare as _prepare
 from notebook_accel.data.sharding import DataPrepareError
 from notebook_accel.plugins import DataLoaderConfiguration
+from notebook_accel.errors import shown
 from notebook_accel.state import GradientState, ProcessState
 
 __all__ = ["DataLoaderDispatcher", "mark_dispatching", "prepare_data_loader"]
@@ -43,6 +45,12 @@ def _state_for(device: torch.device | str | None, num_processes: int | None,
     Raises:
         DataPrepareError: ``process_index`` is not in ``range(num_processes)``.
     """
+    if device is not None:
+        device = checked_device(device, "prepare_data_loader(device=...)")
+    if num_processes is not None:
+        num_processes = checked_int(num_processes, "prepare_data_loader(num_processes=...)", 0)  # 0: said below
+    if process_index is not None:
+        process_index = checked_int(process_index, "prepare_data_loader(process_index=...)", 0)
     cpu = device is not None and torch.device(device).type == "cpu"
     state = ProcessState(cpu=cpu)
     if device is None and num_processes is None and process_index is None:
@@ -53,9 +61,9 @@ def _state_for(device: torch.device | str | None, num_processes: int | None,
     view.device = state.device if device is None else torch.device(device)
     if view.num_processes < 1 or not 0 <= view.process_index < view.num_processes:
         raise DataPrepareError(
-            f"prepare_data_loader: process_index={view.process_index} is not one of the {view.num_processes} "
-            f"processes (allowed: 0 to {view.num_processes - 1}); pass num_processes >= 1 and a process_index "
-            "below it, or leave both out to use this process's own"
+            f"prepare_data_loader: process_index={shown(view.process_index)} is not one of the "
+            f"{shown(view.num_processes)} processes (allowed: 0 to {shown(view.num_processes - 1)}); pass "
+            "num_processes >= 1 and a process_index below it, or leave both out to use this process's own"
         )
     return view
 
@@ -111,8 +119,9 @@ def prepare_data_loader(
     for name, value, why in (("slice_fn_for_dispatch", slice_fn_for_dispatch, "each process reads its own share"),
                              ("torch_device_mesh", torch_device_mesh, "only data parallelism is supported")):
         if value is not None:
-            raise DataPrepareError(f"prepare_data_loader: {name}= is not supported ({why}); got {value!r}, "
+            raise DataPrepareError(f"prepare_data_loader: {name}= is not supported ({why}); got {shown(value)}, "
                                    "allowed: None")
+    checked_loader(dataloader, "prepare_data_loader(dataloader=...)")
     state = _state_for(device, num_processes, process_index)
     config = DataLoaderConfiguration(split_batches=split_batches, even_batches=even_batches,
                                      use_seedable_sampler=use_seedable_sampler, data_seed=data_seed,

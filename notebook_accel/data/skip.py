@@ -8,9 +8,11 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Sampler
 
+from notebook_accel.checks import checked_loader
 from notebook_accel.data.loader import PreparedDataLoader
 from notebook_accel.data.prepare import loader_options
 from notebook_accel.data.sharding import DataPrepareError
+from notebook_accel.errors import shown
 
 __all__ = ["skip_first_batches", "SkipBatchSampler"]
 
@@ -43,7 +45,8 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
         [[4, 5]]
     """
     if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
-        raise DataPrepareError(f"skip_first_batches(num_batches={num_batches!r}): expected an integer >= 0")
+        raise DataPrepareError(f"skip_first_batches(num_batches={shown(num_batches)}): expected an integer >= 0")
+    checked_loader(dataloader, "skip_first_batches(dataloader=...)")
     if isinstance(dataloader, PreparedDataLoader):
         return dataloader.with_skip(num_batches)
     if dataloader.batch_sampler is None:

@@ -25,7 +25,8 @@ from notebook_accel.launcher.heartbeat import PeerWatch
 from notebook_accel.launcher.inprocess import run_in_process
 from notebook_accel.launcher.kernel_fds import RunDescriptors
 from notebook_accel.launcher.plan import Plan, choose_port, environments, function_name
-from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, new_store_prefix, worker_variables
+from notebook_accel.launcher.rendezvous import (StoreServer, bind_listener, new_store_folder, remove_store_folder,
+                                                 store_secret, worker_variables)
 from notebook_accel.launcher.runlogs import create_run_folder, display_path
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
 from notebook_accel.launcher.spawn import WorkerHandle, start_workers
@@ -266,6 +267,7 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
     """One run of the plan: serve the store (node 0), show the run, then run in this process or fork and watch
     (here, or in a background thread with ``block=False``)."""
     local = len(plan.devices)
+    secret = store_secret() if plan.nodes > 1 else None  # several machines: keyed names, sealed values (.keyed_store)
     # Node 0 of a forked run serves the rendezvous store itself, bound to master_addr only (.rendezvous).
     listener = bind_listener(plan.master_addr, plan.port) if plan.node == 0 and not plan.in_process else None
     port = choose_port(plan.port, plan.master_addr, plan.node) if listener is None else listener.getsockname()[1]
@@ -278,7 +280,11 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
     guard = None if plan.in_process else KernelDeathGuard()  # ends the workers' groups if the kernel is killed
     watch = None if plan.nodes == 1 or plan.in_process else PeerWatch(  # a lost node ends the run (.heartbeat)
         plan.master_addr, int(port), plan.node, plan.nodes, local, plan.rdzv.keep_alive_interval,
-        plan.rdzv.keep_alive_max_attempt, plan.rdzv.join_timeout)
+        plan.rdzv.keep_alive_max_attempt, plan.rdzv.join_timeout, secret)
+    # One machine: the workers rendezvous in a FileStore only this user can open, not on the TCP port (.rendezvous).
+    private = new_store_folder() if store is not None and plan.nodes == 1 else None
+    if guard is not None and private is not None:
+        guard.remove_on_death(private)  # a killed kernel leaves no folder behind
     # What this run holds open in the kernel: the workers of every later fork close it (.kernel_fds).
     descriptors = RunDescriptors([lambda: (store.fd if store else -1, guard.fd if guard else -1),
                                   lambda: watch.descriptors() if watch else ()],
@@ -293,6 +299,7 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
             store.close()
         if guard is not None:
             guard.close()
+        remove_store_folder(private)
 
     handed_over = False
     try:
@@ -309,7 +316,6 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
         warming = "importing torch's distributed modules in the kernel (once)" if warming_needed(plan.backend) else ""
         with launch_phase(sink, warming, ticking=True) if warming else nullcontext():
             warm_kernel(plan.backend, store=store is not None)
-        prefix = new_store_prefix() if store is not None and plan.nodes == 1 else None  # all forks of us
 
         def launch() -> list[WorkerHandle]:
             """Fork the workers (in the thread that will watch them: see .background) and guard them."""
@@ -319,7 +325,8 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
                 open_board(envs[0].master_port, [env.rank for env in envs])  # the workers inherit it
                 with launch_phase(sink, f"starting {local} worker {noun}"):
                     handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
-                                            inherited_fds=inherited, store_prefix=prefix, descriptors=descriptors)
+                                            inherited_fds=inherited, store_folder=private, descriptors=descriptors,
+                                            store_secret=secret)
             except BaseException as e:
                 close_board(envs[0].master_port)
                 finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")

@@ -6,7 +6,8 @@ crashed kernel: nobody is left to end its process group. A tiny guard process, s
 it holds none of the kernel's memory) in a session of its own (the stop button, which signals the kernel's
 process group, does not reach it), is told the workers' group ids over a pipe. When that pipe reaches end of
 file without the guard having been stopped, the kernel is gone: the guard sends SIGKILL to every group and
-exits. When the run ends normally the launcher kills the guard first and then closes the pipe.
+exits, after removing the run's private store folder (see :mod:`.rendezvous`), if it was told one. When the run
+ends normally the launcher kills the guard first and then closes the pipe.
 """
 
 from __future__ import annotations
@@ -18,16 +19,20 @@ from collections.abc import Iterable
 
 __all__ = ["KernelDeathGuard"]
 
-_GUARD = """
-import os, signal, sys
+_STORE_FOLDER = "notebook-accel-store-"  # the only folders the guard removes (see .rendezvous.new_store_folder)
+_GUARD = f"""
+import os, shutil, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-groups = [int(word) for word in sys.stdin.read().split() if word.isdigit()]
-for pgid in groups:
+lines = sys.stdin.read().splitlines()
+for pgid in [int(line) for line in lines if line.isdigit()]:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
+for path in [line[3:] for line in lines if line.startswith("rm ")]:
+    if os.path.basename(path).startswith({_STORE_FOLDER!r}):
+        shutil.rmtree(path, ignore_errors=True)
 """
 
 
@@ -61,6 +66,17 @@ class KernelDeathGuard:
         try:
             os.write(proc.stdin.fileno(), "".join(f"{pgid}\n" for pgid in pgids if pgid > 0).encode())
         except OSError:  # the guard is gone (killed by someone): the run goes on without it
+            pass
+
+    def remove_on_death(self, folder: str) -> None:
+        """Have the guard also remove ``folder`` (the run's private store folder, named ``notebook-accel-store-*``;
+        no other folder is removed) if the kernel dies."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or "\n" in folder:
+            return
+        try:
+            os.write(proc.stdin.fileno(), f"rm {folder}\n".encode())
+        except OSError:  # the guard is gone: the folder stays behind a killed kernel, in the temporary directory
             pass
 
     def close(self) -> None:

@@ -13,6 +13,11 @@ each node's launcher keeps a heartbeat through node 0's rendezvous store, in a t
 - a node that ends its run writes ``done`` (it is not watched any more), and a store connection that is
   closed or refused (node 0's run ended) just ends the watch: only silence counts as a loss.
 
+When the run ends, :meth:`PeerWatch.close` lets the thread say ``done``; a thread still blocked in a store
+operation after that (a node cut off: its packets go nowhere, and TCP would retry for many minutes) is woken by
+shutting its store connection down (found among this process's sockets by its peer port when it was made), so no
+thread of a run outlives it for long.
+
 A loss makes the pipe :attr:`PeerWatch.fd` readable; the supervisor then stops the local workers and raises
 a ``WorkerError`` naming the unreachable node. The timing is ``rdzv_conf``'s ``keep_alive_interval`` and
 ``keep_alive_max_attempt`` (torch's c10d rendezvous names; 5 s and 3 by default).
@@ -44,17 +49,20 @@ class PeerWatch:
         node: this node's index; ``nodes`` how many take part; ``local`` processes per node.
         interval: seconds between beats; ``attempts``: beats missed before a node is lost.
         join_timeout: how long the first connection to node 0's store may take (node 0 may start later).
+        secret: the run's shared store secret: the beats go through a ``KeyedStore`` (see :mod:`.keyed_store`).
     """
 
     def __init__(self, host: str, port: int, node: int, nodes: int, local: int, interval: float, attempts: int,
-                 join_timeout: float) -> None:
+                 join_timeout: float, secret: bytes | None = None) -> None:
         self.host, self.port, self.node, self.nodes, self.local = host, port, node, nodes, local
         self.interval, self.limit, self.join_timeout = interval, interval * attempts, join_timeout
         self.lost: WorkerFailure | None = None
+        self._secret = secret
         self._read, self._write = os.pipe()
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the pipe is written by the thread and closed by close()
         self._store: Any = None
+        self._connections: set[tuple[int, int]] = set()  # (fd, inode) of the store client's socket
         self._last_ok: float | None = None  # monotonic time of the last complete beat
         self._thread = threading.Thread(target=self._run, name=f"notebook-accel heartbeat node {node}", daemon=True)
         self._watchdog = threading.Thread(target=self._watch_store, name=f"notebook-accel watchdog node {node}",
@@ -80,6 +88,9 @@ class PeerWatch:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=min(self.limit, 2.0))
+        if self._thread.is_alive():  # blocked in a store operation on a silent link: wake it by ending the link
+            _shut_down(self._connections)
+            self._thread.join(timeout=2.0)
         with self._lock:
             for fd in (self._read, self._write):
                 if fd >= 0:
@@ -110,9 +121,15 @@ class PeerWatch:
 
         deadline = time.monotonic() + self.join_timeout  # node 0 may start later: retry until the join timeout
         while True:
+            before = _connections_to(self.port)
             try:  # the client's socket timeout is fixed here: every later operation waits at most the limit
-                store = TCPStore(self.host, self.port, None, False, datetime.timedelta(seconds=self.limit),
+                store: Any = TCPStore(self.host, self.port, None, False, datetime.timedelta(seconds=self.limit),
                                  wait_for_workers=False)
+                self._connections = _connections_to(self.port) - before
+                if self._secret is not None:
+                    from notebook_accel.launcher.keyed_store import KeyedStore
+
+                    store = KeyedStore(store, self._secret)
                 break
             except Exception:  # noqa: BLE001 - not up yet; never up: the workers' own rendezvous reports it
                 if self._stop.wait(self.interval) or time.monotonic() > deadline:
@@ -155,6 +172,43 @@ class PeerWatch:
                 self._lose(0, self.host, f"its rendezvous store at {self.host}:{self.port} did not answer for "
                                          f"{time.monotonic() - last:.0f} s")
                 return
+
+
+def _connections_to(port: int) -> set[tuple[int, int]]:
+    """(fd, inode) of every TCP socket of this process connected to a peer's ``port`` (not accepted on it)."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:  # not a socket, or closed meanwhile
+            continue
+        try:
+            internet = sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM
+            if internet and sock.getpeername()[1] == port and sock.getsockname()[1] != port:
+                found.add((int(name), os.fstat(sock.fileno()).st_ino))
+        except OSError:  # not connected, or not an internet socket
+            pass
+        finally:
+            sock.close()
+    return found
+
+
+def _shut_down(connections: set[tuple[int, int]]) -> None:
+    """Shut the sockets down (a thread blocked on one returns at once); a number now naming another file is
+    left alone."""
+    for fd, inode in connections:
+        try:
+            if os.fstat(fd).st_ino != inode:
+                continue
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            sock.close()
 
 
 def _own_address(host: str, port: int) -> str:

@@ -8,14 +8,21 @@ also held from the check to the run: no race with another program), serves the s
 a client, the way ``torchrun``'s agent does (``TORCHELASTIC_USE_AGENT_STORE``). The workers' own
 ``init_process_group("gloo"/"nccl")`` is unchanged.
 
-torch's ``TCPStore`` has no authentication, so another local process (another user's, on a shared GPU server)
-could still connect to the port. On one machine every worker is a fork of the launching kernel, so the launcher
-draws a random key prefix per run (:func:`new_store_prefix`) and hands it to the workers through the fork (in
-memory, never in ``argv`` or the environment); each worker wraps the store that ``init_process_group``'s
-``env://`` rendezvous yields in a ``PrefixStore`` of it (:func:`use_store_prefix`). A process that uses the usual
-key names finds none of the run's keys, and keys it writes are not the ones the run reads. It is no
-authentication: ``TCPStore.list_keys()`` (torch 2.13) shows any client every key name, prefix included. (With
-several machines the workers of the other nodes are not forks of this kernel, so there the keys are not prefixed.)
+torch's ``TCPStore`` has no authentication: any local process (another user's, on a shared GPU server) can
+connect to the port, and ``TCPStore.list_keys()`` (torch 2.13) shows any client every key name, so a secret key
+prefix would hide nothing. So on one machine the workers do not use the TCP store at all: every worker is a fork
+of the launching kernel, and the launcher makes a fresh folder per run that only this user can open (mode 0700,
+:func:`new_store_folder`), hands its path to the workers through the fork, and each worker's ``env://``
+rendezvous (``init_process_group``) yields a ``FileStore`` in that folder instead of a TCP client
+(:func:`use_private_store`). The kernel still serves the (empty) TCP store, which holds the port for the run;
+another user can open neither the folder nor the file, so cannot read, write or delete the run's keys.
+
+With several machines the workers of the other nodes are not forks of this kernel and need node 0's TCP store.
+There, when every node's launcher has the same secret in ``NOTEBOOK_ACCEL_STORE_SECRET`` (:func:`store_secret`),
+each worker's ``env://`` rendezvous and the nodes' heartbeat see the store through a
+:class:`~notebook_accel.launcher.keyed_store.KeyedStore` (:func:`use_keyed_store`): key names are keyed hashes
+and values are encrypted and authenticated, so an outsider who reaches the port learns nothing from a listing or a
+read, and a value it writes is refused. Without the secret a run of several machines is not protected.
 
 On a single machine with a loopback ``master_addr`` the collectives' own sockets stay on loopback too
 (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` set to the loopback interface unless the user set them).
@@ -27,12 +34,16 @@ from __future__ import annotations
 
 import datetime
 import errno
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import secrets
+import os
+import shutil
 import socket
 import sys
+import tempfile
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
@@ -40,11 +51,12 @@ from typing import Any
 from notebook_accel import environment
 from notebook_accel.errors import LaunchError
 
-__all__ = ["StoreServer", "bind_listener", "worker_variables", "LOOPBACK_ADDRESSES", "new_store_prefix",
-           "use_store_prefix"]
+__all__ = ["StoreServer", "bind_listener", "worker_variables", "LOOPBACK_ADDRESSES", "new_store_folder",
+           "use_private_store", "remove_store_folder", "store_secret", "use_keyed_store"]
 
 LOOPBACK_ADDRESSES = ("127.0.0.1", "localhost", "::1")
 _BACKLOG = 1024
+_KEPT: list[Any] = []  # the worker's keyed stores, alive as long as the process (see use_keyed_store)
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -162,22 +174,42 @@ class StoreServer:
             self.listener.close()
 
 
-def new_store_prefix() -> str:
-    """A fresh random key prefix for one run's store (128 bits from ``os.urandom``)."""
-    return f"run-{secrets.token_hex(16)}"
+def new_store_folder() -> str:
+    """A fresh folder for one run's private store, readable and writable by this user only (mode 0700)."""
+    return tempfile.mkdtemp(prefix="notebook-accel-store-")
 
 
-def _wrap_env_handler(rendezvous: ModuleType, prefix: str) -> None:
-    """Make torch's ``env://`` rendezvous yield its store inside ``PrefixStore(prefix, ...)``."""
-    from torch.distributed import PrefixStore
+def remove_store_folder(folder: str | None) -> None:
+    """Remove a run's store folder (when the run is over); nothing when ``None`` or gone already."""
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
-    original = rendezvous._rendezvous_handlers["env"]
 
-    def prefixed(url: str, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, int, int]]:
-        for store, rank, world_size in original(url, *args, **kwargs):
-            yield PrefixStore(prefix, store), rank, world_size
+def _required(name: str) -> str:
+    """The environment variable ``name``, which the worker's ``env://`` rendezvous needs."""
+    value = environment.get(name)
+    if not value:
+        raise ValueError(f"env:// rendezvous: the environment variable {name} is not set; the launcher sets it in "
+                         "every worker: do not remove it before init_process_group")
+    return value
 
-    rendezvous._rendezvous_handlers["env"] = prefixed
+
+def _private_handler(folder: str) -> Callable[..., Iterator[tuple[Any, int, int]]]:
+    """An ``env://`` rendezvous handler that yields a ``FileStore`` in ``folder`` (rank and world size as torch's
+    own handler reads them: from the URL's query, else ``RANK``/``WORLD_SIZE``)."""
+    from torch.distributed import FileStore
+
+    def private(url: str, timeout: datetime.timedelta = datetime.timedelta(minutes=30),
+                **_: Any) -> Iterator[tuple[Any, int, int]]:
+        query = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(url).query))
+        rank = int(query.get("rank") or _required("RANK"))
+        world_size = int(query.get("world_size") or _required("WORLD_SIZE"))
+        store = FileStore(os.path.join(folder, "store"), -1)  # -1: the launcher removes the folder, not torch
+        store.set_timeout(timeout)
+        yield store, rank, world_size
+        raise RuntimeError("env:// rendezvous cannot rendezvous again in a notebook-accel worker")
+
+    return private
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -207,15 +239,58 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def use_store_prefix(prefix: str) -> None:
-    """In a worker: every ``env://`` rendezvous (``init_process_group``) uses the store under ``prefix``.
+def store_secret() -> bytes | None:
+    """The run's shared store secret from ``NOTEBOOK_ACCEL_STORE_SECRET`` (hashed to 32 bytes), ``None`` if unset.
 
-    Applied at once when torch.distributed is imported already, else right after it is first imported (a
-    worker that never uses torch never imports it).
+    Raises:
+        LaunchError: the variable is set but shorter than 16 characters.
     """
+    text = environment.get(environment.STORE_SECRET) or ""
+    if not text:
+        return None
+    if len(text) < 16:
+        raise LaunchError(
+            f"{environment.STORE_SECRET} has {len(text)} characters; at least 16 are needed (the same value on every "
+            "node), e.g. the output of `python -c \"import secrets; print(secrets.token_hex(32))\"`, or unset it")
+    return hashlib.sha256(text.encode()).digest()
+
+
+def _when_rendezvous_imported(install: Callable[[ModuleType], None]) -> None:
+    """Run ``install(torch.distributed.rendezvous)`` now if it is imported, else right after its first import (a
+    worker that never uses torch never imports it)."""
     name = "torch.distributed.rendezvous"
     module = sys.modules.get(name)
     if module is not None:
-        _wrap_env_handler(module, prefix)
+        install(module)
     else:
-        sys.meta_path.insert(0, _AfterImport(name, lambda m: _wrap_env_handler(m, prefix)))
+        sys.meta_path.insert(0, _AfterImport(name, install))
+
+
+def use_keyed_store(secret: bytes) -> None:
+    """In a worker: every ``env://`` rendezvous yields its store inside a ``KeyedStore`` with ``secret``."""
+
+    def install(module: ModuleType) -> None:
+        from notebook_accel.launcher.keyed_store import KeyedStore
+
+        original = module._rendezvous_handlers["env"]
+
+        def keyed(url: str, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, int, int]]:
+            for store, rank, world_size in original(url, *args, **kwargs):
+                wrapped = KeyedStore(store, secret)
+                wrapped.set_timeout(store.timeout)
+                _KEPT.append(wrapped)  # torch keeps only the C++ half: without this, the Python methods go
+                yield wrapped, rank, world_size
+
+        module._rendezvous_handlers["env"] = keyed
+
+    _when_rendezvous_imported(install)
+
+
+def use_private_store(folder: str) -> None:
+    """In a worker: every ``env://`` rendezvous (``init_process_group``) uses the run's ``FileStore`` in
+    ``folder`` (see the module's docstring) instead of the kernel's TCP store."""
+
+    def install(module: ModuleType) -> None:
+        module._rendezvous_handlers["env"] = _private_handler(folder)
+
+    _when_rendezvous_imported(install)

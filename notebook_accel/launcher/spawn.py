@@ -118,8 +118,8 @@ def interrupts_held() -> Iterator[None]:
 
 def start_workers(
     envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...],
-    inherited_fds: Sequence[int] = (), store_prefix: str | None = None,
-    descriptors: kernel_fds.RunDescriptors | None = None,
+    inherited_fds: Sequence[int] = (), store_folder: str | None = None,
+    descriptors: kernel_fds.RunDescriptors | None = None, store_secret: bytes | None = None,
 ) -> list[WorkerHandle]:
     """Fork one worker per environment; on any error the ones already started are killed with their process
     groups, and reaped.
@@ -130,8 +130,9 @@ def start_workers(
         function: the user's function; ``args`` its positional arguments.
         inherited_fds: more of the kernel's descriptors each worker must close at once (the rendezvous
             listener).
-        store_prefix: the run's secret store key prefix, handed to each worker through the fork (see
-            :mod:`.rendezvous`); ``None``: keys are not prefixed.
+        store_folder: the run's private store folder, handed to each worker through the fork (see
+            :mod:`.rendezvous`); ``None``: the workers use the kernel's TCP store.
+        store_secret: the run's shared store secret (several machines; see :mod:`.keyed_store`), or ``None``.
         descriptors: the run's registered descriptors: the workers' pipes and pidfds are added to them, so
             that the workers of runs started later close them.
 
@@ -144,7 +145,7 @@ def start_workers(
         with interrupts_held(), _FORKING:
             if descriptors is not None:
                 descriptors.sources.append(lambda: [fd for h in handles for fd in h.open_fds()])
-            _fork_all(envs, threads, function, args, inherited_fds, kernel, handles, store_prefix)
+            _fork_all(envs, threads, function, args, inherited_fds, kernel, handles, store_folder, store_secret)
     except BaseException:
         for handle in handles:  # the worker and whatever it started already (a subprocess, a loader worker)
             signal_worker(handle.pid, handle.exit_code is not None, signal.SIGKILL)
@@ -156,7 +157,8 @@ def start_workers(
 
 def _fork_all(
     envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...],
-    inherited_fds: Sequence[int], kernel: KernelState, handles: list[WorkerHandle], store_prefix: str | None = None,
+    inherited_fds: Sequence[int], kernel: KernelState, handles: list[WorkerHandle], store_folder: str | None = None,
+    store_secret: bytes | None = None,
 ) -> None:
     """The loop of :func:`start_workers`: each new handle is appended as soon as its process exists."""
     for env in envs:
@@ -167,7 +169,8 @@ def _fork_all(
         own = (events_r.fileno(), out_r, err_r)
         others = kernel_fds.snapshot()  # every run's descriptors and store ports, this run's included
         spec = WorkerSpec(env, threads, events_w, out_w, err_w, (*inherited_fds, *held, *own, *others.fds),
-                          store_prefix=store_prefix, close_ports=others.ports)
+                          store_folder=store_folder, store_secret=store_secret,
+                          close_ports=others.ports)
         process = _FORK.Process(
             target=worker_main, args=(spec, kernel, function, args), name=f"notebook-accel-rank{env.rank}", daemon=False
         )

@@ -28,7 +28,7 @@ from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Failed, Finished
 from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.kernel_detach import detach_from_kernel
-from notebook_accel.launcher.rendezvous import use_store_prefix
+from notebook_accel.launcher.rendezvous import use_keyed_store, use_private_store
 from notebook_accel.launcher.kernel_fds import Inherited, close_inherited
 from notebook_accel.launcher.streams import FramedWriter
 from notebook_accel.launcher.user_frames import library_call, user_traceback
@@ -55,8 +55,9 @@ class WorkerSpec:
         stderr_fd: write end of the fd-2 pipe (C-level stderr only).
         close_fds: the launcher's descriptors inherited by the fork (this run's and every other run's of the
             kernel), closed at once in the child.
-        store_prefix: the run's secret key prefix in the rendezvous store (in memory only: never in the
-            environment or ``argv``), or ``None``.
+        store_folder: the run's private store folder (see :mod:`.rendezvous`; passed in memory, never in the
+            environment or ``argv``), or ``None``: the kernel's TCP store.
+        store_secret: the run's shared store secret (several machines), or ``None``: keys and values in clear.
         close_ports: the ports of the kernel's rendezvous stores: inherited sockets on them are closed too.
     """
 
@@ -66,7 +67,8 @@ class WorkerSpec:
     stdout_fd: int
     stderr_fd: int
     close_fds: tuple[int, ...]
-    store_prefix: str | None = None
+    store_folder: str | None = None
+    store_secret: bytes | None = None
     close_ports: frozenset[int] = frozenset()
 
 
@@ -247,8 +249,10 @@ def worker_main(
         detach_from_kernel()
         _redirect_output(spec.stdout_fd, spec.stderr_fd, kernel)
         spec.env.apply()
-        if spec.store_prefix is not None:
-            use_store_prefix(spec.store_prefix)
+        if spec.store_folder is not None:
+            use_private_store(spec.store_folder)
+        elif spec.store_secret is not None:
+            use_keyed_store(spec.store_secret)
         _set_threads(spec.threads)
         writer = channel.EventWriter(spec.events)
         channel.install(writer)

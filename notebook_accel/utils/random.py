@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.errors import shown
 
 __all__ = ["set_seed", "synchronize_rng_states"]
 
@@ -29,7 +30,12 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
         True
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"set_seed(seed={seed!r}): seed must be an int")
+        raise TypeError(f"set_seed(seed={shown(seed)}): seed must be an int")
+    for flag, value in (("device_specific", device_specific), ("deterministic", deterministic)):
+        if not isinstance(value, bool):
+            raise TypeError(f"set_seed({flag}={shown(value)}): pass True or False")
+    if not -(2**63) <= seed < 2**64:
+        raise ValueError(f"set_seed(seed={shown(seed)}): seed must be from -2**63 to 2**64 - 1 (torch's range)")
     if device_specific:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             seed += torch.distributed.get_rank()
@@ -57,10 +63,13 @@ def synchronize_rng_states(rng_types: Sequence[str], generator: torch.Generator 
     Example:
         >>> synchronize_rng_states(["torch"])   # one process: nothing to exchange
     """
+    if isinstance(rng_types, (str, bytes)) or not isinstance(rng_types, (list, tuple)):
+        raise TypeError(f"synchronize_rng_states(rng_types={shown(rng_types)}): pass a list such as ['torch'] or "
+                        "['torch', 'cuda']")
     kinds = [str(getattr(kind, "value", kind)) for kind in rng_types]
     bad = [kind for kind in kinds if kind not in ("torch", "cuda", "generator")]
     if bad:
-        raise ValueError(f"synchronize_rng_states: cannot synchronize {bad}; supported types are "
+        raise ValueError(f"synchronize_rng_states(rng_types=...): cannot synchronize {shown(bad)}; supported types are "
                          "'torch', 'cuda' and 'generator' (this package runs on CPU and CUDA only)")
     if "generator" in kinds and generator is None:
         raise ValueError("synchronize_rng_states: 'generator' needs generator=<the torch.Generator to synchronize>")

@@ -6,7 +6,9 @@ Commands that would start processes run only with ``--dry_run``.
 from __future__ import annotations
 
 import io
+import os
 import random
+import stat
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -20,15 +22,22 @@ SEED = 4242
 CALLS = 500
 
 COMMANDS = [["launch", "--dry_run"], ["config", "--help"], ["env"], ["launch", "--dry_run", "--cpu"],
-            ["test", "--help"], ["config", "--default", "--config_file"]]
+            ["test", "--help"], ["config", "--default", "--config_file"],
+            ["config", "--default", "--force", "--config_file"], ["env", "--config_file"],
+            ["launch", "--dry", "--config"]]
 FLAGS = ["--num_processes", "--num_machines", "--machine_rank", "--main_process_port", "--main_process_ip",
          "--gradient_accumulation_steps", "--mixed_precision", "--gpu_ids", "--rdzv_backend", "--config_file",
          "--timeout", "--nope", "-x", "--", "--cpu", "--max_restarts", "--rdzv_conf", "--monitor_interval",
-         "--log_line_prefix_template", "--main_training_function", "--num_cpu_threads_per_process"]
+         "--log_line_prefix_template", "--main_training_function", "--num_cpu_threads_per_process",
+         # abbreviations argparse accepts, the remaining options of every command, and help
+         "--num", "--mixed", "--gpu", "--machine", "--main", "--rdzv", "--config", "--dry", "--force", "-h",
+         "--help", "--num_processes=", "--mixed_precision=bf16", "--deepspeed_config_file", "--use_fsdp",
+         "--same_network", "--module", "--no_python", "--num-processes"]
 VALUES = ["2", "0", "-1", "nan", "inf", "1e9", "9" * 400, "", " ", "abc", "fp8", "bf16", "all", "0,0", "c10d",
           "etcd", "10.0.0.1", "::1", "/dev/zero", "/nonexistent.yaml", "\x00", "é", "--", "script.py", "a b; rm x",
           "x" * 100_000, "-" + "9" * 40, "{rank:>400000000}", "join_timeout=1e-300", "1e-300", "[1]", "{}",
-          "None", "1.5", "0x10", "/dev/stdin", "/proc/self/mem"]
+          "None", "1.5", "0x10", "/dev/stdin", "/proc/self/mem", "-1e400", "\n", "a/" * 3000, "/", ".", "~",
+          "/dev/null", "-", "2,", ",", "0,1,2,3,4,5,6,7,8,9" * 50, "\udcff", "=", "true", "[]", "65536", "-0"]
 
 
 def _argv(rng: random.Random, tmp: Path) -> list[str]:
@@ -67,6 +76,8 @@ def test_cli_fuzz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         if code == 2:
             assert err.getvalue().strip(), f"case {index}: {argv!r} failed without a message"
     assert codes.get(0, 0) >= 10 and codes.get(2, 0) >= 100, codes
+    # `config --default --config_file /dev/zero`, run as root, once put a config file in the device's place
+    assert all(stat.S_ISCHR(os.stat(device).st_mode) for device in ("/dev/zero", "/dev/null"))
 
 
 @pytest.mark.timeout(120)

@@ -175,6 +175,23 @@ def test_save_into_a_path_below_a_file_is_a_config_error(tmp_path: Path) -> None
         save_config(Config(), blocker / "c.yaml")
 
 
+def test_save_never_puts_a_file_in_place_of_a_device_pipe_or_folder(tmp_path: Path) -> None:
+    import stat
+
+    fifo, folder = tmp_path / "fifo.yaml", tmp_path / "folder.yaml"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    targets = [(fifo, stat.S_ISFIFO, "a device, pipe or socket"), (folder, stat.S_ISDIR, "a folder")]
+    if os.geteuid() == 0:  # as root, the atomic replace once turned /dev/zero into a config file
+        device = tmp_path / "null.yaml"
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        targets.append((device, stat.S_ISCHR, "a device, pipe or socket"))
+    for target, kind, words in targets:
+        with pytest.raises(ConfigError, match=f"it is {words}, not a file"):
+            save_config(Config(), target)
+        assert kind(os.stat(target).st_mode), f"{target} was replaced"
+
+
 def test_save_leaves_no_temporary_files(tmp_path: Path) -> None:
     save_config(Config(num_processes=2), tmp_path / "c.yaml")
     save_config(Config(num_processes=3), tmp_path / "c.yaml")

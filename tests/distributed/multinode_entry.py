@@ -4,10 +4,13 @@
     python -m tests.distributed.multinode_entry wait NODE_RANK MASTER_ADDR PORT OUT
     python -m tests.distributed.multinode_entry local 0 127.0.0.1 0 OUT
     python -m tests.distributed.multinode_entry partition NODE_RANK MASTER_ADDR PORT OUT
+    python -m tests.distributed.multinode_entry secret NODE_RANK MASTER_ADDR PORT OUT
 
 ``train`` runs the shared training body with 2 processes on this node (4 in all) and writes rank 0's result
 as JSON to OUT (node 0). ``wait`` does collectives until the other node disappears, then writes the error.
 ``partition`` is ``wait`` with a 1 s heartbeat (lost after 3 missed beats), and every node writes its error.
+Every result also names the heartbeat threads still alive when the launch returned.
+``secret`` runs :func:`keeps_a_secret` on 2 nodes (every node's launcher has ``NOTEBOOK_ACCEL_STORE_SECRET``).
 ``local`` is a one-machine run of 2 processes: once its process group is up, rank 0 writes every listening TCP
 socket of this host as JSON to OUT and waits for OUT.done before the run ends.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -50,12 +54,30 @@ def listen_then_wait(out: str) -> None:
     accelerator.wait_for_everyone()
 
 
+def keeps_a_secret(out: str) -> tuple[bool, str]:
+    """Rank 0 stores a key and writes OUT.ready; once OUT.probed exists (an outsider had its go), whether the
+    key the outsider wrote under the plain name is seen, and the stored key's value."""
+    import torch.distributed as dist
+
+    accelerator = Accelerator()
+    store = dist.distributed_c10d._get_default_store()
+    if accelerator.is_main_process:
+        store.set("secret", "run data")
+        Path(f"{out}.ready").write_text("")
+    deadline = time.monotonic() + 90
+    while not Path(f"{out}.probed").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    accelerator.wait_for_everyone()
+    return store.check(["injected"]), store.get("secret").decode()
+
+
 def main(mode: str, node_rank: int, master_addr: str, port: int, out: str) -> int:
     """Launch this node's two workers; node 0 writes what the cell would show."""
     if mode == "local":
         notebook_launcher(listen_then_wait, (out,), 2, master_addr=master_addr, dashboard=False, timeout=120)
         return 0
-    function, args = (workers.train, (2, 1, 24)) if mode == "train" else (collectives_forever, (out,))
+    function, args = {"train": (workers.train, (2, 1, 24)), "secret": (keeps_a_secret, (out,))}.get(
+        mode, (collectives_forever, (out,)))
     conf = {"keep_alive_interval": 1, "keep_alive_max_attempt": 3} if mode == "partition" else None
     try:
         value = notebook_launcher(function, args, 2, None, port, master_addr, node_rank, 2, rdzv_conf=conf,
@@ -63,6 +85,7 @@ def main(mode: str, node_rank: int, master_addr: str, port: int, out: str) -> in
         result = {"value": value}
     except WorkerError as e:
         result = {"error": str(e)}
+    result["threads"] = [t.name for t in threading.enumerate() if t.name.startswith("notebook-accel heartbeat")]
     if node_rank == 0 or mode == "partition":
         Path(f"{out}.node{node_rank}" if mode == "partition" else out).write_text(json.dumps(result))
     return 0

@@ -150,7 +150,10 @@ def test_a_cut_link_ends_both_nodes_within_the_heartbeat_limit(hosts: Hosts, tmp
     outputs = _finish(nodes, timeout=110)
     elapsed = time.monotonic() - started
     assert all(node.returncode == 0 for node in nodes), outputs
-    errors = [json.loads(Path(f"{out}.node{i}").read_text())["error"] for i in (0, 1)]
+    results = [json.loads(Path(f"{out}.node{i}").read_text()) for i in (0, 1)]
+    errors = [result["error"] for result in results]
+    # the cut-off node's heartbeat thread was blocked in a store operation: it ends with the run, not minutes later
+    assert [result["threads"] for result in results] == [[], []], results
     assert elapsed < 60, f"the nodes took {elapsed:.0f} s to notice the cut link (3 s heartbeat limit)"
     assert "node 1 (10.77.0.2, ranks [2, 3]) is unreachable" in errors[0], errors[0]
     assert "node 0 (10.77.0.1, ranks [0, 1]) is unreachable" in errors[1], errors[1]
@@ -182,6 +185,46 @@ for port in json.loads(sys.argv[2]):
         results[port] = f"{type(e).__name__}: {e}"
 print(json.dumps(results))
 """
+
+
+_OUTSIDER = """
+import datetime, json, sys
+import torch.distributed as dist
+store = dist.TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, timeout=datetime.timedelta(seconds=10),
+                      wait_for_workers=False)
+names = store.list_keys()
+values = [store.get(name).decode(errors="replace") for name in names]
+plain = [name for name in ("default_pg/0//secret", "secret") if store.check([name])]
+for name in ("default_pg/0//injected", "injected"):
+    store.set(name, "evil")
+print(json.dumps({"names": names, "values": values, "plain": plain}))
+"""
+
+
+def test_with_a_shared_secret_an_outsider_on_the_store_port_learns_and_changes_nothing(
+        hosts: Hosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOTEBOOK_ACCEL_STORE_SECRET", "9f2c41d0a8e7b6c5d4e3f2a1b0c9d8e7")  # every node's launcher
+    out = tmp_path / "secret"
+    entry = [sys.executable, "-m", "tests.distributed.multinode_entry", "secret"]
+    nodes = [hosts.run(i, [*entry, str(i), HOST0, "29521", str(out)]) for i in (0, 1)]
+    try:
+        deadline = time.monotonic() + 90
+        while not Path(f"{out}.ready").exists() and time.monotonic() < deadline and nodes[0].poll() is None:
+            time.sleep(0.1)
+        if not Path(f"{out}.ready").exists():
+            for node in nodes:
+                node.kill()
+            pytest.fail(f"the run did not start: {_finish(nodes)}")
+        monkeypatch.delenv("NOTEBOOK_ACCEL_STORE_SECRET")
+        probe = hosts.run(1, [sys.executable, "-c", _OUTSIDER, HOST0, "29521"])
+        seen = json.loads(_finish([probe], timeout=60)[0].strip().splitlines()[-1])  # after c10d warnings
+    finally:
+        Path(f"{out}.probed").write_text("")
+        outputs = _finish(nodes)
+    assert all(node.returncode == 0 for node in nodes), outputs
+    assert seen["names"] and all(len(n) == 64 and set(n) <= set("0123456789abcdef") for n in seen["names"]), seen
+    assert not seen["plain"] and not any("run data" in value for value in seen["values"]), seen
+    assert json.loads(out.read_text())["value"] == [False, "run data"]  # nothing injected, nothing changed
 
 
 def test_a_one_machine_run_is_unreachable_from_another_host(hosts: Hosts, tmp_path: Path) -> None:

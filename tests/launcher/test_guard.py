@@ -29,6 +29,11 @@ notebook_launcher(start_children_then, args=(sys.argv[1], "wait"), num_processes
 def test_a_killed_kernel_takes_what_the_workers_started_with_it(tmp_path: Path) -> None:
     """SIGKILL to the launching process (a crashed or killed kernel): the workers die with it (PDEATHSIG) and the
     guard ends their process groups. Before the guard, their subprocesses lived on as orphans."""
+    import glob
+    import tempfile
+
+    pattern = os.path.join(tempfile.gettempdir(), "notebook-accel-store-*")
+    before = set(glob.glob(pattern))
     pid_file = tmp_path / "children"
     kernel = subprocess.Popen([sys.executable, "-c", _KERNEL, str(pid_file)], cwd=Path(__file__).parents[2],
                               env={**os.environ, "NOTEBOOK_ACCEL_LOG_DIR": "off"}, stdout=subprocess.DEVNULL,
@@ -45,6 +50,25 @@ def test_a_killed_kernel_takes_what_the_workers_started_with_it(tmp_path: Path) 
     for pid in away:
         os.kill(pid, signal.SIGKILL)
     assert _wait_ended(kept) == [], "the workers' subprocesses outlived the killed kernel"
+    deadline = time.monotonic() + 30
+    while set(glob.glob(pattern)) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not set(glob.glob(pattern)) - before, "the run's store folder outlived the killed kernel"
+
+
+def test_a_guard_removes_the_runs_store_folder_when_the_kernel_dies(tmp_path: Path) -> None:
+    store, other = tmp_path / "notebook-accel-store-abc", tmp_path / "precious"
+    for folder in (store, other):
+        folder.mkdir()
+        (folder / "store").write_text("keys")
+    guard = KernelDeathGuard()
+    guard.remove_on_death(str(store))
+    guard.remove_on_death(str(other))  # not a store folder: never removed
+    proc = guard._proc
+    assert proc is not None and proc.stdin is not None
+    proc.stdin.close()  # what the kernel's death does to the pipe
+    proc.wait(timeout=30)
+    assert not store.exists() and (other / "store").exists()
 
 
 def test_a_guard_that_cannot_start_leaves_the_run_unguarded(monkeypatch: pytest.MonkeyPatch) -> None:

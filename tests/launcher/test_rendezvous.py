@@ -143,50 +143,98 @@ def test_worker_variables_keep_a_local_run_on_loopback(monkeypatch: pytest.Monke
     assert "GLOO_SOCKET_IFNAME" not in rendezvous.worker_variables("127.0.0.1", 1)  # the user's choice stays
 
 
-def _keeps_a_secret(folder: str) -> bool:
-    """A worker: rank 0 stores a key and publishes the port; after an outsider had its go, whether the run's
-    store holds the key the outsider wrote."""
+def _keeps_a_secret(folder: str) -> tuple[bool, bytes, float]:
+    """A worker: rank 0 stores a key and publishes the port and its store's file; after an outsider had its go,
+    whether the run's store holds the key the outsider wrote, the stored key's value and an all-reduce's sum."""
     dist.init_process_group("gloo")
     store = dist.distributed_c10d._get_default_store()
     if dist.get_rank() == 0:
         store.set("secret", "run data")
-        Path(folder, "port").write_text(os.environ["MASTER_PORT"])
+        underlying = store
+        while hasattr(underlying, "underlying_store"):  # the default group's PrefixStores
+            underlying = underlying.underlying_store
+        Path(folder, "where").write_text(f"{os.environ['MASTER_PORT']} {getattr(underlying, 'path', '')}")
     deadline = time.monotonic() + 60
     while not Path(folder, "probed").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     dist.barrier()
-    injected = store.check(["injected"])
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    injected, value = store.check(["injected"]), store.get("secret")
     dist.destroy_process_group()
-    return injected
+    return injected, value, total.item()
 
 
-def test_another_process_on_the_port_cannot_read_or_inject_the_runs_keys(tmp_path: Path) -> None:
+_OUTSIDER = """
+import datetime, json, os, sys
+import torch.distributed as dist
+port, path = int(sys.argv[1]), sys.argv[2]
+out = {"uid": os.getuid()}
+store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10),
+                      wait_for_workers=False)
+out["keys"] = store.list_keys()
+for key in out["keys"]:
+    store.set(key, "evil")
+for key in ("default_pg/0//secret", "default_pg/0//injected", "injected"):
+    store.set(key, "evil")
+try:
+    with open(path, "ab") as f:
+        f.write(b"evil")
+    out["file"] = "written"
+except OSError as e:
+    out["file"] = type(e).__name__
+out["folder"] = os.access(os.path.dirname(path), os.R_OK | os.X_OK)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the outsider as another user (nobody)")
+def test_another_user_cannot_read_or_change_a_local_runs_keys(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
     run = notebook_launcher(_keeps_a_secret, (str(tmp_path),), num_processes=2, dashboard=False, use_cpu=True,
                             block=False)
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "port").exists() and time.monotonic() < deadline:
+        while not (tmp_path / "where").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        port = int((tmp_path / "port").read_text())
-        outsider = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10),
-                                 wait_for_workers=False)
-        outsider.set("probe", "x")  # connected: it can use the store for its own keys
-        assert outsider.get("probe") == b"x"
-        # the default group's store keeps its keys under "default_pg/0//" (torch 2.13): where an unprefixed run's are
-        assert not outsider.check(["default_pg/0//secret"]), "the run's key is readable under its plain name"
-        outsider.set("default_pg/0//injected", "evil")
+        port, path = (tmp_path / "where").read_text().split(" ")
+        assert path and oct(os.stat(os.path.dirname(path)).st_mode & 0o777) == "0o700", path
+        done = subprocess.run([sys.executable, "-c", _OUTSIDER, port, path], capture_output=True, text=True,
+                              timeout=60, user=65534, group=65534, check=True)
+        seen = json.loads(done.stdout)
+        assert seen["uid"] == 65534
+        assert not any("secret" in key or key.startswith("run-") for key in seen["keys"]), seen
+        assert seen["file"] == "PermissionError" and seen["folder"] is False, seen
         (tmp_path / "probed").touch()
-        assert run.result(timeout=60) is False  # the run does not see the key written under its plain name
+        assert run.result(timeout=60) == (False, b"run data", 2.0)  # nothing injected, nothing changed, still working
     finally:
         (tmp_path / "probed").touch()
         run.wait(timeout=60)
+    assert not os.path.exists(os.path.dirname(path)), "the run's store folder outlived the run"
 
 
-def test_the_store_prefix_never_reaches_the_environment_or_argv(tmp_path: Path) -> None:
-    prefixes = {rendezvous.new_store_prefix() for _ in range(3)}
-    assert len(prefixes) == 3 and all(len(p) == len("run-") + 32 for p in prefixes)
+def test_a_worker_rendezvous_refuses_a_missing_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    torch_rendezvous = sys.modules["torch.distributed.rendezvous"]  # the name is shadowed by a function
+    monkeypatch.setitem(torch_rendezvous._rendezvous_handlers, "env", torch_rendezvous._rendezvous_handlers["env"])
+    rendezvous.use_private_store(str(tmp_path))
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="RANK is not set"):
+        next(torch_rendezvous.rendezvous("env://"))
+    store, rank, world_size = next(torch_rendezvous.rendezvous("env://?rank=1&world_size=2",
+                                                              timeout=datetime.timedelta(seconds=3)))
+    assert (rank, world_size, type(store).__name__) == (1, 2, "FileStore")
+    assert store.path == str(tmp_path / "store") and store.timeout == datetime.timedelta(seconds=3)
+
+
+def test_the_store_folder_never_reaches_the_environment_or_argv(tmp_path: Path) -> None:
     out = notebook_launcher(_environment_and_argv, (), num_processes=2, dashboard=False, use_cpu=True)
-    assert "run-" not in out, out
+    assert "notebook-accel-store-" not in out, out
 
 
 def _environment_and_argv() -> str:
@@ -200,19 +248,19 @@ def _environment_and_argv() -> str:
 
 _LATE_IMPORT = """
 import sys
-from notebook_accel.launcher.rendezvous import use_store_prefix
+from notebook_accel.launcher.rendezvous import use_private_store
 assert "torch" not in sys.modules
-use_store_prefix("run-abc")
+use_private_store("/nowhere")
 import torch.distributed
 r = sys.modules["torch.distributed.rendezvous"]
 print(r._rendezvous_handlers["env"].__name__)
 """
 
 
-def test_the_prefix_applies_when_the_worker_imports_torch_later() -> None:
+def test_the_private_store_applies_when_the_worker_imports_torch_later() -> None:
     import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-c", _LATE_IMPORT], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[2], check=True)
-    assert done.stdout.strip() == "prefixed"
+    assert done.stdout.strip() == "private"

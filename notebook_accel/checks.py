@@ -1,0 +1,109 @@
+"""Checks of the plain arguments of the public helper functions (devices, counts, loaders, callables), so a wrong
+value fails at the call with the parameter, the value and what is allowed, not as a TypeError from deep inside
+torch. They raise ``TypeError``/``ValueError`` as the accelerate functions of the same names do."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from notebook_accel.errors import shown
+
+__all__ = ["checked_device", "checked_int", "checked_loader", "checked_number",
+           "checked_clip_arguments", "checked_folder"]
+
+
+def checked_device(value: Any, where: str) -> torch.device:
+    """``value`` (a ``torch.device``, ``"cpu"``, ``"cuda:0"``, ``"meta"``...) as a device.
+
+    Raises:
+        TypeError / ValueError: ``where`` (e.g. ``"init_on_device(device=...)"``) names a value that is no device.
+    """
+    if not isinstance(value, (str, torch.device)) and not (type(value) is int and 0 <= value < 1 << 16):
+        raise TypeError(f"{where}: got {shown(value)} ({type(value).__name__}); allowed: a torch.device or a "
+                        "device name such as 'cpu', 'cuda', 'cuda:0' or 'meta'")
+    try:
+        return torch.device(value)
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"{where}: {shown(value)} is not a device torch knows; allowed: a torch.device or a "
+                         "device name such as 'cpu', 'cuda', 'cuda:0' or 'meta'") from e
+
+
+def checked_int(value: Any, where: str, low: int, high: int | None = None) -> int:
+    """``value`` as an int from ``low`` to ``high`` (no bound when ``None``); ``bool`` is refused.
+
+    Raises:
+        TypeError: not an int. ValueError: out of range.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{where}: got {shown(value)} ({type(value).__name__}); allowed: a whole number >= {low}")
+    if value < low or (high is not None and value > high):
+        upper = f" and <= {high}" if high is not None else ""
+        raise ValueError(f"{where}: got {shown(value)}; allowed: a whole number >= {low}{upper}")
+    return value
+
+
+def checked_loader(value: Any, where: str) -> Any:
+    """``value``, which must be a ``torch.utils.data.DataLoader``.
+
+    Raises:
+        TypeError: it is not one.
+    """
+    if not isinstance(value, torch.utils.data.DataLoader):
+        raise TypeError(f"{where}: got {shown(value)} ({type(value).__name__}); allowed: a "
+                        "torch.utils.data.DataLoader")
+    return value
+
+
+def checked_number(value: Any, where: str, allow_inf: bool = False) -> float:
+    """``value`` (an int or float, not ``bool``, not NaN; infinite only with ``allow_inf``) as a float.
+
+    Raises:
+        TypeError: not a number. ValueError: NaN, infinite or beyond a float's range.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{where}: got {shown(value)} ({type(value).__name__}); allowed: a number")
+    number = float(value) if isinstance(value, float) or abs(value) < 2**1023 else None
+    if number is None or number != number or (number in (float("inf"), float("-inf")) and not allow_inf):
+        allowed = "a number (or inf)" if allow_inf else "a finite number"
+        raise ValueError(f"{where}: got {shown(value)}; allowed: {allowed}")
+    return number
+
+
+def checked_clip_arguments(parameters: Any, max_norm: Any,
+                           norm_type: Any) -> tuple[list[torch.Tensor], float, float]:
+    """The arguments of ``clip_grad_norm_`` checked: ``(parameters as a list, max_norm, norm_type)``.
+
+    Raises:
+        TypeError / ValueError: ``parameters`` is not a tensor or an iterable of tensors, or a number is not one.
+    """
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    items = list(parameters) if isinstance(parameters, Iterable) and not isinstance(parameters, (str, bytes)) else None
+    if items is None or not all(isinstance(item, torch.Tensor) for item in items):
+        raise TypeError(f"clip_grad_norm_(parameters={shown(parameters)}): pass the model's parameters, e.g. "
+                        "model.parameters()")
+    return (items, checked_number(max_norm, "clip_grad_norm_(max_norm=...)"),
+            checked_number(norm_type, "clip_grad_norm_(norm_type=...)", allow_inf=True))
+
+
+def checked_folder(value: Any, where: str, optional: bool = False) -> Any:
+    """``value``, which must be a folder's path (``str`` or ``os.PathLike``; ``None`` too when ``optional``), of
+    a length a path can have.
+
+    Raises:
+        TypeError: not a path. ValueError: empty, with a NUL character, or longer than 4096 characters.
+    """
+    if value is None and optional:
+        return value
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str):
+        raise TypeError(f"{where}: got {shown(value)} ({type(value).__name__}); allowed: a folder's path (str or "
+                        f"os.PathLike){', or None' if optional else ''}")
+    if not text.strip() or "\x00" in text or len(text) > 4096:
+        raise ValueError(f"{where}: {shown(text)} cannot be a folder's path (empty, a NUL character, or more than "
+                         "4096 characters)")
+    return value
