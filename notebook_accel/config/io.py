@@ -208,7 +208,17 @@ def load_config(path: PathLike) -> Config:
         raise ConfigError([f"{source} is a folder, not a config file"], source) from e
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError([f"cannot read {source}: {e}"], source) from e
-    return config_from_mapping(parse_config_text(text, source, as_json=file.suffix.lower() == ".json"), source)
+    key = (source, text)
+    cached = _LOADED.get(key)
+    if cached is None:  # each launch reads the default file: parse it again only when its text changed
+        cached = config_from_mapping(parse_config_text(text, source, as_json=file.suffix.lower() == ".json"), source)
+        if len(_LOADED) >= 16:
+            _LOADED.clear()
+        _LOADED[key] = cached
+    return cached
+
+
+_LOADED: dict[tuple[str, str], Config] = {}  # (path, text) -> its config (frozen, so it can be shared)
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:

@@ -269,7 +269,8 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
     local = len(plan.devices)
     secret = store_secret() if plan.nodes > 1 else None  # several machines: keyed names, sealed values (.keyed_store)
     # Node 0 of a forked run serves the rendezvous store itself, bound to master_addr only (.rendezvous).
-    listener = bind_listener(plan.master_addr, plan.port) if plan.node == 0 and not plan.in_process else None
+    listener = bind_listener(plan.master_addr, plan.port, listen=plan.nodes > 1) if (
+        plan.node == 0 and not plan.in_process) else None  # one machine: the port is held, not served (below)
     port = choose_port(plan.port, plan.master_addr, plan.node) if listener is None else listener.getsockname()[1]
     variables = {} if plan.in_process else worker_variables(plan.master_addr, plan.nodes)
     if attempt:
@@ -281,7 +282,8 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
     watch = None if plan.nodes == 1 or plan.in_process else PeerWatch(  # a lost node ends the run (.heartbeat)
         plan.master_addr, int(port), plan.node, plan.nodes, local, plan.rdzv.keep_alive_interval,
         plan.rdzv.keep_alive_max_attempt, plan.rdzv.join_timeout, secret)
-    # One machine: the workers rendezvous in a FileStore only this user can open, not on the TCP port (.rendezvous).
+    # One machine: the workers rendezvous in a FileStore only this user can open, not on the TCP port (.rendezvous);
+    # the port stays bound (MASTER_PORT names it) but is not served: starting a TCP store costs a launch 2-4 ms.
     private = new_store_folder() if store is not None and plan.nodes == 1 else None
     if guard is not None and private is not None:
         guard.remove_on_death(private)  # a killed kernel leaves no folder behind
@@ -337,7 +339,7 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
 
         def before() -> None:
             """In the supervising thread, once the workers exist: serve the store, then beat."""
-            if store is not None:
+            if store is not None and private is None:  # one machine: the port is only held (no one connects)
                 store.start()
             if watch is not None:
                 watch.start()

@@ -63,14 +63,15 @@ def signal_worker(pid: int, reaped: bool, sig: signal.Signals) -> None:
 
 def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes in group ``pgid``, read from ``/proc``; without ``/proc``, ``[pgid]`` when
-    the group still exists (``killpg(pgid, 0)`` succeeds), else ``[]``."""
+    the group still exists (``killpg(pgid, 0)`` succeeds), else ``[]``. An empty group (the usual case after a
+    run) costs one system call, not a walk of ``/proc``."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return []
     try:
         entries = os.listdir("/proc")
     except OSError:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return []
         return [pgid]
     members = []
     for entry in entries:

@@ -72,10 +72,12 @@ def _family(host: str) -> socket.AddressFamily:
         ) from e
 
 
-def bind_listener(host: str, port: int | None, port_option: str = "use_port=") -> socket.socket:
+def bind_listener(host: str, port: int | None, port_option: str = "use_port=", listen: bool = True) -> socket.socket:
     """A listening socket on ``host``:``port`` (``None`` or 0: a free port chosen by the OS).
 
-    ``port_option`` is how the caller's user gives the port, named in the busy-port message.
+    ``port_option`` is how the caller's user gives the port, named in the busy-port message. ``listen=False``
+    only holds the port (a client that connects is refused at once instead of waiting for a server that never
+    answers).
 
     Raises:
         LaunchError: the port is busy or privileged, or ``host`` is not an address of this machine.
@@ -85,7 +87,8 @@ def bind_listener(host: str, port: int | None, port_option: str = "use_port=") -
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers of a last run are fine
         sock.bind((host, port or 0))
-        sock.listen(_BACKLOG)
+        if listen:
+            sock.listen(_BACKLOG)
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRNOTAVAIL:

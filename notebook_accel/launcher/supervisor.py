@@ -368,7 +368,8 @@ class _Supervisor:
 def _sampler(handles: Sequence[WorkerHandle]) -> SystemSampler | None:
     """A system sampler for the started workers, or ``None`` when one cannot be made here."""
     try:
-        return SystemSampler({h.rank: h.pid or h.process.pid or 0 for h in handles}, {h.rank: h.device for h in handles})
+        return SystemSampler({h.rank: h.pid or h.process.pid or 0 for h in handles}, {h.rank: h.device for h in handles},
+                             fresh=True)
     except Exception:  # noqa: BLE001 - monitoring is a convenience: psutil or NVML trouble must not stop a launch
         return None
 

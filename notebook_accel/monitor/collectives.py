@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["CommTimer", "time_deepspeed_collectives", "time_fsdp_collectives"]
 
@@ -97,6 +98,8 @@ class CommTimer:
 
 def _timed(timer: CommTimer, call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Run one collective ``call(*args, **kwargs)`` and record when it was in flight."""
+    import torch
+
     tensor = kwargs.get("output_tensor", args[0] if args else None)
     if isinstance(tensor, torch.Tensor) and tensor.device.type == "cuda":
         start = torch.cuda.Event(enable_timing=True)
@@ -178,6 +181,8 @@ _DEEPSPEED_OPS = ("all_reduce", "all_reduce_coalesced", "inference_all_reduce", 
 
 def _first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
     """The first tensor among a collective's arguments (looking into lists), to learn its device."""
+    import torch
+
     for value in (*args, *kwargs.values()):
         if isinstance(value, (list, tuple)) and value:
             value = value[0]
@@ -188,6 +193,8 @@ def _first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor
 
 def _timed_op(holder: list[CommTimer], op: Any) -> Any:
     """``op`` (a DeepSpeed backend collective) timed into ``holder[0]``."""
+
+    import torch
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         tensor = _first_tensor(args, kwargs)

@@ -29,7 +29,7 @@ class TreeMeter:
         True
     """
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, fresh: bool = False) -> None:
         self.pid = pid
         self._process: psutil.Process | None = None
         self._cpu: dict[int, float] = {}  # CPU seconds per member at the previous read
@@ -38,7 +38,10 @@ class TreeMeter:
             self._process = psutil.Process(pid)
         except psutil.Error:
             self._process = None
-        self.read()
+        if fresh:  # forked just now: it has used no CPU yet, so no read (a walk of /proc) is needed for a baseline
+            self._cpu = {pid: 0.0}
+        else:
+            self.read()
 
     def read(self) -> tuple[float, int]:
         """``(cpu_percent, rss_bytes)`` of the tree now; ``(0.0, 0)`` once the process is gone."""

@@ -29,6 +29,7 @@ class SystemSampler:
         devices: each local rank's device, as the launcher chose it.
         interval: seconds between samples.
         nvml: an open NVML session (``None``: opened here when a worker has a GPU).
+        fresh: the workers were forked just now (their CPU counts from zero: no first read is needed).
 
     Example:
         >>> import os
@@ -39,9 +40,9 @@ class SystemSampler:
     """
 
     def __init__(self, workers: Mapping[int, int], devices: Mapping[int, str], interval: float = SAMPLE_SECONDS,
-                 nvml: Nvml | None = None) -> None:
+                 nvml: Nvml | None = None, fresh: bool = False) -> None:
         self.interval = interval
-        self.meters = {rank: TreeMeter(pid) for rank, pid in sorted(workers.items())}
+        self.meters = {rank: TreeMeter(pid, fresh) for rank, pid in sorted(workers.items())}
         self.peak_rss: dict[int, int] = dict.fromkeys(self.meters, 0)
         self.peak_gpu: dict[int, int] = {}
         self.last: SystemSample | None = None

@@ -26,8 +26,8 @@ def grow_in_cgroup(procs_file: str) -> None:
     with open(procs_file, "w") as f:
         f.write(str(os.getpid()))
     chunks = []
-    while True:  # 8 MB every 0.1 s: a sample (every second) sees the group fill up
-        chunk = bytearray(8 << 20)
+    while True:  # 8 MiB every 0.1 s up to 120 MiB, then 1 MiB: samples (every second) see the last 40 MiB fill up
+        chunk = bytearray((8 if len(chunks) < 15 else 1) << 20)
         chunk[::4096] = b"\x01" * len(chunk[::4096])
         chunks.append(chunk)
         time.sleep(0.1)
