@@ -4,7 +4,8 @@ A worker that logs at every step posts one :class:`~notebook_accel.events.Metric
 they are, the kernel would unpickle one dataclass and one dict per call, and every sink would do its work per
 call. Instead the channel's flush (:mod:`notebook_accel.channel`) packs the posted metrics of one rank into a
 :class:`MetricsBatch`: a table of names and a few typed arrays (steps, times, values), which unpickles as a
-handful of objects however many calls it holds. Every value is kept; nothing is coalesced.
+handful of objects however many calls it holds. Every value is kept; nothing is coalesced. Values arrive as
+floats (what ``Metrics`` holds; the trackers already turn every logged number into one).
 
 Layout, record by record (one record = one ``log`` call, in logging order): ``steps[i]`` (:data:`NO_STEP` for
 ``None``), ``times[i]``, and its values, contiguous in ``values``. Consecutive records with the same names in the
