@@ -124,6 +124,8 @@ class _Packer:
         self.steps = array("q")
         self.times = array("d")
         self.values = array("d")
+        self._last_names: tuple[str, ...] = ()  # the previous record's names and their indices
+        self._last_keys: tuple[int, ...] = ()
 
     def add(self, event: Metrics) -> bool:
         """Add ``event``; ``False`` (nothing added) when it cannot be packed (a name that is not a string, a value
@@ -132,7 +134,10 @@ class _Packer:
         if event.step is not None and (type(step) is not int or not NO_STEP < step <= _STEP_MAX):
             return False
         names = event.values
-        if type(names) is not dict or not all(type(name) is str for name in names):
+        if type(names) is not dict:
+            return False
+        same = len(names) == len(self._last_names) and tuple(names) == self._last_names  # the usual case
+        if not same and not all(type(name) is str for name in names):
             return False
         size = len(self.values)
         try:
@@ -141,8 +146,12 @@ class _Packer:
         except (TypeError, ValueError, OverflowError):
             del self.values[size:]
             return False
-        index = self.index
-        keys = tuple(index.setdefault(name, len(index)) for name in names)
+        if same:
+            keys = self._last_keys
+        else:
+            index = self.index
+            keys = tuple(index.setdefault(name, len(index)) for name in names)
+            self._last_names, self._last_keys = tuple(names), keys
         if self.runs and self.runs[-1][0] == keys:
             self.runs[-1][1] += 1
         else:
