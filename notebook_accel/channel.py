@@ -12,6 +12,13 @@ Two ways to send:
 - :meth:`EventWriter.post`: batched, for frequent ones (metrics, progress). A post is a deque append (well
   under a microsecond); a daemon thread flushes the batch every ``flush_interval`` seconds, so logging at
   every training step costs almost nothing and the kernel still sees values within a fraction of a second.
+  At the flush the posted :class:`~notebook_accel.events.Metrics` are packed into one
+  :class:`~notebook_accel.metrics_batch.MetricsBatch` (a names table and typed arrays), so the kernel loads a
+  few objects per flush, not one event per ``log`` call (every value is kept; see that module for the order).
+
+Order: posted events arrive in the order they were posted (metrics among themselves, the other events among
+themselves: a flush's metrics batch takes the place of its first ``Metrics``), and a sent event arrives after
+every event posted before it.
 
 On the wire each message is a ``list`` of events pickled by value (:func:`dumps`); :func:`read_events`
 undoes that on the kernel side. Not ``Connection.send``: torch registers shared-memory reductions for tensors
@@ -32,6 +39,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from notebook_accel.events import Event
+from notebook_accel.metrics_batch import MetricsBatch, pack
 
 __all__ = ["EventWriter", "current", "install", "uninstall", "read_events", "decode", "dumps"]
 
@@ -67,7 +75,7 @@ class EventWriter:
     def send(self, event: Event) -> None:
         """Send ``event`` now, after any posted events (so order is kept). Raises if it cannot be pickled."""
         with self._send_lock:  # drain and write together: a concurrent flush can neither reorder nor race
-            batch = self._drain()
+            batch = pack(self._drain())
             batch.append(event)
             self._write(batch)
 
@@ -82,7 +90,7 @@ class EventWriter:
         with self._send_lock:
             batch = self._drain()
             if batch:
-                self._write(batch)
+                self._write(pack(batch))
 
     def close(self) -> None:
         """Flush, stop the flusher thread and close the pipe. Safe to call twice."""
@@ -196,12 +204,21 @@ def uninstall() -> EventWriter | None:
     return writer
 
 
-def decode(message: bytes | bytearray) -> list[Event]:
-    """The events of one received message (unpickling errors propagate: the message is the user's data)."""
+def decode(message: bytes | bytearray) -> list[Event | MetricsBatch]:
+    """The events of one received message (unpickling errors propagate: the message is the user's data); a
+    worker's metrics come as :class:`~notebook_accel.metrics_batch.MetricsBatch` (give them to a sink with
+    :func:`~notebook_accel.metrics_batch.deliver`)."""
     loaded = pickle.loads(message)
     return list(loaded) if isinstance(loaded, list) else [loaded]
 
 
 def read_events(conn: Connection) -> list[Event]:
-    """Receive one message on the kernel side and return its events (raises ``EOFError`` when closed)."""
-    return decode(conn.recv_bytes())
+    """Receive one message on the kernel side and return its events, a metrics batch as the ``Metrics`` events
+    that were posted (raises ``EOFError`` when closed). The launcher reads with :func:`decode` instead."""
+    out: list[Event] = []
+    for event in decode(conn.recv_bytes()):
+        if type(event) is MetricsBatch:
+            out.extend(event.events())
+        else:
+            out.append(event)  # type: ignore[arg-type]
+    return out

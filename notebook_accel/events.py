@@ -250,6 +250,10 @@ class Sink(Protocol):
     A sink must be quick (it runs on the launcher's supervising loop) and must not raise; the launcher
     treats a sink error as a bug in the sink, reports it once and carries on without it.
 
+    Optional: a sink may define ``handle_metrics(batch)`` to take a worker's metrics a flush at a time, as one
+    :class:`~notebook_accel.metrics_batch.MetricsBatch` (typed arrays: no Python object per value); a sink
+    without it gets the same values as :class:`Metrics` events, one per ``log`` call, through ``handle``.
+
     Optional: a sink may also define ``tick(now: float) -> None``. The supervising loop then wakes at least
     every :data:`TICK_SECONDS` even when no event arrives and calls it with ``time.monotonic()``, so a sink can
     move its clock (elapsed time, rate, ETA) and show values it held back for throttling. It is not part of

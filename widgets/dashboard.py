@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from notebook_accel.events import EngineReady, Event, Exited, Failed, Finished, RunInfo, RunOutcome, Started
+from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.widgets import views
 from notebook_accel.widgets.live_view import LiveView
 from notebook_accel.widgets.snapshot import StaticResult, Summary
@@ -208,6 +209,10 @@ class Dashboard:
         state.apply(event, now)
         if now >= self._next_refresh or isinstance(event, _URGENT):
             self._guarded(self._refresh, False)
+
+    def handle_metrics(self, batch: MetricsBatch) -> None:
+        """Record a worker's metrics batch (many ``log`` calls at once); refresh as :meth:`handle` does."""
+        self.handle(batch)  # type: ignore[arg-type]  # RunState.apply takes batches
 
     def phase(self, text: str) -> None:
         """Say what the launch is doing while nothing else shows it (``""``: nothing); shown at once once the

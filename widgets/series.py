@@ -4,11 +4,13 @@ Points go into buckets of ``width`` consecutive points; each bucket keeps its fi
 where y was smallest and largest. When there are ``budget`` closed buckets, neighbours are merged in pairs and
 the width doubles. Appending is O(1) amortised, memory and :meth:`Series.points` are O(budget), and a single
 spike always survives (it is the max of its bucket). Non-finite values (NaN, inf) are counted but not plotted.
+:meth:`Series.extend` adds many points with the same result and a Python step per bucket, not per point.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 __all__ = ["Series"]
 
@@ -70,6 +72,44 @@ class Series:
             self._open = None
             if len(self._closed) >= self.budget:
                 self._halve()
+
+    def extend(self, xs: Sequence[float], ys: Sequence[float]) -> None:
+        """Add the points ``zip(xs, ys)`` (same length), as that many :meth:`append` calls would, with a Python
+        step per bucket rather than per point: each bucket's min and max are taken from a slice at once."""
+        n = len(ys)
+        if n == 0:
+            return
+        if not math.isfinite(sum(ys)):  # a NaN or inf among them (or a sum past the float range): one by one
+            for x, y in zip(xs, ys):
+                self.append(x, y)
+            return
+        self.count += n
+        self.last = (xs[-1], ys[-1])
+        if self._first is None:
+            self._first = (xs[0], ys[0])
+        self._end = self.last
+        i = 0
+        while i < n:
+            b = self._open
+            j = min(n, i + self.width - (0 if b is None else int(b[_N])))
+            part = ys[i:j]
+            lo, hi = min(part), max(part)
+            at_lo, at_hi = xs[i + part.index(lo)], xs[i + part.index(hi)]  # the first of equal values, as append
+            if b is None:
+                b = self._open = [xs[i], xs[j - 1], at_lo, lo, at_hi, hi, j - i]
+            else:
+                b[_XL] = xs[j - 1]
+                if lo < b[_YMIN]:
+                    b[_XMIN], b[_YMIN] = at_lo, lo
+                if hi > b[_YMAX]:
+                    b[_XMAX], b[_YMAX] = at_hi, hi
+                b[_N] += j - i
+            if b[_N] >= self.width:
+                self._closed.append(b)
+                self._open = None
+                if len(self._closed) >= self.budget:
+                    self._halve()
+            i = j
 
     def _halve(self) -> None:
         """Merge closed buckets in pairs and double the width."""

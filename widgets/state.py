@@ -30,6 +30,7 @@ from notebook_accel.events import (
     StepTimes,
     SystemSample,
 )
+from notebook_accel.metrics_batch import NO_STEP, MetricsBatch
 from notebook_accel.terminal import strip_ansi
 from notebook_accel.widgets.progress_model import ProgressState, RunProgress
 from notebook_accel.widgets.series import Series
@@ -239,8 +240,9 @@ class RunState:
             out.setdefault(group_of(name), []).append(name)
         return out
 
-    def apply(self, event: Event, now: float = 0.0) -> None:
-        """Update the model with one event (unknown event types are ignored); ``now`` is the dashboard clock."""
+    def apply(self, event: Event | MetricsBatch, now: float = 0.0) -> None:
+        """Update the model with one event or a worker's metrics batch (unknown event types are ignored); ``now``
+        is the dashboard clock."""
         kind = type(event)
         if kind is SystemSample or kind is StepTimes:  # the system panel's own model and version
             if self.system is None:
@@ -258,6 +260,8 @@ class RunState:
             self.workers_spoke = True
         if kind is Metrics:
             self._metrics(event)  # type: ignore[arg-type]
+        elif kind is MetricsBatch:
+            self._metrics_batch(event)  # type: ignore[arg-type]
         elif kind is Progress:
             self._progress(event)  # type: ignore[arg-type]
         elif kind is Log:
@@ -322,21 +326,59 @@ class RunState:
         suffix = "" if event.rank == self.main_rank else f" (rank {event.rank})"
         progress_step: int | None = None
         for key, value in event.values.items():
-            name = key + suffix if suffix else key
-            series = self.series.get(name)
-            if series is None and len(self.series) < self.max_series:
-                series = self.series[name] = Series(self.budget)
-            step = event.step if event.step is not None or series is None else series.count
-            if series is not None:
-                series.append(step, value)
-            if name in self.latest or len(self.latest) < self.max_table:
-                self.latest[name] = (step, value)
-            elif len(self._not_shown) < _MAX_COUNTED:
-                self._not_shown.add(name)
+            step = self._value(key + suffix if suffix else key, event.step, value)
             if not suffix and step is not None:
                 progress_step = step if progress_step is None else max(progress_step, step)
         if progress_step is not None:  # once per event, however many names it carries
             self.run_progress.on_step(progress_step, event.time, self._now)
+
+    def _metrics_batch(self, batch: MetricsBatch) -> None:
+        """A worker's many ``log`` calls at once: each metric's values of a run of calls go to its series in one
+        :meth:`Series.extend`, its latest value and the step progress are set once (calls without a step:
+        value by value, as :meth:`_metrics`)."""
+        self.metrics_version += 1
+        suffix = "" if batch.rank == self.main_rank else f" (rank {batch.rank})"
+        progress_step: int | None = None
+        for column in batch.columns():
+            name = column.name + suffix if suffix else column.name
+            steps, values = column.steps, column.values
+            if NO_STEP in steps:
+                for step, value in zip(steps, values):
+                    self._value(name, None if step == NO_STEP else step, value)
+                continue
+            series = self._series(name)
+            if series is not None:
+                series.extend(steps, values)
+            self._latest(name, steps[-1], values[-1])
+            if not suffix:
+                top = max(steps)
+                progress_step = top if progress_step is None else max(progress_step, top)
+        if progress_step is not None:  # once per batch
+            self.run_progress.on_step(progress_step, batch.times[-1], self._now)
+
+    def _value(self, name: str, step: int | None, value: float) -> int | None:
+        """Add one value of metric ``name``; return the step it was drawn at (``None``: the series' count)."""
+        series = self._series(name)
+        if step is None and series is not None:
+            step = series.count
+        if series is not None:
+            series.append(step, value)  # type: ignore[arg-type]  # None only without a series
+        self._latest(name, step, value)
+        return step
+
+    def _series(self, name: str) -> Series | None:
+        """The series of ``name``, made while fewer than ``max_series`` exist (``None``: in the table only)."""
+        series = self.series.get(name)
+        if series is None and len(self.series) < self.max_series:
+            series = self.series[name] = Series(self.budget)
+        return series
+
+    def _latest(self, name: str, step: int | None, value: float) -> None:
+        """Set the latest value of ``name`` in the table, or count it among the names not shown."""
+        if name in self.latest or len(self.latest) < self.max_table:
+            self.latest[name] = (step, value)
+        elif len(self._not_shown) < _MAX_COUNTED:
+            self._not_shown.add(name)
 
     def _progress(self, event: Progress) -> None:
         """Track each rank's count (every rank's loader reports: the ranks table shows each position); the main

@@ -40,6 +40,7 @@ from notebook_accel.errors import LaunchError, NotebookAccelError, shown
 from notebook_accel.events import Event, Log, Metrics, RunInfo, RunOutcome, Sink
 from notebook_accel.launcher.spawn import interrupts_held
 from notebook_accel.launcher.supervisor import StopRequested
+from notebook_accel.metrics_batch import MetricsBatch, deliver
 
 __all__ = ["BackgroundRun", "RunStoppedError", "RunArgumentError", "RunStatus", "check_can_start", "RecordingTee"]
 
@@ -72,6 +73,9 @@ def _seconds(method: str, timeout: object) -> float | None:
 class RecordingTee:
     """Passes every event on to ``sink`` and keeps the metrics of the main rank and every rank's output lines.
 
+    A worker's metrics batch is kept as it came and turned into rows only when asked for (:meth:`snapshot`),
+    so a run that logs thousands of values a second costs the kernel a list append per batch.
+
     Args:
         sink: the sink that shows the run.
         main_rank: whose metrics are kept (rank 0 on node 0).
@@ -81,6 +85,7 @@ class RecordingTee:
         self.sink = sink
         self.main_rank = main_rank
         self.metrics: list[dict[str, float | int | None]] = []
+        self._batches: list[MetricsBatch] = []  # the main rank's batches not yet turned into rows of ``metrics``
         self.output: dict[int, list[str]] = {}
         self._lock = threading.Lock()
         if hasattr(sink, "tick"):
@@ -94,18 +99,33 @@ class RecordingTee:
         """Record metrics and complete lines, then forward."""
         with self._lock:
             if isinstance(event, Metrics) and event.rank == self.main_rank:
+                self._rows()
                 self.metrics.append({"step": event.step, "time": event.time, **event.values})
             elif isinstance(event, Log) and not event.partial:
                 self.output.setdefault(event.rank, []).extend(event.text.split("\n"))
         self.sink.handle(event)
 
+    def handle_metrics(self, batch: MetricsBatch) -> None:
+        """Keep the main rank's batch (rows are made when asked for), then forward it."""
+        if batch.rank == self.main_rank:
+            with self._lock:
+                self._batches.append(batch)
+        deliver(self.sink, batch)
+
     def finish(self, outcome: RunOutcome) -> None:
         """Forward :meth:`Sink.finish`."""
         self.sink.finish(outcome)
 
+    def _rows(self) -> None:
+        """Turn the kept batches into rows of ``metrics``, in arrival order (the caller holds the lock)."""
+        for batch in self._batches:
+            self.metrics.extend({"step": e.step, "time": e.time, **e.values} for e in batch.events())
+        self._batches.clear()
+
     def snapshot(self) -> tuple[list[dict[str, float | int | None]], dict[int, list[str]]]:
         """Copies of what was recorded so far (safe while the run goes on)."""
         with self._lock:
+            self._rows()
             return [dict(row) for row in self.metrics], {rank: list(lines) for rank, lines in self.output.items()}
 
 

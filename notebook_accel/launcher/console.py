@@ -34,6 +34,7 @@ from notebook_accel.events import (
     StepTimes,
     SystemSample,
 )
+from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.monitor.summary import SystemSummary, sample_line
 from notebook_accel.monitor.verdict import StepBreakdown, verdict
 from notebook_accel.terminal import strip_ansi
@@ -265,6 +266,11 @@ class ConsoleSink:
         else:
             text = f"{event.n} {rate}"
         self._write(sys.stdout, f"{name}: {text}")
+
+    def handle_metrics(self, batch: MetricsBatch) -> None:
+        """A worker's batch of ``log`` calls: its latest values, when the throttle allows (as :meth:`handle`)."""
+        if batch.rank == self.main_rank and self._clock() - self._last_metrics >= self._metrics_interval:
+            self._metrics(batch.record(-1))
 
     def _metrics(self, event: Metrics) -> None:
         """``step 12: loss=0.4321, acc=0.9`` at most every interval (the first 20 values, then a count)."""

@@ -8,6 +8,7 @@ from typing import Any
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import Event, RunInfo, RunOutcome, Sink
 from notebook_accel.launcher.console import ConsoleSink
+from notebook_accel.metrics_batch import MetricsBatch
 
 __all__ = ["GuardedSink", "choose_sink", "in_jupyter_kernel"]
 
@@ -45,6 +46,18 @@ class GuardedSink:
     def handle(self, event: Event) -> None:
         """Forward :meth:`Sink.handle`."""
         self._call("handle", event)
+
+    def handle_metrics(self, batch: MetricsBatch) -> None:
+        """Forward a worker's metrics batch: whole when the sink takes batches (``handle_metrics``), else as the
+        ``Metrics`` events that were posted (see :mod:`notebook_accel.metrics_batch`)."""
+        sink = self._sink
+        if sink is None:
+            return
+        if hasattr(sink, "handle_metrics"):
+            self._call("handle_metrics", batch)
+            return
+        for event in batch.events():
+            self._call("handle", event)
 
     def finish(self, outcome: RunOutcome) -> None:
         """Forward :meth:`Sink.finish`."""

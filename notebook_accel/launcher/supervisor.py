@@ -47,6 +47,7 @@ from notebook_accel.launcher.output import RankOutput
 from notebook_accel.launcher.processes import end_groups, oom_kills, signal_worker
 from notebook_accel.launcher.runlogs import rank_log
 from notebook_accel.launcher.spawn import WorkerHandle, close_handles
+from notebook_accel.metrics_batch import MetricsBatch, deliver
 from notebook_accel.monitor.board import SystemBoard, board_for, close_board
 from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
 
@@ -119,7 +120,10 @@ class _Supervisor:
             except Exception as e:  # noqa: BLE001 - whatever unpickling the user's objects raises
                 events = [Failed(handle.rank, "ResultError", unloadable_message(handle.rank, e), "")]
             for event in events:
-                self.on_event(event)
+                if type(event) is MetricsBatch:  # many log calls at once: to the sink whole, when it takes them
+                    deliver(self.sink, event)
+                    continue
+                self.on_event(event)  # type: ignore[arg-type]
                 if isinstance(event, (Finished, Failed)):
                     self.conns.pop(conn, None)  # its last word: the rest (end of file) is read when it exits
         if reader.eof:

@@ -140,3 +140,18 @@ def test_the_closing_lines_give_each_ranks_step_split_and_the_verdict(capsys: py
     assert lines[-2] == ("Verdict: data-bound: every rank waits 60% of each step for its DataLoader; raise num_workers "
                          "(now 2) or make loading cheaper")
     assert lines[-1] == "Finished in 2.0s"
+
+
+def test_a_metrics_batch_prints_its_latest_values_at_most_every_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    from notebook_accel.metrics_batch import pack
+
+    clock = Clock()
+    sink = ConsoleSink(clock=clock, metrics_interval=5.0)
+    for first in (0, 100, 200):
+        clock.now = {0: 0.0, 100: 2.0, 200: 6.0}[first]
+        [batch] = pack([Metrics(0, s, {"loss": 1.0 / (s + 1)}, float(s)) for s in range(first, first + 100)])
+        sink.handle_metrics(batch)
+    [other] = pack([Metrics(1, s, {"loss": 0.0}, 0.0) for s in range(3)])
+    clock.now = 100.0
+    sink.handle_metrics(other)  # another rank's: not printed
+    assert capsys.readouterr().out.splitlines() == ["step 99: loss=0.01", "step 299: loss=0.003333"]

@@ -49,3 +49,35 @@ def test_non_finite_values_are_counted_but_not_drawn() -> None:
 def test_budget_must_be_at_least_two() -> None:
     with pytest.raises(ValueError, match=r"budget=1"):
         Series(budget=1)
+
+
+def test_extend_gives_what_appending_one_by_one_gives() -> None:
+    import random
+    from array import array
+
+    rng = random.Random(23)
+    for budget in (2, 3, 7, 200):
+        one, many = Series(budget), Series(budget)
+        x = 0
+        for _ in range(40):
+            n = rng.randint(0, 400)
+            xs = array("q", range(x, x + n))
+            x += n
+            ys = array("d", (rng.choice((0.5, 0.25, rng.random(), float("nan") if rng.random() < 0.01 else 0.5))
+                             for _ in range(n)))
+            for xi, yi in zip(xs, ys):
+                one.append(xi, yi)
+            many.extend(xs, ys)
+            assert many.points() == one.points()
+            assert (many.count, many.width, many._closed, many._open) == (one.count, one.width, one._closed, one._open)
+
+
+def test_extend_keeps_a_spike_and_counts_non_finite_values() -> None:
+    s = Series(budget=10)
+    ys = [1.0] * 10_000
+    ys[4_321] = 50.0
+    s.extend(list(range(10_000)), ys)
+    s.extend([10_000, 10_001], [float("inf"), 2.0])
+    xs, drawn = s.points()
+    assert max(drawn) == 50.0 and xs[drawn.index(50.0)] == 4_321
+    assert s.count == 10_002 and s.last == (10_001, 2.0) and len(xs) <= 2 * (10 + 2)

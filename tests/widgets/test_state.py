@@ -165,3 +165,27 @@ def test_a_few_metric_names_show_no_note() -> None:
     state = RunState(RunInfo(1, ("cpu",), "gloo", "train"))
     state.apply(Metrics(0, 1, {"loss": 0.5, "lr": 0.1}, 0.0))
     assert state.metrics_note() == "" and state.metrics_not_shown == 0 and set(state.series) == {"loss", "lr"}
+
+
+def test_a_metrics_batch_gives_the_model_the_events_one_by_one_give() -> None:
+    from notebook_accel.metrics_batch import MetricsBatch, pack
+
+    posted = [Metrics(0, i, {"train/loss": 1.0 / (i + 1), "lr": 0.1}, float(i)) for i in range(2_000)]
+    posted[777] = Metrics(0, 777, {"train/loss": 99.0, "lr": 0.1}, 777.0)  # a spike
+    posted += [Metrics(0, None, {"eval/loss": 0.5 + i}, 3_000.0 + i) for i in range(5)]
+    posted += [Metrics(0, 2_000 + i, {f"m{i % 7}": float(i)}, 4_000.0 + i) for i in range(50)]
+    others = [Metrics(1, i, {"train/loss": 2.0}, float(i)) for i in range(300)]
+    one, whole = _state(max_series=6, max_table=8), _state(max_series=6, max_table=8)
+    for event in posted + others:
+        one.apply(event, now=1.0)
+    batches = pack(posted) + pack(others)
+    assert [type(b) for b in batches] == [MetricsBatch, MetricsBatch]
+    for batch in batches:
+        whole.apply(batch, now=1.0)
+    assert list(whole.series) == list(one.series)
+    assert {n: s.points() for n, s in whole.series.items()} == {n: s.points() for n, s in one.series.items()}
+    assert {n: s.count for n, s in whole.series.items()} == {n: s.count for n, s in one.series.items()}
+    assert whole.latest == one.latest and whole.metrics_not_shown == one.metrics_not_shown == 3
+    assert max(whole.series["train/loss"].points()[1]) == 99.0
+    assert whole.run_progress.steps.n == one.run_progress.steps.n == 2_049
+    assert whole.workers_spoke and whole.metrics_version > 0
