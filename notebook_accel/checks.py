@@ -5,7 +5,7 @@ torch. They raise ``TypeError``/``ValueError`` as the accelerate functions of th
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -13,7 +13,7 @@ import torch
 from notebook_accel.errors import shown
 
 __all__ = ["checked_device", "checked_int", "checked_loader", "checked_number",
-           "checked_clip_arguments", "checked_folder"]
+           "checked_clip_arguments", "checked_folder", "checked_file", "checked_log_kwargs"]
 
 
 def checked_device(value: Any, where: str) -> torch.device:
@@ -106,4 +106,43 @@ def checked_folder(value: Any, where: str, optional: bool = False) -> Any:
     if not text.strip() or "\x00" in text or len(text) > 4096:
         raise ValueError(f"{where}: {shown(text)} cannot be a folder's path (empty, a NUL character, or more than "
                          "4096 characters)")
+    return value
+
+
+def checked_file(value: Any, where: str, file_object: bool = True) -> Any:
+    """``value``, which must be a file's path (``str`` or ``os.PathLike``) of a length a path can have, or (with
+    ``file_object``) an open binary file with a ``write`` method.
+
+    Raises:
+        TypeError: neither. ValueError: an empty path, a NUL character, or more than 4096 characters.
+    """
+    if file_object and callable(getattr(value, "write", None)):
+        return value
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str):
+        allowed = "a file's path (str or os.PathLike)" + (" or a binary file opened for writing" if file_object else "")
+        raise TypeError(f"{where}: got {shown(value)} ({type(value).__name__}); allowed: {allowed}")
+    if not text.strip() or "\x00" in text or len(text) > 4096:
+        raise ValueError(f"{where}: {shown(text)} cannot be a file's path (empty, a NUL character, or more than "
+                         "4096 characters)")
+    return value
+
+
+def checked_log_kwargs(value: Any, where: str) -> Mapping[str, Mapping[str, Any]]:
+    """``value`` (``None`` or a dict of tracker name to a dict of keyword arguments, e.g.
+    ``{"tensorboard": {"walltime": 0.0}}``) as such a mapping (empty for ``None``).
+
+    Raises:
+        TypeError: not a dict, a key not a tracker name, or a value not a dict of keyword arguments.
+    """
+    if value is None:
+        return {}
+    allowed = ("allowed: None or a dict of tracker name to a dict of that tracker's keyword arguments, e.g. "
+               "{'tensorboard': {'walltime': 0.0}}")
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{where}: got {shown(value)} ({type(value).__name__}); {allowed}")
+    for name, kwargs in value.items():
+        if not isinstance(name, str) or not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+            raise TypeError(f"{where}: the entry {shown(name, 40)}: {shown(kwargs, 60)} is not a tracker name with "
+                            f"a dict of keyword arguments; {allowed}")
     return value

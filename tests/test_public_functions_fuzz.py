@@ -93,9 +93,11 @@ def test_public_functions_with_hostile_values() -> None:
 
 
 def test_accelerator_methods_with_hostile_values(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``reduce``, ``clip_grad_norm_``, ``save_state``, ``load_state`` and ``save_model``, each parameter given each
-    hostile value: a result, or an error naming the parameter (was a raw TypeError/OverflowError from torch or
-    float(), an AttributeError, or a message quoting a 100,000-character path)."""
+    """``reduce``, ``clip_grad_norm_``, ``save_state``, ``load_state``, ``save_model``, ``log``, ``save`` and
+    ``split_between_processes``, each parameter given each hostile value: a result, or an error naming the
+    parameter (was a raw TypeError/OverflowError from torch or float(), an AttributeError from ``log(log_kwargs=[1])``
+    or ``save(f=None)``, a KeyError-free ``len()`` TypeError from ``split_between_processes({"a": 1})``, or a
+    message quoting a 100,000-character path), and nothing left behind."""
     monkeypatch.chdir(tmp_path)
     accelerator = na.Accelerator(cpu=True)
     weight = torch.nn.Parameter(torch.ones(2))
@@ -107,6 +109,10 @@ def test_accelerator_methods_with_hostile_values(tmp_path: Any, monkeypatch: pyt
         "load_state": (accelerator.load_state, {"input_dir": "ck", "allow_world_size_change": False}),
         "save_model": (accelerator.save_model, {"model": torch.nn.Linear(1, 1), "save_directory": "m",
                                                 "max_shard_size": "10GB", "safe_serialization": True}),
+        "log": (accelerator.log, {"values": {"loss": 1.0}, "step": 1, "log_kwargs": {"live": {}}}),
+        "save": (accelerator.save, {"obj": {"w": torch.ones(1)}, "f": "saved.pt", "safe_serialization": False}),
+        "split_between_processes": (_entered(accelerator.split_between_processes),
+                                    {"inputs": {"a": [1, 2]}, "apply_padding": False}),
     }
     accelerator.save_state("ck")
     errors = 0
@@ -114,6 +120,7 @@ def test_accelerator_methods_with_hostile_values(tmp_path: Any, monkeypatch: pyt
         for parameter in (p for p in good if p != "tensor"):
             for kind, value in VALUES.items():
                 label = f"{name}({parameter}={kind})"
+                before = process_state()
                 try:
                     method(**{**good, parameter: value})
                 except (NotebookAccelError, TypeError, ValueError) as e:
@@ -121,4 +128,13 @@ def test_accelerator_methods_with_hostile_values(tmp_path: Any, monkeypatch: pyt
                     errors += 1
                 except Exception as e:  # noqa: BLE001 - the point of the test
                     pytest.fail(f"{label}: raised {type(e).__name__}: {str(e)[:300]}")
-    assert errors >= 80, errors
+                assert before.leaks(process_state()) == [], label
+    assert errors >= 100, errors
+
+
+def _entered(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method``, a context manager factory, as a call that enters and leaves the context it returns."""
+    def call(**kwargs: Any) -> Any:
+        with method(**kwargs) as value:
+            return value
+    return call
