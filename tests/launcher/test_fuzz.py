@@ -97,3 +97,40 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
         assert before.leaks(process_state()) == [], label
     print(outcomes)
     assert outcomes.get("success", 0) >= 20 and outcomes.get("LaunchError", 0) >= 50, outcomes
+
+
+DEBUG_POOLS: dict[str, tuple[list[Any], list[Any]]] = {
+    "function": ([answer], [42, None, "answer"]),
+    "args": ([(), [], (1, "a")], ["abc", 5, None, b"xy", HUGE]),
+    "num_processes": ([1, 2], [0, -1, 10**12, HUGE, 1.5, "2", True, math.nan, None]),
+}
+add_hostile(DEBUG_POOLS, {"args": ("list",)})
+
+
+def test_debug_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``debug_launcher`` with hostile values: 42 from rank 0, or our error naming the parameter; nothing left."""
+    from notebook_accel import debug_launcher
+
+    monkeypatch.setenv("NOTEBOOK_ACCEL_LOG_DIR", str(tmp_path / "runs"))
+    assert debug_launcher(answer) == 42  # first-use imports (IPython's, torch.distributed's) are no per-call leaks
+    rng = random.Random(SEED + 1)
+    outcomes: dict[str, int] = {}
+    gc.collect()
+    for index in range(60):
+        case, bad = fuzz_case(rng, DEBUG_POOLS, always=("function",))
+        label = f"case {index}: debug_launcher(**{shown(case, 300)})"
+        before = process_state()
+        try:
+            value = debug_launcher(**case)
+        except NotebookAccelError as e:
+            outcomes["error"] = outcomes.get("error", 0) + 1
+            assert bad, f"{label}: good arguments were refused: {e}"
+            assert any(name in str(e) for name in bad), f"{label}: the error names none of {bad}: {e}"
+        except Exception as e:  # noqa: BLE001 - the point of the test
+            pytest.fail(f"{label}: raised {type(e).__name__} (not one of ours): {e}")
+        else:
+            outcomes["ok"] = outcomes.get("ok", 0) + 1
+            assert not bad and value == 42, f"{label}: returned {value!r} with bad values for {bad}"
+        assert before.leaks(process_state()) == [], label
+    print(outcomes)
+    assert outcomes.get("ok", 0) >= 5 and outcomes.get("error", 0) >= 30, outcomes
