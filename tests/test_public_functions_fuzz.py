@@ -111,6 +111,8 @@ def test_accelerator_methods_with_hostile_values(tmp_path: Any, monkeypatch: pyt
                                                 "max_shard_size": "10GB", "safe_serialization": True}),
         "log": (accelerator.log, {"values": {"loss": 1.0}, "step": 1, "log_kwargs": {"live": {}}}),
         "save": (accelerator.save, {"obj": {"w": torch.ones(1)}, "f": "saved.pt", "safe_serialization": False}),
+        "save (safetensors)": (accelerator.save, {"obj": {"w": torch.ones(1)}, "f": "saved.safetensors",
+                                                  "safe_serialization": True}),
         "split_between_processes": (_entered(accelerator.split_between_processes),
                                     {"inputs": {"a": [1, 2]}, "apply_padding": False}),
     }
