@@ -25,7 +25,7 @@ import torch
 
 from notebook_accel import ops
 from notebook_accel.arguments import check_accelerator_arguments
-from notebook_accel.checks import checked_clip_arguments, checked_file, checked_log_kwargs
+from notebook_accel.checks import checked_clip_arguments, checked_file, checked_log_arguments, checked_log_kwargs
 from notebook_accel.compat_methods import CompatMethods
 from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
 from notebook_accel.data.compat import mark_dispatching
@@ -535,6 +535,7 @@ class Accelerator(CompatMethods, ProcessFacade):
 
     def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> None:
         """Log scalars to the trackers and the live dashboard."""
+        checked_log_arguments(values, step)
         self._trackers.log(values, step, checked_log_kwargs(log_kwargs, "log(log_kwargs=...)"))
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:

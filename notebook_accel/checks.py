@@ -4,6 +4,7 @@ torch. They raise ``TypeError``/``ValueError`` as the accelerate functions of th
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -13,7 +14,8 @@ import torch
 from notebook_accel.errors import shown
 
 __all__ = ["checked_device", "checked_int", "checked_loader", "checked_number",
-           "checked_clip_arguments", "checked_folder", "checked_file", "checked_log_kwargs"]
+           "checked_clip_arguments", "checked_folder", "checked_file", "checked_log_kwargs",
+           "checked_log_arguments"]
 
 
 def checked_device(value: Any, where: str) -> torch.device:
@@ -146,3 +148,26 @@ def checked_log_kwargs(value: Any, where: str) -> Mapping[str, Mapping[str, Any]
             raise TypeError(f"{where}: the entry {shown(name, 40)}: {shown(kwargs, 60)} is not a tracker name with "
                             f"a dict of keyword arguments; {allowed}")
     return value
+
+
+def checked_log_arguments(values: Any, step: Any) -> None:
+    """Check ``log``'s ``values`` (a dict of name to value) and ``step`` (``None`` or a whole number that fits in
+    64 bits, numpy's integers too).
+
+    Raises:
+        TypeError: ``values`` is not a dict or ``step`` not a whole number. ValueError: ``step`` out of range.
+    """
+    if not isinstance(values, Mapping):
+        raise TypeError(f"log(values={shown(values)}): got a {type(values).__name__}; allowed: a dict of name to "
+                        "value, e.g. {'loss': 0.5}")
+    for name in values:
+        if not isinstance(name, str):
+            raise TypeError(f"log(values=...): the name {shown(name, 40)} is a {type(name).__name__}; allowed: "
+                            "a dict whose names are strings, e.g. {'loss': 0.5}")
+    if step is None:
+        return
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+        raise TypeError(f"log(step={shown(step)}): got a {type(step).__name__}; allowed: None or a whole number, "
+                        "e.g. the optimizer step count")
+    if not -(2**63) <= step < 2**63:
+        raise ValueError(f"log(step={shown(step)}): allowed: None or a whole number within 64 bits")

@@ -140,3 +140,45 @@ def _entered(method: Callable[..., Any]) -> Callable[..., Any]:
         with method(**kwargs) as value:
             return value
     return call
+
+
+def test_log_with_a_tracker_and_hostile_values(tmp_path: Any) -> None:
+    """``log`` with a started tracker, its ``values``, a value in it, its names and ``step`` given each hostile
+    value: the line is written (a value no tracker can show is skipped with a warning) or an error names the
+    parameter (were AttributeError ``'NoneType' object has no attribute 'items'``, ``int(step)``'s
+    ValueError/TypeError, and OverflowError/ValueError for a 5,000-digit value or name)."""
+    accelerator = na.Accelerator(cpu=True, log_with="jsonl", project_dir=str(tmp_path))
+    accelerator.init_trackers("fuzz")
+    accelerator.log({"warm": 1.0}, step=0)  # the first line opens the file: no per-call leak
+    outcomes: dict[str, int] = {}
+    for kind, value in VALUES.items():
+        cases = {"values": lambda v=value: accelerator.log(v, step=1),
+                 "step": lambda v=value: accelerator.log({"loss": 1.0}, step=v),
+                 "values (a value)": lambda v=value: accelerator.log({"loss": v}, step=1),
+                 "values (a name)": lambda v=value: accelerator.log({v: 1.0} if _hashable(v) else {"x": v}, step=1)}
+        for parameter, call in cases.items():
+            label = f"log({parameter}={kind}: {shown(value, 40)})"
+            before = process_state()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    call()
+                outcomes["ok"] = outcomes.get("ok", 0) + 1
+            except (NotebookAccelError, TypeError, ValueError) as e:
+                name = parameter.split()[0]
+                assert f"log({name}=" in str(e) and len(str(e)) < 2000, f"{label}: {str(e)[:300]}"
+                outcomes["error"] = outcomes.get("error", 0) + 1
+            except Exception as e:  # noqa: BLE001 - the point of the test
+                pytest.fail(f"{label}: raised {type(e).__name__}: {str(e)[:300]}")
+            assert before.leaks(process_state()) == [], label
+    accelerator.end_training()
+    assert outcomes.get("error", 0) >= 20 and outcomes.get("ok", 0) >= 10, outcomes
+
+
+def _hashable(value: Any) -> bool:
+    """Whether ``value`` can be a dict key."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
