@@ -18,19 +18,19 @@ import contextlib
 import gc
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from notebook_accel import ops
 from notebook_accel.arguments import check_accelerator_arguments
-from notebook_accel.checks import checked_clip_arguments, checked_file, checked_log_arguments, checked_log_kwargs
+from notebook_accel.checks import (check_writable, checked_clip_arguments, checked_log_arguments, checked_log_kwargs,
+                                   checked_save_arguments)
 from notebook_accel.compat_methods import CompatMethods
 from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
 from notebook_accel.data.compat import mark_dispatching
 from notebook_accel.engine_label import report_engine
-from notebook_accel.errors import shown
 from notebook_accel.model import unwrap_model
 from notebook_accel.monitor import steps
 from notebook_accel.environment import LaunchEnvironment
@@ -428,21 +428,10 @@ class Accelerator(CompatMethods, ProcessFacade):
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """``torch.save(obj, f)`` on the main process only; ``safe_serialization=True`` writes a dict of tensors
         with safetensors instead."""
-        checked_file(f, "save(f=...)", file_object=not safe_serialization)
-        if not isinstance(safe_serialization, bool):
-            raise TypeError(f"save(safe_serialization={shown(safe_serialization)}): allowed: True or False")
-        if safe_serialization and not (isinstance(obj, Mapping) and all(
-                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())):
-            raise TypeError(f"save(obj={shown(obj)}, safe_serialization=True): safetensors writes only a dict of "
-                            "name to tensor; pass such a dict (e.g. model.state_dict()) or safe_serialization=False")
+        checked_save_arguments(obj, f, safe_serialization)
         if not self.is_main_process:
             return
-        if isinstance(f, (str, os.PathLike)):
-            parent = os.path.dirname(os.path.abspath(f))
-            if os.path.isdir(f) or not os.path.isdir(parent):
-                problem = "is a folder" if os.path.isdir(f) else f"is in {shown(parent)}, which is no folder"
-                raise ValueError(f"save(f={shown(os.fspath(f))}): the path {problem}; pass the path of a file in an "
-                                 "existing folder, e.g. 'model.pt'")
+        check_writable(f, "save(f=...)")
         if safe_serialization:
             from safetensors.torch import save_file
 

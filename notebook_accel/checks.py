@@ -4,6 +4,7 @@ torch. They raise ``TypeError``/``ValueError`` as the accelerate functions of th
 
 from __future__ import annotations
 
+import io
 import numbers
 import os
 from collections.abc import Iterable, Mapping
@@ -15,7 +16,7 @@ from notebook_accel.errors import shown
 
 __all__ = ["checked_device", "checked_int", "checked_loader", "checked_number",
            "checked_clip_arguments", "checked_folder", "checked_file", "checked_log_kwargs",
-           "checked_log_arguments"]
+           "checked_log_arguments", "checked_save_arguments", "check_writable"]
 
 
 def checked_device(value: Any, where: str) -> torch.device:
@@ -171,3 +172,42 @@ def checked_log_arguments(values: Any, step: Any) -> None:
                         "e.g. the optimizer step count")
     if not -(2**63) <= step < 2**63:
         raise ValueError(f"log(step={shown(step)}): allowed: None or a whole number within 64 bits")
+
+
+def checked_save_arguments(obj: Any, f: Any, safe_serialization: Any) -> None:
+    """Check ``Accelerator.save``'s arguments: ``f`` a file's path or (without safetensors) a binary file,
+    ``safe_serialization`` a bool, and with it ``obj`` a dict of name to tensor.
+
+    Raises:
+        TypeError / ValueError: naming the parameter, the value and what is allowed.
+    """
+    checked_file(f, "save(f=...)", file_object=safe_serialization is False)
+    if isinstance(f, io.TextIOBase):
+        raise TypeError(f"save(f={shown(f)}): a text file cannot hold a checkpoint; open it in binary mode ('wb')")
+    writable = getattr(f, "writable", None)
+    if not isinstance(f, (str, os.PathLike)) and callable(writable) and not writable():
+        raise ValueError(f"save(f={shown(f)}): the file is not open for writing; open it with mode 'wb'")
+    if not isinstance(safe_serialization, bool):
+        raise TypeError(f"save(safe_serialization={shown(safe_serialization)}): allowed: True or False")
+    if safe_serialization and not (isinstance(obj, Mapping) and all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())):
+        raise TypeError(f"save(obj={shown(obj)}, safe_serialization=True): safetensors writes only a dict of "
+                        "name to tensor; pass such a dict (e.g. model.state_dict()) or safe_serialization=False")
+
+
+def check_writable(f: Any, where: str) -> None:
+    """When ``f`` is a path: check that it names a file that can be written (created empty if new), so a bad
+    path fails as an ``OSError`` naming it rather than as a ``RuntimeError`` from inside torch or safetensors.
+
+    Raises:
+        ValueError: the path is a folder or its folder does not exist. OSError: the file cannot be opened.
+    """
+    if not isinstance(f, (str, os.PathLike)):
+        return
+    parent = os.path.dirname(os.path.abspath(f))
+    if os.path.isdir(f) or not os.path.isdir(parent):
+        problem = "is a folder" if os.path.isdir(f) else f"is in {shown(parent)}, which is no folder"
+        raise ValueError(f"{where}: the path {shown(os.fspath(f))} {problem}; pass the path of a file in an "
+                         "existing folder, e.g. 'model.pt'")
+    with open(f, "ab"):  # append: an existing file is left whole until the writer replaces it
+        pass
