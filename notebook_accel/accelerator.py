@@ -25,7 +25,8 @@ import torch
 
 from notebook_accel import ops
 from notebook_accel.arguments import check_accelerator_arguments
-from notebook_accel.checks import checked_clip_arguments
+from notebook_accel.checks import (check_writable, checked_clip_arguments, checked_log_arguments, checked_log_kwargs,
+                                   checked_save_arguments)
 from notebook_accel.compat_methods import CompatMethods
 from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
 from notebook_accel.data.compat import mark_dispatching
@@ -427,8 +428,10 @@ class Accelerator(CompatMethods, ProcessFacade):
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """``torch.save(obj, f)`` on the main process only; ``safe_serialization=True`` writes a dict of tensors
         with safetensors instead."""
+        checked_save_arguments(obj, f, safe_serialization)
         if not self.is_main_process:
             return
+        check_writable(f, "save(f=...)")
         if safe_serialization:
             from safetensors.torch import save_file
 
@@ -521,7 +524,8 @@ class Accelerator(CompatMethods, ProcessFacade):
 
     def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> None:
         """Log scalars to the trackers and the live dashboard."""
-        self._trackers.log(values, step, log_kwargs or {})
+        checked_log_arguments(values, step)
+        self._trackers.log(values, step, checked_log_kwargs(log_kwargs, "log(log_kwargs=...)"))
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
         """The tracker called ``name`` (its underlying object with ``unwrap=True``)."""

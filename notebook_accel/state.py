@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.errors import NotebookAccelError
+from notebook_accel.errors import NotebookAccelError, shown
 from notebook_accel.plugins import InitProcessGroupKwargs
 
 __all__ = ["DistributedType", "ProcessState", "PartialState", "AcceleratorState", "ProcessFacade", "GradientState", "ProcessGroupError",
@@ -291,6 +291,16 @@ def _only_if(condition: bool, function: Callable[..., T]) -> Callable[..., T | N
 def _split(inputs: Any, rank: int, n: int, apply_padding: bool) -> Any:
     """The ``rank``-th contiguous share of ``inputs`` out of ``n``."""
     if isinstance(inputs, dict):
+        for key, value in inputs.items():
+            splittable = isinstance(value, (list, tuple, dict)) or (
+                value.dim() > 0 if isinstance(value, torch.Tensor)
+                else callable(getattr(value, "select", None)) and hasattr(value, "__len__"))
+            if not splittable:
+                raise ProcessHelperError(
+                    f"split_between_processes(inputs=...): the dict's value {shown(key, 40)}: {shown(value, 40)} "
+                    f"({type(value).__name__}) cannot be split; allowed: a dict whose values are lists, tuples or "
+                    "tensors of the same length, e.g. {'a': [1, 2, 3]}"
+                )
         lengths = {len(v) for v in inputs.values()}
         if len(lengths) > 1:
             raise ProcessHelperError(
@@ -300,9 +310,12 @@ def _split(inputs: Any, rank: int, n: int, apply_padding: bool) -> Any:
     selectable = callable(getattr(inputs, "select", None)) and hasattr(inputs, "__len__")  # a datasets.Dataset
     if not isinstance(inputs, (list, tuple, torch.Tensor)) and not selectable:
         raise ProcessHelperError(
-            f"split_between_processes: cannot split a {type(inputs).__name__}; pass a list, tuple, dict, tensor "
+            f"split_between_processes(inputs=...): cannot split a {type(inputs).__name__}; pass a list, tuple, dict, tensor "
             "or a dataset with select(indices) (a Hugging Face datasets.Dataset)"
         )
+    if isinstance(inputs, torch.Tensor) and inputs.dim() == 0:
+        raise ProcessHelperError("split_between_processes(inputs=...): cannot split a 0-dimensional tensor; pass a "
+                                 "tensor with at least one dimension (it is split along the first)")
     total = len(inputs)
     per, extra = divmod(total, n)
     start = rank * per + min(rank, extra)

@@ -214,3 +214,37 @@ def test_checkpoint_contract(tmp_path: Any) -> None:
     with pytest.raises(TypeError):
         acc.register_for_checkpointing(42)
     assert acc.save_model(model, str(tmp_path / "export"))
+
+
+@pytest.mark.parametrize(("f", "safe", "obj", "error", "match"), [
+    (None, False, {"w": torch.ones(1)}, TypeError, r"save\(f=\.\.\.\): got None"),  # was AttributeError from torch
+    ("{tmp}", False, {"w": torch.ones(1)}, ValueError, "is a folder"),  # was RuntimeError: Is a directory
+    ("{tmp}/missing/w.pt", False, {"w": torch.ones(1)}, ValueError, "which is no folder"),  # RuntimeError
+    (None, True, {"w": torch.ones(1)}, TypeError, r"save\(f=\.\.\.\)"),  # TypeError: argument 'filename'
+    ("{tmp}/w.st", True, [torch.ones(1)], TypeError, r"save\(obj=.*dict of name to tensor"),  # AttributeError
+    ("{tmp}/w.pt", "yes", {"w": torch.ones(1)}, TypeError, r"safe_serialization='yes'"),
+])
+def test_save_refuses_what_it_cannot_write(tmp_path: Any, f: Any, safe: Any, obj: Any, error: type[Exception],
+                                           match: str) -> None:
+    target = f.format(tmp=tmp_path) if isinstance(f, str) else f
+    with pytest.raises(error, match=match):
+        Accelerator(cpu=True).save(obj, target, safe_serialization=safe)
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_save_names_a_file_it_cannot_open(tmp_path: Any) -> None:
+    """A text-mode or read-only file object, a name too long and an unwritable place fail as errors naming ``f``
+    or the path (were a TypeError about a memoryview, a bare ``UnsupportedOperation: write`` and torch's or
+    safetensors' ``[enforce fail at inline_container.cc]`` RuntimeError / SafetensorError)."""
+    accelerator = Accelerator(cpu=True)
+    weights = {"w": torch.ones(1)}
+    (tmp_path / "r.bin").write_bytes(b"")
+    with open(tmp_path / "t.txt", "w") as text, pytest.raises(TypeError, match=r"save\(f=.*binary mode"):
+        accelerator.save(weights, text)
+    with open(tmp_path / "r.bin", "rb") as read_only, pytest.raises(ValueError, match="not open for writing"):
+        accelerator.save(weights, read_only)
+    for safe in (False, True):
+        with pytest.raises(OSError, match="File name too long: '.*/aaa"):
+            accelerator.save(weights, str(tmp_path / ("a" * 300)), safe_serialization=safe)
+        with pytest.raises(OSError, match="/proc/notebook-accel.pt"):
+            accelerator.save(weights, "/proc/notebook-accel.pt", safe_serialization=safe)

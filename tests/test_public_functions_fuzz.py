@@ -93,9 +93,11 @@ def test_public_functions_with_hostile_values() -> None:
 
 
 def test_accelerator_methods_with_hostile_values(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``reduce``, ``clip_grad_norm_``, ``save_state``, ``load_state`` and ``save_model``, each parameter given each
-    hostile value: a result, or an error naming the parameter (was a raw TypeError/OverflowError from torch or
-    float(), an AttributeError, or a message quoting a 100,000-character path)."""
+    """``reduce``, ``clip_grad_norm_``, ``save_state``, ``load_state``, ``save_model``, ``log``, ``save`` and
+    ``split_between_processes``, each parameter given each hostile value: a result, or an error naming the
+    parameter (was a raw TypeError/OverflowError from torch or float(), an AttributeError from ``log(log_kwargs=[1])``
+    or ``save(f=None)``, a KeyError-free ``len()`` TypeError from ``split_between_processes({"a": 1})``, or a
+    message quoting a 100,000-character path), and nothing left behind."""
     monkeypatch.chdir(tmp_path)
     accelerator = na.Accelerator(cpu=True)
     weight = torch.nn.Parameter(torch.ones(2))
@@ -107,6 +109,12 @@ def test_accelerator_methods_with_hostile_values(tmp_path: Any, monkeypatch: pyt
         "load_state": (accelerator.load_state, {"input_dir": "ck", "allow_world_size_change": False}),
         "save_model": (accelerator.save_model, {"model": torch.nn.Linear(1, 1), "save_directory": "m",
                                                 "max_shard_size": "10GB", "safe_serialization": True}),
+        "log": (accelerator.log, {"values": {"loss": 1.0}, "step": 1, "log_kwargs": {"live": {}}}),
+        "save": (accelerator.save, {"obj": {"w": torch.ones(1)}, "f": "saved.pt", "safe_serialization": False}),
+        "save (safetensors)": (accelerator.save, {"obj": {"w": torch.ones(1)}, "f": "saved.safetensors",
+                                                  "safe_serialization": True}),
+        "split_between_processes": (_entered(accelerator.split_between_processes),
+                                    {"inputs": {"a": [1, 2]}, "apply_padding": False}),
     }
     accelerator.save_state("ck")
     errors = 0
@@ -114,6 +122,7 @@ def test_accelerator_methods_with_hostile_values(tmp_path: Any, monkeypatch: pyt
         for parameter in (p for p in good if p != "tensor"):
             for kind, value in VALUES.items():
                 label = f"{name}({parameter}={kind})"
+                before = process_state()
                 try:
                     method(**{**good, parameter: value})
                 except (NotebookAccelError, TypeError, ValueError) as e:
@@ -121,4 +130,55 @@ def test_accelerator_methods_with_hostile_values(tmp_path: Any, monkeypatch: pyt
                     errors += 1
                 except Exception as e:  # noqa: BLE001 - the point of the test
                     pytest.fail(f"{label}: raised {type(e).__name__}: {str(e)[:300]}")
-    assert errors >= 80, errors
+                assert before.leaks(process_state()) == [], label
+    assert errors >= 100, errors
+
+
+def _entered(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method``, a context manager factory, as a call that enters and leaves the context it returns."""
+    def call(**kwargs: Any) -> Any:
+        with method(**kwargs) as value:
+            return value
+    return call
+
+
+def test_log_with_a_tracker_and_hostile_values(tmp_path: Any) -> None:
+    """``log`` with a started tracker, its ``values``, a value in it, its names and ``step`` given each hostile
+    value: the line is written (a value no tracker can show is skipped with a warning) or an error names the
+    parameter (were AttributeError ``'NoneType' object has no attribute 'items'``, ``int(step)``'s
+    ValueError/TypeError, and OverflowError/ValueError for a 5,000-digit value or name)."""
+    accelerator = na.Accelerator(cpu=True, log_with="jsonl", project_dir=str(tmp_path))
+    accelerator.init_trackers("fuzz")
+    accelerator.log({"warm": 1.0}, step=0)  # the first line opens the file: no per-call leak
+    outcomes: dict[str, int] = {}
+    for kind, value in VALUES.items():
+        cases = {"values": lambda v=value: accelerator.log(v, step=1),
+                 "step": lambda v=value: accelerator.log({"loss": 1.0}, step=v),
+                 "values (a value)": lambda v=value: accelerator.log({"loss": v}, step=1),
+                 "values (a name)": lambda v=value: accelerator.log({v: 1.0} if _hashable(v) else {"x": v}, step=1)}
+        for parameter, call in cases.items():
+            label = f"log({parameter}={kind}: {shown(value, 40)})"
+            before = process_state()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    call()
+                outcomes["ok"] = outcomes.get("ok", 0) + 1
+            except (NotebookAccelError, TypeError, ValueError) as e:
+                name = parameter.split()[0]
+                assert f"log({name}=" in str(e) and len(str(e)) < 2000, f"{label}: {str(e)[:300]}"
+                outcomes["error"] = outcomes.get("error", 0) + 1
+            except Exception as e:  # noqa: BLE001 - the point of the test
+                pytest.fail(f"{label}: raised {type(e).__name__}: {str(e)[:300]}")
+            assert before.leaks(process_state()) == [], label
+    accelerator.end_training()
+    assert outcomes.get("error", 0) >= 20 and outcomes.get("ok", 0) >= 10, outcomes
+
+
+def _hashable(value: Any) -> bool:
+    """Whether ``value`` can be a dict key."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

@@ -85,7 +85,12 @@ def test_split_between_processes_takes_a_hugging_face_dataset() -> None:
     assert _split(table, 2, 3, True)["x"] == [4, 4]
 
 
-@pytest.mark.parametrize(("inputs", "match"), [({"a": [1], "b": [1, 2]}, "same length"), (5, "cannot split a int")])
+@pytest.mark.parametrize(("inputs", "match"), [
+    ({"a": [1], "b": [1, 2]}, "same length"), (5, "cannot split a int"),
+    ({"a": 1}, r"the dict's value 'a': 1 \(int\) cannot be split"),  # was a raw TypeError from len()
+    ({"a": torch.tensor(1.0)}, "'a': tensor"), ({"a": "abc"}, "'a': 'abc'"), ({"a": {1, 2}}, "set"),
+    (torch.tensor(1.0), "0-dimensional tensor"),  # was a raw TypeError: len() of a 0-d tensor
+])
 def test_split_between_processes_errors(inputs: Any, match: str) -> None:
     from notebook_accel.state import _split
 

@@ -67,7 +67,7 @@ def _seconds(method: str, timeout: object) -> float | None:
                                "None to wait until the run ends")
     if timeout >= threading.TIMEOUT_MAX:
         return None
-    return max(0.0, float(timeout))
+    return 0.0 if timeout <= 0 else float(timeout)  # not float() first: -10**5000 has no float
 
 
 class RecordingTee:
@@ -260,12 +260,19 @@ class BackgroundRun:
         ``LaunchTimeoutError``), :class:`RunStoppedError` after :meth:`stop`, or ``TimeoutError`` when
         ``timeout`` seconds pass first (the run goes on)."""
         if not self.wait(_seconds("result", timeout)):
-            raise TimeoutError(f"the run of {self.name} is still going after {timeout} s; it goes on")
+            raise TimeoutError(f"the run of {self.name} is still going after {shown(timeout)} s; it goes on")
         return self._future.result()
 
     def stop(self, wait: bool = True) -> None:
         """End the run as the stop button ends a blocking one (SIGTERM, grace, SIGKILL, reap everything).
-        Idempotent; with ``wait``, returns once every worker is gone."""
+        Idempotent; with ``wait``, returns once every worker is gone.
+
+        Raises:
+            RunArgumentError: ``wait`` is not ``True`` or ``False`` (nothing is sent).
+        """
+        if not isinstance(wait, bool):
+            raise RunArgumentError(f"stop(wait={shown(wait)}) is not allowed; pass True (return once every worker "
+                                   "is gone) or False (return at once)")
         with _LOCK:  # the pipe is closed under the same lock when the run ends
             if self._stop_write >= 0:
                 try:

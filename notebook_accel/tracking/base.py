@@ -11,6 +11,7 @@ own way (strings as text in TensorBoard and JSONL) or skips with a one-time warn
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -85,8 +86,10 @@ class GeneralTracker:
 def _as_number(value: Any) -> float | None:
     """``value`` as a float when it is a real number or a one-element tensor/array; else ``None``."""
     kind = type(value)
-    if kind is float or kind is int:
-        return float(value)
+    if kind is float:
+        return value
+    if kind is int:
+        return float(value) if -(2**1023) < value < 2**1023 else (math.inf if value > 0 else -math.inf)  # float() overflows
     if kind is bool or isinstance(value, (str, bytes)):
         return None
     if isinstance(value, (int, float)):

@@ -97,3 +97,121 @@ def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) 
         assert before.leaks(process_state()) == [], label
     print(outcomes)
     assert outcomes.get("success", 0) >= 20 and outcomes.get("LaunchError", 0) >= 50, outcomes
+
+
+DEBUG_POOLS: dict[str, tuple[list[Any], list[Any]]] = {
+    "function": ([answer], [42, None, "answer"]),
+    "args": ([(), [], (1, "a")], ["abc", 5, None, b"xy", HUGE]),
+    "num_processes": ([1, 2], [0, -1, 10**12, HUGE, 1.5, "2", True, math.nan, None]),
+}
+add_hostile(DEBUG_POOLS, {"args": ("list",)})
+
+
+def test_debug_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``debug_launcher`` with hostile values: 42 from rank 0, or our error naming the parameter; nothing left."""
+    from notebook_accel import debug_launcher
+
+    monkeypatch.setenv("NOTEBOOK_ACCEL_LOG_DIR", str(tmp_path / "runs"))
+    assert debug_launcher(answer) == 42  # first-use imports (IPython's, torch.distributed's) are no per-call leaks
+    rng = random.Random(SEED + 1)
+    outcomes: dict[str, int] = {}
+    gc.collect()
+    for index in range(60):
+        case, bad = fuzz_case(rng, DEBUG_POOLS, always=("function",))
+        label = f"case {index}: debug_launcher(**{shown(case, 300)})"
+        before = process_state()
+        try:
+            value = debug_launcher(**case)
+        except NotebookAccelError as e:
+            outcomes["error"] = outcomes.get("error", 0) + 1
+            assert bad, f"{label}: good arguments were refused: {e}"
+            assert any(name in str(e) for name in bad), f"{label}: the error names none of {bad}: {e}"
+        except Exception as e:  # noqa: BLE001 - the point of the test
+            pytest.fail(f"{label}: raised {type(e).__name__} (not one of ours): {e}")
+        else:
+            outcomes["ok"] = outcomes.get("ok", 0) + 1
+            assert not bad and value == 42, f"{label}: returned {value!r} with bad values for {bad}"
+        assert before.leaks(process_state()) == [], label
+    print(outcomes)
+    assert outcomes.get("ok", 0) >= 5 and outcomes.get("error", 0) >= 30, outcomes
+
+
+def sleeper(seconds: float) -> str:
+    """A background run's function that lasts until stopped (or ``seconds`` pass)."""
+    import time
+
+    time.sleep(seconds)
+    return "slept"
+
+
+# Timeouts that mean "no limit" (they block until the run ends) and those that come back at once.
+BLOCKING = [None, math.inf, 10**12, 1e300, HUGE]
+AT_ONCE = [0, 0.01, -1, -math.inf, -(10**30), -HUGE, math.nan, "5", "x" * 100_000, True, [1], {"a": 1}, object(),
+           b"1", 1j]
+
+
+def _handle_call(label: str, call: Any, allowed: tuple[type[BaseException], ...], parameter: str) -> str:
+    """One call of a handle's method: its outcome's name; fails on a foreign error, an error not naming
+    ``parameter``, or a leak."""
+    from notebook_accel.launcher.background import RunArgumentError
+
+    before = process_state()
+    try:
+        call()
+        outcome = "ok"
+    except RunArgumentError as e:
+        assert parameter in str(e) and len(str(e)) < 2000, f"{label}: {str(e)[:300]}"
+        outcome = "refused"
+    except allowed as e:
+        assert len(str(e)) < 2000, f"{label}: a {len(str(e))}-character message"
+        outcome = type(e).__name__
+    except Exception as e:  # noqa: BLE001 - the point of the test
+        pytest.fail(f"{label}: raised {type(e).__name__}: {str(e)[:300]}")
+    assert before.leaks(process_state()) == [], label
+    return outcome
+
+
+def test_background_run_methods_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One short real background run; its handle's ``wait``/``result``/``stop`` and display methods given
+    hostile values while it runs and after it stopped: a result, ``TimeoutError`` (running) or
+    ``RunStoppedError`` (stopped), or a ``RunArgumentError`` naming the parameter; nothing left behind."""
+    from notebook_accel.launcher.background import RunStoppedError
+
+    monkeypatch.setenv("NOTEBOOK_ACCEL_LOG_DIR", str(tmp_path / "runs"))
+    assert notebook_launcher(answer, num_processes=2, dashboard=RecordingSink()) == 42  # first-use imports
+    gc.collect()
+    rng = random.Random(SEED + 2)
+    outcomes: dict[str, int] = {}
+
+    def calls(run: Any, values: list[Any]) -> list[tuple[str, Any, str]]:
+        found = [(f"{m}(timeout={shown(v, 40)})", lambda m=m, v=v: getattr(run, m)(timeout=v), "timeout")
+                 for m in ("wait", "result") for v in values]
+        found += [(f"stop(wait={shown(v, 40)})", lambda v=v: run.stop(wait=v), "wait")
+                  for v in [*values, "no", 2] if not isinstance(v, bool) or run.done]
+        found += [(f"_repr_mimebundle_(include={shown(v, 40)})", lambda v=v: run._repr_mimebundle_(v, v), "include")
+                  for v in values[:5]]
+        found += [(name, lambda name=name: getattr(run, name)() if name == "summary" else getattr(run, name),
+                   name) for name in ("metrics", "output", "status", "done", "summary")]
+        rng.shuffle(found)
+        return found
+
+    run = notebook_launcher(sleeper, args=(120,), num_processes=2, block=False, dashboard=RecordingSink())
+    try:
+        for label, call, parameter in calls(run, AT_ONCE):
+            if label.startswith("stop("):
+                continue  # a valid stop ends the run: phase two
+            outcome = _handle_call(f"running: {label}", call, (TimeoutError,), parameter)
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        assert run.status == "running", "a refused or timed-out call changed the run"
+        for value in ("no", 2, None, [1]):
+            outcome = _handle_call(f"running: stop(wait={value!r})", lambda v=value: run.stop(wait=v), (), "wait")
+            assert outcome == "refused", f"stop(wait={value!r}) was accepted"
+        assert run.status == "running", "a refused stop stopped the run"
+    finally:
+        run.stop()
+    for label, call, parameter in calls(run, [*AT_ONCE, *BLOCKING]):
+        outcome = _handle_call(f"stopped: {label}", call, (RunStoppedError,), parameter)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert run.status == "stopped" and child_pids() == []
+    print(outcomes)
+    assert outcomes.get("refused", 0) >= 30 and outcomes.get("TimeoutError", 0) >= 3, outcomes
