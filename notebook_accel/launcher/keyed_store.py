@@ -6,16 +6,17 @@ torch's ``TCPStore`` has no authentication: anyone who reaches the port can list
 every node of the run shares (and nobody else has),
 
 - each key is stored under ``HMAC-SHA256(secret, "key" | key)``: a listing shows random hex, nothing usable;
-- each value is encrypted (a keystream of ``HMAC-SHA256(secret, nonce | counter)``, a fresh random nonce per
-  write) and authenticated (``HMAC-SHA256(secret, stored key | nonce | ciphertext)``), so it can be read
-  only with the secret, and a value written, altered or moved from another key by anyone else is refused
-  with :class:`StoreTampered` instead of being used;
+- each value is sealed with AES-256-GCM (``cryptography``'s AEAD: a fresh random nonce per write, the stored
+  key name as associated data, the AES key derived from the secret), so it can be read only with the secret,
+  and a value written, altered or moved from another key by anyone else is refused with
+  :class:`StoreTampered` instead of being used;
 - ``add`` and ``compare_set`` are done as compare-and-swap loops on the encrypted values (the store's own
   ``add`` would need a plain number).
 
 What it cannot stop: an outsider who reaches the port can still delete keys or put back a value the run wrote
 earlier under the same key, which makes the run fail (a refused value, a wait that times out); it cannot read
-the run's values or make it use a value of its own. Only the standard library is used (``hmac``, ``hashlib``).
+the run's values or make it use a value of its own. The names are keyed with the standard library's ``hmac``; the
+values are sealed by the ``cryptography`` package (the ``multinode`` extra), not by code of our own.
 """
 
 from __future__ import annotations
@@ -34,12 +35,32 @@ from notebook_accel.errors import NotebookAccelError
 __all__ = ["KeyedStore", "StoreTampered", "SECRET_BYTES"]
 
 SECRET_BYTES = 32
-_NONCE = 16
-_TAG = 32
+_NONCE = 12  # AES-GCM's standard nonce size
+_TAG = 16  # and its tag
 
 
 class StoreTampered(NotebookAccelError, RuntimeError):
     """A value in the run's rendezvous store was not written by the run (no valid authentication tag)."""
+
+
+class StoreSecretUnusable(NotebookAccelError, ImportError):
+    """A store secret is set but the package that seals the values (``cryptography``) is missing."""
+
+
+def aead_class() -> Any:
+    """``cryptography``'s AES-GCM class.
+
+    Raises:
+        StoreSecretUnusable: the ``cryptography`` package is not installed.
+    """
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError as e:
+        raise StoreSecretUnusable(
+            "NOTEBOOK_ACCEL_STORE_SECRET is set, but the values it protects are sealed by the 'cryptography' "
+            "package, which is not installed: pip install 'notebook-accel[multinode]' (or cryptography) on every "
+            "node, or unset the variable") from e
+    return AESGCM
 
 
 class KeyedStore(Store):  # type: ignore[misc]  # torch's Store has no type information for subclassing
@@ -63,6 +84,11 @@ class KeyedStore(Store):  # type: ignore[misc]  # torch's Store has no type info
         self._store = store
         self._secret = bytes(secret)
         self._names: dict[str, str] = {}
+        from cryptography.exceptions import InvalidTag  # after aead_class: it says what to install when missing
+
+        aesgcm = aead_class()
+        self._aead = aesgcm(self._mac(b"aes-256-gcm"))  # a key of its own, derived from the secret
+        self._invalid = InvalidTag
 
     # ----------------------------------------------------------------- the scheme
     def _mac(self, *parts: bytes) -> bytes:
@@ -75,24 +101,21 @@ class KeyedStore(Store):  # type: ignore[misc]  # torch's Store has no type info
             name = self._names[key] = self._mac(b"key", key.encode()).hex()
         return name
 
-    def _stream(self, nonce: bytes, size: int) -> bytes:
-        blocks = (self._mac(b"stream", nonce, i.to_bytes(8, "big")) for i in range((size + 31) // 32))
-        return b"".join(blocks)[:size]
-
     def _seal(self, name: str, value: bytes) -> bytes:
         nonce = os.urandom(_NONCE)
-        body = bytes(a ^ b for a, b in zip(value, self._stream(nonce, len(value))))
-        return nonce + body + self._mac(b"value", name.encode(), nonce, body)
+        return nonce + self._aead.encrypt(nonce, value, name.encode())
 
     def _open(self, name: str, key: str, sealed: bytes) -> bytes:
-        nonce, body, tag = sealed[:_NONCE], sealed[_NONCE:-_TAG], sealed[-_TAG:]
-        if len(sealed) < _NONCE + _TAG or not hmac.compare_digest(tag, self._mac(b"value", name.encode(), nonce,
-                                                                                  body)):
+        try:
+            if len(sealed) < _NONCE + _TAG:
+                raise ValueError("too short")
+            return bytes(self._aead.decrypt(sealed[:_NONCE], sealed[_NONCE:], name.encode()))
+        except (ValueError, self._invalid):
             raise StoreTampered(
                 f"the rendezvous store's value for {key!r} was not written by this run (its authentication tag "
                 "does not match): another process reached the store's port and wrote it. The run stops rather "
-                "than use it; keep the port unreachable from untrusted machines (a firewall, a private network)")
-        return bytes(a ^ b for a, b in zip(body, self._stream(nonce, len(body))))
+                "than use it; keep the port unreachable from untrusted machines (a firewall, a private network)"
+            ) from None
 
     @staticmethod
     def _bytes(value: str | bytes | Sequence[int]) -> bytes:

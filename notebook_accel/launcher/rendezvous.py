@@ -255,6 +255,9 @@ def store_secret() -> bytes | None:
         raise LaunchError(
             f"{environment.STORE_SECRET} has {len(text)} characters; at least 16 are needed (the same value on every "
             "node), e.g. the output of `python -c \"import secrets; print(secrets.token_hex(32))\"`, or unset it")
+    from notebook_accel.launcher.keyed_store import aead_class
+
+    aead_class()  # the values are sealed by cryptography: say what to install before anything starts
     return hashlib.sha256(text.encode()).digest()
 
 

@@ -147,3 +147,28 @@ def test_the_secret_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("NOTEBOOK_ACCEL_STORE_SECRET", "a" * 16)
     secret = rendezvous.store_secret()
     assert secret is not None and len(secret) == 32 and secret == rendezvous.store_secret()
+
+
+def test_a_secret_without_cryptography_installed_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from notebook_accel.launcher.keyed_store import StoreSecretUnusable
+
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers.aead", None)  # import fails
+    monkeypatch.setenv("NOTEBOOK_ACCEL_STORE_SECRET", "s" * 32)
+    with pytest.raises(StoreSecretUnusable, match=r"pip install 'notebook-accel\[multinode\]'"):
+        rendezvous.store_secret()
+    with pytest.raises(StoreSecretUnusable):
+        KeyedStore(dist.HashStore(), b"0123456789abcdef")
+
+
+def test_values_are_sealed_with_aes_gcm_bound_to_their_key() -> None:
+    inner = dist.HashStore()
+    store = KeyedStore(inner, b"0123456789abcdef")
+    store.set("a", b"secret value")
+    (name,) = [n for n in [store._name("a")] if inner.check([n])]
+    sealed = inner.get(name)
+    assert b"secret value" not in sealed and len(sealed) == 12 + len(b"secret value") + 16  # nonce, body, GCM tag
+    inner.set(store._name("b"), sealed)  # moved to another key: the associated data differs
+    with pytest.raises(StoreTampered):
+        store.get("b")
