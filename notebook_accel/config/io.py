@@ -7,6 +7,7 @@ file renamed over the old one), so a crash never leaves half a config behind.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import stat
@@ -209,16 +210,16 @@ def load_config(path: PathLike) -> Config:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError([f"cannot read {source}: {e}"], source) from e
     key = (source, text)
-    cached = _LOADED.get(key)
-    if cached is None:  # each launch reads the default file: parse it again only when its text changed
-        cached = config_from_mapping(parse_config_text(text, source, as_json=file.suffix.lower() == ".json"), source)
-        if len(_LOADED) >= 16:
-            _LOADED.clear()
-        _LOADED[key] = cached
-    return cached
+    parsed = _PARSED.get(key)
+    if parsed is None:  # each launch reads the default file: parse its YAML again only when its text changed
+        parsed = parse_config_text(text, source, as_json=file.suffix.lower() == ".json")
+        if len(_PARSED) >= 16:
+            _PARSED.clear()
+        _PARSED[key] = parsed
+    return config_from_mapping(copy.deepcopy(parsed), source)  # checked (and warned about) at every load
 
 
-_LOADED: dict[tuple[str, str], Config] = {}  # (path, text) -> its config (frozen, so it can be shared)
+_PARSED: dict[tuple[str, str], Any] = {}  # (path, text) -> the parsed YAML
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
