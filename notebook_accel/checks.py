@@ -170,7 +170,7 @@ def checked_log_arguments(values: Any, step: Any) -> None:
     if isinstance(step, bool) or not isinstance(step, numbers.Integral):
         raise TypeError(f"log(step={shown(step)}): got a {type(step).__name__}; allowed: None or a whole number, "
                         "e.g. the optimizer step count")
-    if not -(2**63) <= step < 2**63:
+    if not -(2**63) <= int(step) < 2**63:
         raise ValueError(f"log(step={shown(step)}): allowed: None or a whole number within 64 bits")
 
 

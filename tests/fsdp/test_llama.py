@@ -32,7 +32,8 @@ def test_the_wizard_yaml_shards_llama_decoder_layers_and_trains_like_ddp(tmp_pat
     ddp = launch(None, str(tmp_path / "ddp"))
     assert fsdp["layers"] == ["FSDPLlamaDecoderLayer"]  # each decoder layer is its own FSDP unit
     assert fsdp["local"] < 0.6 * fsdp["total"]  # rank 0 holds about half of the weights
-    torch.testing.assert_close(torch.tensor(fsdp["losses"]), torch.tensor(ddp["losses"]), rtol=0, atol=1e-4)
+    # sharded reduce-scatter and DDP's all-reduce sum in different orders: equal to 0.01% (seen: 3.7e-5 relative)
+    torch.testing.assert_close(torch.tensor(fsdp["losses"]), torch.tensor(ddp["losses"]), rtol=1e-4, atol=1e-4)
     plain = llama_workers.tiny_llama()
     plain.load_state_dict(safetensors.load_file(fsdp["exported"]))  # strict: full weights, plain safetensors
     reference = safetensors.load_file(ddp["exported"])
