@@ -15,6 +15,9 @@ draw the same one): a shuffle follows the DataLoader's ``generator``, so a prepa
 exactly the plain loader's order, split across ranks. :meth:`state_dict` records the epoch, the batches done and
 the samplers' generator states at the start of the epoch, which is enough to continue exactly where a run stopped.
 
+Where the interpreter has CPython's fork-child deadlock (gh-112275), the workers are forked through
+:mod:`notebook_accel.data.worker_fork`, which replaces a worker born deadlocked instead of waiting for it forever.
+
 Loaders without automatic batching (``batch_size=None``: the dataset, or a batch sampler passed as ``sampler=``,
 makes the batches) are dealt key by key, each key one step's data.
 """
@@ -34,6 +37,7 @@ from notebook_accel.data.iterable import ShardedIterableDataset, Tagged
 from notebook_accel.data.randomness import SeedableRandomSampler, generators_of
 from notebook_accel.data.sharding import DataPrepareError, LastRound, ShardedBatchSampler, ShardedSampler
 from notebook_accel.data.epoch_bar import epoch_loop_event
+from notebook_accel.data.worker_fork import worker_context
 from notebook_accel.events import Progress
 from notebook_accel.state import GradientState, ProcessState
 from notebook_accel.utils.nested import send_to_device
@@ -58,6 +62,8 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                  gradient_state: GradientState, state: ProcessState, seed: int, total_batch_size: int | None,
                  remainder: int, non_blocking: bool = False, batch_sampler: ShardedBatchSampler | None = None,
                  batch_size: int | None = None, sampler: ShardedSampler | None = None) -> None:
+        context = worker_context(options.get("num_workers", 0), options.get("multiprocessing_context"))
+        options = {**options, "multiprocessing_context": context}  # workers deadlocked at birth are replaced
         if batch_sampler is not None:
             super().__init__(dataset, batch_sampler=batch_sampler, **options)
         elif sampler is not None:
@@ -353,7 +359,14 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         return "train" if training else "eval"
 
     def _total_or_none(self) -> int | None:
-        """Batches per epoch, or ``None`` when unknown."""
+        """Batches per epoch, or ``None`` when unknown.
+
+        Unknown also for a batching loader over an iterable dataset split between several DataLoader workers:
+        each worker ends its share with its own partial batch, and how the dataset splits itself between workers
+        is its own business, so ``len()`` (torch's ``ceil(items / batch_size)``) undercounts (a bar at 4/3).
+        """
+        if isinstance(self.dataset, ShardedIterableDataset) and self.num_workers > 1 and self.dataset.batched:
+            return None
         try:
             return self._skip + len(self)
         except TypeError:

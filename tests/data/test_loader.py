@@ -173,6 +173,30 @@ def test_progress_events_on_every_rank() -> None:
     assert all(isinstance(e, Progress) and e.source == "loader" for e in writer.events)
 
 
+class _SplitStream(IterableDataset):  # type: ignore[type-arg]
+    """0..9, split between DataLoader workers, with a length."""
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(range(start, 10, step))
+
+    def __len__(self) -> int:
+        return 10
+
+
+def test_a_stream_split_between_workers_reports_no_total_it_would_overrun() -> None:
+    writer = _Writer()
+    loader = _prepare(DataLoader(_SplitStream(), batch_size=4, num_workers=2))
+    channel.install(writer)  # type: ignore[arg-type]
+    try:
+        batches = list(loader)
+    finally:
+        channel.uninstall()
+    assert len(batches) == 4 > len(loader) == 3  # each worker's 5 items: a batch of 4 and one of 1
+    assert [(e.n, e.total) for e in writer.events] == [(1, None), (2, None), (3, None), (4, None)]
+
+
 def test_a_tqdm_bar_around_the_epochs_reports_the_epoch_count() -> None:
     import io
 
