@@ -184,7 +184,7 @@ class ConsoleSink:
         self._clock = clock
         self._last_progress = -float("inf")
         self._last_metrics = -float("inf")
-        self._progress_start: dict[str, tuple[float, int]] = {}
+        self._progress_start: dict[str, tuple[float, int, int]] = {}  # name: first time, first n, last n
         self._out = TerminalOutput()
         self._log_dir = ""
         self._engine = ""
@@ -255,7 +255,10 @@ class ConsoleSink:
         name = event.desc or "progress"
         if event.epoch is not None:
             name += f" epoch {event.epoch}"
-        start = self._progress_start.setdefault(name, (event.time, event.n))
+        start = self._progress_start.get(name)
+        if start is None or event.n < start[2] or event.n == start[2] == 1:  # a fresh loader, same name: anew
+            start = (event.time, event.n, event.n)
+        start = self._progress_start[name] = (start[0], start[1], event.n)
         done = event.total is not None and event.n >= event.total
         if not done and now - self._last_progress < self._progress_interval:
             return

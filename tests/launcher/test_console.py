@@ -75,6 +75,16 @@ def test_a_loader_progress_line_names_its_epoch_and_each_epoch_has_its_own_rate(
     assert lines[1] == "train epoch 1: 4/4 [100%] 2.0 it/s" and lines[-1] == "train epoch 2: 4/4 [100%] 4.0 it/s"
 
 
+def test_a_fresh_loader_under_the_same_name_has_its_own_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    sink = ConsoleSink(clock=Clock(), progress_interval=100.0)  # HF Trainer prepares a new eval loader each time
+    sink.handle(Progress(0, 1, 4, "eval", 0.0, 1, "loader"))
+    sink.handle(Progress(0, 4, 4, "eval", 3.0, 1, "loader"))
+    sink.handle(Progress(0, 1, 4, "eval", 100.0, 1, "loader"))  # the next evaluation's loader, epoch 1 again
+    sink.handle(Progress(0, 4, 4, "eval", 106.0, 1, "loader"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "eval epoch 1: 4/4 [100%] 1.0 it/s" and lines[-1] == "eval epoch 1: 4/4 [100%] 2.0 s/it"
+
+
 def test_metrics_line_at_most_every_interval(capsys: pytest.CaptureFixture[str]) -> None:
     clock = Clock()
     sink = ConsoleSink(clock=clock, metrics_interval=5.0)
