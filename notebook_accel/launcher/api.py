@@ -27,7 +27,7 @@ from notebook_accel.launcher.kernel_fds import RunDescriptors
 from notebook_accel.launcher.plan import Plan, choose_port, environments, function_name
 from notebook_accel.launcher.rendezvous import (StoreServer, bind_listener, new_store_folder, remove_store_folder,
                                                  store_secret, worker_variables)
-from notebook_accel.launcher.runlogs import create_run_folder, display_path
+from notebook_accel.launcher.runlogs import create_run_folder, display_path, prune_runs
 from notebook_accel.launcher.sinks import GuardedSink, choose_sink
 from notebook_accel.launcher.spawn import WorkerHandle, start_workers
 from notebook_accel.monitor.board import close_board, open_board
@@ -309,7 +309,7 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
         sink: Sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=main_rank,
                                              prefix_template=plan.prefix))
         name = function_name(plan.function)
-        folder = None if plan.in_process else create_run_folder(name)
+        folder = None if plan.in_process else create_run_folder(name, prune=False)  # pruned once forked
         sink.start(RunInfo(local, tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder),
                            plan.engine))
@@ -335,6 +335,7 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
                 raise
             if guard is not None:
                 guard.watch(h.pid for h in handles)
+            prune_runs(folder)  # while the workers start: old run folders cost the launch nothing
             return handles
 
         def before() -> None:

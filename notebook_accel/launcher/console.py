@@ -34,6 +34,7 @@ from notebook_accel.events import (
     StepTimes,
     SystemSample,
 )
+from notebook_accel.launcher.kernel_flush import flush_soon
 from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.monitor.summary import SystemSummary, sample_line
 from notebook_accel.monitor.verdict import StepBreakdown, verdict
@@ -108,7 +109,7 @@ class TerminalOutput:
         text = "\n".join(lines) + "\n"
         self._erase()
         target.write(text if _shows_colours(target) else strip_ansi(text))
-        target.flush()
+        flush_soon(target)  # in a kernel: handed to its IO thread, in order, without waiting for the send
         self._draw()
 
     def live(self, key: tuple[int, str], lines: list[str]) -> None:

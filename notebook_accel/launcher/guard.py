@@ -2,7 +2,7 @@
 
 Each worker dies with the kernel (``PR_SET_PDEATHSIG``), but what a worker started (a ``subprocess.Popen``, a
 helper process) is not its child in the kernel's sense and would live on, orphaned, after a SIGKILLed or
-crashed kernel: nobody is left to end its process group. A tiny guard process, started fresh (not forked, so
+crashed kernel: nobody is left to end its process group. A tiny guard process (a POSIX shell script), started fresh (not forked, so
 it holds none of the kernel's memory) in a session of its own (the stop button, which signals the kernel's
 process group, does not reach it), is told the workers' group ids over a pipe. When that pipe reaches end of
 file without the guard having been stopped, the kernel is gone: the guard sends SIGKILL to every group and
@@ -14,25 +14,32 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterable
 
 __all__ = ["KernelDeathGuard"]
 
+_SH = "/bin/sh"
 _STORE_FOLDER = "notebook-accel-store-"  # the only folders the guard removes (see .rendezvous.new_store_folder)
-_GUARD = f"""
-import os, shutil, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-lines = sys.stdin.read().splitlines()
-for pgid in [int(line) for line in lines if line.isdigit()]:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
-for path in [line[3:] for line in lines if line.startswith("rm ")]:
-    if os.path.basename(path).startswith({_STORE_FOLDER!r}):
-        shutil.rmtree(path, ignore_errors=True)
+# POSIX sh, not Python: the guard starts while the workers are forked, and an interpreter's start costs ~16 ms of CPU
+# (against ~1 ms for sh) taken from them on a small machine. Lines: a process group id, or "rm <folder>".
+_GUARD = f"""set -f
+trap '' INT TERM
+pgids=''
+paths=''
+while IFS= read -r line; do
+  case $line in
+    'rm '*) paths="$paths
+${{line#rm }}" ;;
+    ''|*[!0-9]*) ;;
+    *) pgids="$pgids $line" ;;
+  esac
+done
+for pgid in $pgids; do kill -s KILL -- "-$pgid" 2>/dev/null; done
+IFS='
+'
+for path in $paths; do
+  case ${{path##*/}} in {_STORE_FOLDER}*) rm -rf -- "$path" ;; esac
+done
 """
 
 
@@ -47,9 +54,9 @@ class KernelDeathGuard:
         self._proc: subprocess.Popen[bytes] | None = None
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-S", "-c", _GUARD], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                [_SH, "-c", _GUARD], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-        except (OSError, ValueError):  # no interpreter to start (embedded Python): the run goes on unguarded
+        except (OSError, ValueError):  # no shell to start: the run goes on unguarded (each worker still dies with us)
             self._proc = None
 
     @property

@@ -38,12 +38,14 @@ def display_path(path: Path) -> str:
         return str(absolute)
 
 
-def create_run_folder(function_name: str, keep: int = KEEP_RUNS) -> Path | None:
+def create_run_folder(function_name: str, keep: int = KEEP_RUNS, prune: bool = True) -> Path | None:
     """Make a new, empty run folder and prune old ones; ``None`` when disabled or impossible (a warning says why).
 
     Args:
         function_name: the launched function's name, part of the folder's name.
         keep: run folders of ours kept under the root, this one included.
+        prune: remove the old ones now; ``False``: the caller calls :func:`prune_runs` later (the launcher does
+            it once the workers are forked, off the launch's critical path).
 
     Example:
         >>> create_run_folder("train")  # doctest: +SKIP
@@ -74,8 +76,15 @@ def create_run_folder(function_name: str, keep: int = KEEP_RUNS) -> Path | None:
             stacklevel=2,
         )
         return None
-    _prune(root, keep, folder)
+    if prune:
+        prune_runs(folder, keep)
     return folder
+
+
+def prune_runs(current: Path | None, keep: int = KEEP_RUNS) -> None:
+    """Remove our oldest run folders beside ``current`` beyond ``keep`` (``None``: nothing to do)."""
+    if current is not None:
+        _prune(current.parent, keep, current)
 
 
 def _prune(root: Path, keep: int, current: Path) -> None:

@@ -15,23 +15,47 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
+from multiprocessing import popen_fork
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkProcess
 from multiprocessing.process import BaseProcess
 from typing import Any, Callable
 
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.launcher import kernel_fds
+from notebook_accel.launcher.kernel_flush import flush_soon
 from notebook_accel.launcher.processes import end_groups, exit_fd, signal_worker
 from notebook_accel.launcher.worker import KernelState, WorkerSpec, survey_kernel, worker_main
 
 __all__ = ["WorkerHandle", "start_workers", "close_handles", "interrupts_held"]
 
 _FORK = multiprocessing.get_context("fork")
+
+
+class _RankPopen(popen_fork.Popen):
+    """``popen_fork.Popen`` without its flush of both standard streams before every fork: :func:`start_workers`
+    flushes them once for all the workers (without waiting, in a kernel: :func:`.kernel_flush.flush_soon`). What
+    stays buffered is never written by a worker: it replaces ``sys.stdout``/``sys.stderr`` at once and ends with
+    ``os._exit``."""
+
+    def __init__(self, process_obj: BaseProcess) -> None:
+        self.returncode = None
+        self.finalizer = None
+        self._launch(process_obj)  # type: ignore[attr-defined]  # popen_fork.Popen has it; typeshed omits it
+
+
+class _RankProcess(ForkProcess):
+    """A forked worker, started by :class:`_RankPopen`."""
+
+    @staticmethod
+    def _Popen(process_obj: BaseProcess) -> _RankPopen:
+        return _RankPopen(process_obj)
 _FORKING = threading.Lock()  # one run forks at a time: no run's half-made pipes leak into another's worker
 
 
@@ -141,6 +165,9 @@ def start_workers(
     """
     handles: list[WorkerHandle] = []
     kernel = survey_kernel()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            flush_soon(stream)
     try:
         with interrupts_held(), _FORKING:
             if descriptors is not None:
@@ -171,7 +198,7 @@ def _fork_all(
         spec = WorkerSpec(env, threads, events_w, out_w, err_w, (*inherited_fds, *held, *own, *others.fds),
                           store_folder=store_folder, store_secret=store_secret,
                           close_ports=others.ports)
-        process = _FORK.Process(
+        process = _RankProcess(
             target=worker_main, args=(spec, kernel, function, args), name=f"notebook-accel-rank{env.rank}", daemon=False
         )
         handle = WorkerHandle(env.rank, process, events_r, out_r, err_r, env.device or "cpu")

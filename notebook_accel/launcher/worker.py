@@ -237,6 +237,7 @@ def worker_main(
         args: its positional arguments.
     """
     code = 70  # EX_SOFTWARE: the launcher's own set-up failed
+    ours: tuple[Any, ...] = (sys.stderr,)  # before the redirect: the kernel's streams, whose buffered text is the kernel's to send
     try:
         channel.uninstall()
         _reset_signals()
@@ -248,6 +249,7 @@ def worker_main(
             _forget_process_group()
         detach_from_kernel()
         _redirect_output(spec.stdout_fd, spec.stderr_fd, kernel)
+        ours = (sys.stdout, sys.stderr)
         spec.env.apply()
         if spec.store_folder is not None:
             use_private_store(spec.store_folder)
@@ -266,7 +268,7 @@ def worker_main(
         except BaseException:  # noqa: BLE001
             pass
     finally:
-        for stream in (sys.stdout, sys.stderr):
+        for stream in ours:  # a set-up failure's traceback (on stderr) is flushed, never the kernel's stdout
             try:
                 stream.flush()
             except BaseException:  # noqa: BLE001

@@ -13,6 +13,7 @@ import pytest
 
 from notebook_accel.launcher import notebook_launcher
 from notebook_accel.launcher.guard import KernelDeathGuard
+from notebook_accel.launcher import guard as guard_module
 from tests.launcher.recording import RecordingSink
 from tests.launcher.test_supervision import _children, _wait_ended
 
@@ -72,7 +73,7 @@ def test_a_guard_removes_the_runs_store_folder_when_the_kernel_dies(tmp_path: Pa
 
 
 def test_a_guard_that_cannot_start_leaves_the_run_unguarded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    monkeypatch.setattr(guard_module, "_SH", "/nonexistent/sh")
     guard = KernelDeathGuard()
     assert guard.fd == -1
     guard.watch([os.getpid()])
