@@ -275,6 +275,11 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                 set_epoch(self._epoch)
         self._position = self._skip + skip + restored
         self._epoch_states = [g.get_state() for g in self._generators]
+        if self._user_generator is not None and self._iterator is not None:
+            # A persistent-workers loader reuses its worker iterator from the second epoch on, and a reused one
+            # draws no workers' base seed from `generator`; a new one (the first epoch, a resumed run, a
+            # skip_first_batches view) does. The same draw here keeps an epoch's shuffle the same either way.
+            torch.empty((), dtype=torch.int64).random_(generator=self._user_generator)
         sharded = self._shard_sampler
         if sharded is not None:
             sharded.skip_once = skip
