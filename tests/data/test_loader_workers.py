@@ -9,6 +9,7 @@ skipped epoch holds.
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,3 +71,15 @@ def test_a_resumed_or_skipped_epoch_with_workers_is_the_rest_of_that_epoch(persi
     view = Accelerator(cpu=True).skip_first_batches(skipped, 2)
     _OPEN.append(view)
     assert _ids(view) == second[2:]
+
+
+def test_a_dropped_loader_is_freed_at_once_so_its_persistent_workers_end_cleanly() -> None:
+    # In a reference cycle (loader -> Accelerator -> loader) the garbage collector closed the worker queues
+    # before the worker iterator's __del__ could send the workers their stop: each worker then took torch's
+    # 5 s join timeout and a SIGTERM (10 s for two workers, in whichever cell the collector ran).
+    accelerator = Accelerator(cpu=True)
+    loader = accelerator.prepare(DataLoader(list(range(6)), batch_size=3, num_workers=2, persistent_workers=True))
+    assert sum(len(batch) for batch in loader) == 6
+    freed = weakref.ref(loader)
+    del accelerator, loader
+    assert freed() is None
