@@ -9,6 +9,7 @@ skipped epoch holds.
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -83,3 +84,27 @@ def test_a_dropped_loader_is_freed_at_once_so_its_persistent_workers_end_cleanly
     freed = weakref.ref(loader)
     del accelerator, loader
     assert freed() is None
+
+
+class _SlowFirstBatch(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """0..8; the first batch's items take a while, so an out-of-order loader yields the second batch first."""
+
+    def __len__(self) -> int:
+        return 9
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index < 3:
+            time.sleep(0.3)
+        return torch.tensor(index)
+
+
+def test_batches_stay_in_order_so_a_resume_and_the_padding_count_stay_exact() -> None:
+    # With in_order=False batches arrive as workers finish them: a checkpoint's "2 batches done" then named
+    # batches the run never trained on (items lost and repeated on resume), and the padded last round could be
+    # yielded before the end, where gather_for_metrics does not look for it.
+    plain = DataLoader(_SlowFirstBatch(), batch_size=3, num_workers=2, in_order=False)
+    with pytest.warns(UserWarning, match=r"in_order=False.*in order"):
+        prepared = Accelerator(cpu=True).prepare(plain)
+    _OPEN.append(prepared)
+    assert prepared.in_order is True
+    assert _ids(prepared) == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
