@@ -12,13 +12,14 @@ import gc
 import time
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from notebook_accel import Accelerator
+from notebook_accel import Accelerator, notebook_launcher
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -108,3 +109,34 @@ def test_batches_stay_in_order_so_a_resume_and_the_padding_count_stay_exact() ->
     _OPEN.append(prepared)
     assert prepared.in_order is True
     assert _ids(prepared) == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+
+
+def _train(folder: str, stop_after: int | None, resume: bool) -> list[Any]:
+    """Epochs 0-1 of a shuffled loader read by two persistent workers on each rank, the second epoch stopped and
+    saved after ``stop_after`` batches, or resumed from ``folder``; every rank's batches of the second epoch."""
+    accelerator = Accelerator()
+    torch.manual_seed(0)
+    plain = DataLoader(list(range(23)), batch_size=3, shuffle=True, num_workers=2, persistent_workers=True,
+                       generator=torch.Generator().manual_seed(3))
+    loader = accelerator.prepare(plain)
+    if resume:
+        accelerator.load_state(folder)
+    seen: list[list[int]] = []
+    for epoch in range(loader.epoch, 2):
+        for batch in loader:
+            if epoch == 1:
+                seen.append(batch.tolist())
+            if epoch == 1 and len(seen) == stop_after:
+                accelerator.save_state(folder)
+                return accelerator.gather_object([seen])
+    return accelerator.gather_object([seen])
+
+
+def test_a_launched_run_with_workers_resumed_mid_epoch_trains_on_every_item_once(tmp_path: Path) -> None:
+    folder = str(tmp_path / "ckpt")
+    before = notebook_launcher(_train, args=(folder, 2, False), num_processes=2, dashboard=False)
+    after = notebook_launcher(_train, args=(folder, None, True), num_processes=2, dashboard=False)
+    items = sorted(i for rank in before + after for batch in rank for i in batch)
+    padding = sorted(i for batch in [after[1][-1]] for i in batch[2:])  # 23 items: one repeat in the last round
+    assert len(before[0]) == 2 and sorted(set(items)) == list(range(23))
+    assert items == sorted(list(range(23)) + padding)
