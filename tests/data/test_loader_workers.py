@@ -140,3 +140,44 @@ def test_a_launched_run_with_workers_resumed_mid_epoch_trains_on_every_item_once
     padding = sorted(i for batch in [after[1][-1]] for i in batch[2:])  # 23 items: one repeat in the last round
     assert len(before[0]) == 2 and sorted(set(items)) == list(range(23))
     assert items == sorted(list(range(23)) + padding)
+
+
+class _EpochStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """0..11 in an order chosen by the epoch (``set_epoch``), split between DataLoader workers."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        info = torch.utils.data.get_worker_info()
+        order = torch.randperm(12, generator=torch.Generator().manual_seed(self.epoch)).tolist()
+        return iter(torch.tensor(order[i]) for i in range(info.id if info else 0, 12, info.num_workers if info else 1))
+
+
+def _stream_loader() -> Any:
+    prepared = Accelerator(cpu=True).prepare(DataLoader(_EpochStream(), batch_size=2, num_workers=2,
+                                                        persistent_workers=True))
+    _OPEN.append(prepared)
+    return prepared
+
+
+def test_persistent_workers_see_each_epoch_of_an_iterable_dataset_and_resume_exactly() -> None:
+    straight = _stream_loader()
+    first, second = _ids(straight), _ids(straight)
+    assert first != second  # was the same: the workers' copies stayed at epoch 0
+    interrupted = _stream_loader()
+    _ids(interrupted)
+    done = []
+    for batch in interrupted:
+        done.append(batch.tolist())
+        if len(done) == 2:
+            state = interrupted.state_dict()
+            break
+    resumed = _stream_loader()
+    resumed.load_state_dict(state)
+    rest = _ids(resumed)
+    assert done + rest == second
+    assert sorted(i for batch in done + rest for i in batch) == list(range(12))
