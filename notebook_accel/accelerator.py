@@ -538,7 +538,6 @@ class Accelerator(CompatMethods, ProcessFacade):
         self.wait_for_everyone()
 
 
-
 def _weak_probe(accelerator: Accelerator) -> Callable[[], bool | None]:
     """``accelerator._models_training`` without holding ``accelerator``.
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import types
 import select
 import signal
 import sys
 import time
+import types
 from multiprocessing import popen_fork, util
 from multiprocessing.context import ForkContext, ForkProcess
 from typing import Any
