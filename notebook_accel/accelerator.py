@@ -18,8 +18,9 @@ import contextlib
 import gc
 import os
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -266,7 +267,7 @@ class Accelerator(CompatMethods, ProcessFacade):
                                     self.dataloader_config.dispatch_batches)
         if not any(prepared is d for d in self._dataloaders):
             prepared.loader_index = len(self._dataloaders)
-            prepared.training_probe = self._models_training
+            prepared.training_probe = _weak_probe(self)  # a strong one made a cycle (see _weak_probe)
             self._dataloaders.append(prepared)
         return prepared
 
@@ -536,3 +537,19 @@ class Accelerator(CompatMethods, ProcessFacade):
         self._trackers.finish()
         self.wait_for_everyone()
 
+
+def _weak_probe(accelerator: Accelerator) -> Callable[[], bool | None]:
+    """``accelerator._models_training`` without holding ``accelerator``.
+
+    The Accelerator holds its prepared loaders; a loader holding the Accelerator back would leave a dropped pair to
+    the garbage collector, which closes a persistent-workers loader's queues before the loader's worker iterator
+    can tell its workers to stop (each then waits out torch's 5 s join timeout and is terminated).
+    """
+    ref = weakref.ref(accelerator)
+
+    def probe() -> bool | None:
+        """Whether a prepared model trains (``None`` without one, or once the Accelerator is gone)."""
+        owner = ref()
+        return owner._models_training() if owner is not None else None
+
+    return probe

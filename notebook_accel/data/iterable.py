@@ -16,7 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from torch.utils.data import IterableDataset
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
 
 from notebook_accel.data.sharding import LastRound
 
@@ -106,6 +107,9 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
         self.stateful = is_stateful(dataset)
         self._round_states: OrderedDict[int, Any] = OrderedDict()
         self._first_round = 0  # the round the next iteration starts at (after a restore)
+        # The epoch, in memory shared with DataLoader workers: persistent workers keep the copy of the dataset they
+        # were started with, so set_epoch reaches them only through this (see _epoch_in_worker).
+        self._shared_epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
 
     def state_before(self, round_index: int) -> Any:
         """The dataset's state before round ``round_index`` of the current pass was read, or ``None`` when it
@@ -126,15 +130,27 @@ class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
                 self._round_states.popitem(last=False)
 
     def set_epoch(self, epoch: int) -> None:
-        """Forward the epoch to the dataset when it takes one."""
+        """Forward the epoch to the dataset when it takes one (to DataLoader workers' copies too)."""
+        self._shared_epoch[0] = epoch
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(epoch)
+
+    def _epoch_in_worker(self) -> None:
+        """In a DataLoader worker, give this copy's dataset the current epoch.
+
+        A persistent worker's copy would otherwise stay at the epoch it was started in: every epoch would repeat
+        that epoch's order, and a resumed run (whose workers start in the resumed epoch) would read another order
+        than the run it continues, losing and repeating items.
+        """
+        if get_worker_info() is not None and hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(int(self._shared_epoch[0]))
 
     def _mine(self, buffer: list[Any]) -> list[Any]:
         """This rank's slice of a round."""
         return buffer[self.rank * self.per_process_batch : (self.rank + 1) * self.per_process_batch]
 
     def __iter__(self) -> Iterator[Any]:
+        self._epoch_in_worker()
         first: list[Any] = []
         buffer: list[Any] = []
         round_index, self._first_round = self._first_round, 0

@@ -33,11 +33,11 @@ from torch.utils.data import DataLoader
 
 from notebook_accel import channel
 from notebook_accel.monitor import steps
-from notebook_accel.data.iterable import ShardedIterableDataset, Tagged
+from notebook_accel.data.iterable import ShardedIterableDataset, Tagged, TaggingCollate
 from notebook_accel.data.randomness import SeedableRandomSampler, generators_of
 from notebook_accel.data.sharding import DataPrepareError, LastRound, ShardedBatchSampler, ShardedSampler
 from notebook_accel.data.epoch_bar import epoch_loop_event
-from notebook_accel.data.worker_fork import worker_context
+from notebook_accel.data.worker_fork import check_importable, worker_context
 from notebook_accel.events import Progress
 from notebook_accel.state import GradientState, ProcessState
 from notebook_accel.utils.nested import send_to_device
@@ -47,6 +47,14 @@ __all__ = ["PreparedDataLoader"]
 _STATE_KEYS = ("epoch", "batches_yielded", "seed", "num_processes")
 _ANY_SAMPLER = (ShardedBatchSampler, ShardedSampler)
 _DONE = object()
+
+
+def _worker_parts(dataset: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The user's objects a DataLoader worker gets: dataset, collate function, worker_init_fn (ours unwrapped)."""
+    collate = options.get("collate_fn")
+    return {"dataset": dataset.dataset if isinstance(dataset, ShardedIterableDataset) else dataset,
+            "collate_fn": collate.collate if isinstance(collate, TaggingCollate) else collate,
+            "worker_init_fn": options.get("worker_init_fn")}
 
 
 class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
@@ -62,7 +70,9 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                  gradient_state: GradientState, state: ProcessState, seed: int, total_batch_size: int | None,
                  remainder: int, non_blocking: bool = False, batch_sampler: ShardedBatchSampler | None = None,
                  batch_size: int | None = None, sampler: ShardedSampler | None = None) -> None:
-        context = worker_context(options.get("num_workers", 0), options.get("multiprocessing_context"))
+        workers = options.get("num_workers", 0)
+        context = worker_context(workers, options.get("multiprocessing_context"))
+        check_importable(workers, context, _worker_parts(dataset, options))  # spawned workers must import them
         options = {**options, "multiprocessing_context": context}  # workers deadlocked at birth are replaced
         if batch_sampler is not None:
             super().__init__(dataset, batch_sampler=batch_sampler, **options)
@@ -275,6 +285,11 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                 set_epoch(self._epoch)
         self._position = self._skip + skip + restored
         self._epoch_states = [g.get_state() for g in self._generators]
+        if self._user_generator is not None and self._iterator is not None:
+            # A persistent-workers loader reuses its worker iterator from the second epoch on, and a reused one
+            # draws no workers' base seed from `generator`; a new one (the first epoch, a resumed run, a
+            # skip_first_batches view) does. The same draw here keeps an epoch's shuffle the same either way.
+            torch.empty((), dtype=torch.int64).random_(generator=self._user_generator)
         sharded = self._shard_sampler
         if sharded is not None:
             sharded.skip_once = skip

@@ -6,6 +6,7 @@ plain loader's; see :mod:`notebook_accel.data.randomness` for how its randomness
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -104,12 +105,27 @@ def prepare_data_loader(loader: DataLoader, state: ProcessState,  # type: ignore
     """
     if isinstance(loader, PreparedDataLoader):
         return loader
-    common: dict[str, Any] = {"options": loader_options(loader), "state": state, "gradient_state": gradient_state,
+    common: dict[str, Any] = {"options": _in_order(loader_options(loader)), "state": state,
+                              "gradient_state": gradient_state,
                               "device": state.device if device_placement else None,
                               "non_blocking": config.non_blocking}
     if isinstance(loader.dataset, IterableDataset):
         return _prepare_iterable(loader, state.num_processes, state.process_index, config, common)
     return _prepare_map(loader, state.num_processes, state.process_index, config, common)
+
+
+def _in_order(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the workers' batches kept in order (``in_order=True``), warning when the loader had not."""
+    if options.get("in_order", True) or not options.get("num_workers"):
+        return options
+    warnings.warn(
+        "prepare: DataLoader(in_order=False) is read in order: a prepared loader counts the batches it yields to "
+        "resume mid-epoch and to find the even_batches padding of the last round, and batches out of order would "
+        "make a resume skip batches never trained on (and repeat others) and gather_for_metrics drop real items. "
+        "Pass in_order=True (the default) to silence this warning",
+        UserWarning, stacklevel=3,
+    )
+    return {**options, "in_order": True}
 
 
 def _length(dataset: Any) -> int | None:

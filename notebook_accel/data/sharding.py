@@ -196,13 +196,16 @@ class ShardedBatchSampler(Sampler[list[int]]):
                 target.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[list[int]]:
+        # A generator: the one-shot skip is taken at the first batch, not at iter(). torch's worker iterator calls
+        # iter() on its batch sampler twice when it starts and reads only the second; taken at iter(), the skip of
+        # a resumed epoch went to the discarded one and the resumed epoch started over.
         start, self.skip_once = self.skip + self.skip_once, 0
         source: Iterable[list[int]] = self.batch_sampler
         if self.isolate_seed is not None:
             source = IsolatedRandomness(self.isolate_seed * 1_000_003 + self._epoch).wrap(source)
         shards = shard_batches(source, self.rank, self.num_processes, self.batch_size,
                                self.drop_last, self.even_batches, self.split_batches, self.last)
-        return itertools.islice(shards, start, None)
+        yield from itertools.islice(shards, start, None)
 
     def with_skip(self, skip: int) -> ShardedBatchSampler:
         """The same sharding of the same sampler, leaving out ``skip`` batches of every iteration."""

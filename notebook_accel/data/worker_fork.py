@@ -15,7 +15,9 @@ using any CPU (a child that has not reached Python yet has nothing to wait for) 
 healthy child costs one pipe and the wait for its first byte (well under a millisecond to a few ms).
 
 :func:`worker_context` gives the context to use for a prepared loader: the guarded one where the interpreter
-has the bug and the loader would fork its workers, else the loader's own setting.
+has the bug and the loader would fork its workers, else the loader's own setting. :func:`check_importable`
+refuses, at prepare time, workers started as fresh interpreters ('spawn', 'forkserver') that would have to
+import a class or function defined in a notebook (each would die at birth with a bare "exited unexpectedly").
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ import select
 import signal
 import sys
 import time
+import types
 from multiprocessing import popen_fork, util
 from multiprocessing.context import ForkContext, ForkProcess
 from typing import Any
 
-__all__ = ["GuardedForkContext", "WorkerStartError", "fork_child_can_deadlock", "worker_context"]
+__all__ = ["GuardedForkContext", "WorkerStartError", "check_importable", "fork_child_can_deadlock", "worker_context"]
 
 _log = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ POLL = 0.05
 
 
 class WorkerStartError(RuntimeError):
-    """A DataLoader worker deadlocked at birth on every try."""
+    """A DataLoader worker cannot start: deadlocked at birth on every try, or it could not import its dataset."""
 
 
 def fork_child_can_deadlock(version: tuple[int, ...] | None = None) -> bool:
@@ -68,6 +71,47 @@ def worker_context(num_workers: int, context: Any) -> Any:
     else:
         return context  # a context object of the user's own: theirs to choose
     return GuardedForkContext() if method == "fork" else context
+
+
+def _start_method(context: Any) -> str:
+    """The start method a DataLoader with ``multiprocessing_context=context`` starts its workers with."""
+    if context is None:
+        return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context().get_start_method()
+    return context if isinstance(context, str) else str(context.get_start_method())
+
+
+def _main_is_importable() -> bool:
+    """Whether a fresh interpreter can re-create ``__main__`` (a script or ``-m`` module; not a notebook's)."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None):
+        return True
+    path = getattr(main, "__file__", None)
+    return isinstance(path, str) and os.path.exists(path)
+
+
+def check_importable(num_workers: int, context: Any, parts: dict[str, Any]) -> None:
+    """Refuse workers started as fresh interpreters that would need a class or function of the notebook.
+
+    ``parts`` names what the workers get (``{"dataset": ..., "collate_fn": ..., "worker_init_fn": ...}``). A
+    'spawn' or 'forkserver' worker imports each one's class (or the function) by module and name; one defined in
+    a notebook (``__main__`` with no file) cannot be found there, and torch only says the worker "exited
+    unexpectedly".
+
+    Raises:
+        WorkerStartError: such a worker would need a class or function defined in ``__main__``.
+    """
+    if num_workers <= 0 or _start_method(context) not in ("spawn", "forkserver") or _main_is_importable():
+        return
+    for name, value in parts.items():
+        made = value if isinstance(value, (type, types.FunctionType)) else type(value)
+        if value is not None and made.__module__ == "__main__":
+            raise WorkerStartError(
+                f"DataLoader(multiprocessing_context={_start_method(context)!r}) starts its {num_workers} workers "
+                f"as new interpreters, which import the {name}'s {made.__qualname__!r} by name, but it is defined "
+                "in the notebook (__main__), where they cannot find it: every worker would die at birth. Move "
+                f"{made.__qualname__} into a .py file and import it from there, or leave multiprocessing_context "
+                "unset (forked workers share the notebook's definitions)"
+            )
 
 
 def _proc_stat(pid: int) -> tuple[str, int, int] | None:

@@ -8,6 +8,8 @@ fork, so the child sleeps on a futex, alone, using no CPU: the state the real bu
 from __future__ import annotations
 
 import os
+import sys
+import types
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,3 +107,34 @@ def test_a_healthy_worker_starts_once() -> None:
     process.join(30)
     assert process.exitcode == 0
     assert GuardedForkContext.restarts == before
+
+
+class _NotebookItems(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A dataset class as a notebook cell defines it (its module is ``__main__``)."""
+
+    __module__ = "__main__"
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_spawned_workers_that_would_need_a_notebook_class_are_refused_at_prepare(
+        method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a kernel's: no file, no spec
+    plain = DataLoader(_NotebookItems(), batch_size=2, num_workers=2, multiprocessing_context=method)
+    with pytest.raises(WorkerStartError, match=rf"'{method}'.*'_NotebookItems'.*notebook.*\.py file"):
+        Accelerator(cpu=True).prepare(plain)  # was: every worker died at birth, "exited unexpectedly"
+    forked = DataLoader(_NotebookItems(), batch_size=2, num_workers=2, multiprocessing_context="fork", timeout=20)
+    assert sum(len(batch) for batch in Accelerator(cpu=True).prepare(forked)) == 4  # fork shares the class
+
+
+def test_spawned_workers_of_a_script_may_use_its_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = types.ModuleType("__main__")
+    script.__file__ = __file__  # a script a fresh interpreter can run again
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    plain = DataLoader(_NotebookItems(), batch_size=2, num_workers=2, multiprocessing_context="spawn")
+    assert Accelerator(cpu=True).prepare(plain).num_workers == 2
