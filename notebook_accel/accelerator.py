@@ -267,7 +267,7 @@ class Accelerator(CompatMethods, ProcessFacade):
                                     self.dataloader_config.dispatch_batches)
         if not any(prepared is d for d in self._dataloaders):
             prepared.loader_index = len(self._dataloaders)
-            prepared.training_probe = _weak_probe(self)  # a strong one made a cycle (see _weak_probe)
+            prepared.training_probe = _TrainingProbe(self)  # a strong one made a cycle (see _TrainingProbe)
             self._dataloaders.append(prepared)
         return prepared
 
@@ -538,18 +538,24 @@ class Accelerator(CompatMethods, ProcessFacade):
         self.wait_for_everyone()
 
 
-def _weak_probe(accelerator: Accelerator) -> Callable[[], bool | None]:
-    """``accelerator._models_training`` without holding ``accelerator``.
+class _TrainingProbe:
+    """``accelerator._models_training`` for a prepared loader, without holding ``accelerator``.
 
     The Accelerator holds its prepared loaders; a loader holding the Accelerator back would leave a dropped pair to
     the garbage collector, which closes a persistent-workers loader's queues before the loader's worker iterator
-    can tell its workers to stop (each then waits out torch's 5 s join timeout and is terminated).
+    can tell its workers to stop (each then waits out torch's 5 s join timeout and is terminated). A class, not a
+    closure, so that an Accelerator with prepared loaders can still be pickled (accelerate's
+    ``test_pickle_accelerator``): pickled, it names the Accelerator, and unpickled it holds it weakly again.
     """
-    ref = weakref.ref(accelerator)
 
-    def probe() -> bool | None:
+    def __init__(self, accelerator: Accelerator | None) -> None:
+        self._ref: Callable[[], Accelerator | None] = (
+            weakref.ref(accelerator) if accelerator is not None else (lambda: None))
+
+    def __call__(self) -> bool | None:
         """Whether a prepared model trains (``None`` without one, or once the Accelerator is gone)."""
-        owner = ref()
+        owner = self._ref()
         return owner._models_training() if owner is not None else None
 
-    return probe
+    def __reduce__(self) -> tuple[type[_TrainingProbe], tuple[Accelerator | None]]:
+        return _TrainingProbe, (self._ref(),)

@@ -248,3 +248,18 @@ def test_save_names_a_file_it_cannot_open(tmp_path: Any) -> None:
             accelerator.save(weights, str(tmp_path / ("a" * 300)), safe_serialization=safe)
         with pytest.raises(OSError, match="/proc/notebook-accel.pt"):
             accelerator.save(weights, "/proc/notebook-accel.pt", safe_serialization=safe)
+
+
+def test_an_accelerator_with_prepared_loaders_pickles_and_its_loaders_still_ask_it() -> None:
+    """accelerate's test_pickle_accelerator: the loaders' train/eval probe (which holds the Accelerator weakly)
+    must pickle too, and after a round trip ask the copy."""
+    import pickle
+
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(2, 2))
+    accelerator.prepare(DataLoader(list(range(4)), batch_size=2), DataLoader(list(range(4)), batch_size=2))
+    model.eval()
+    copy = pickle.loads(pickle.dumps(accelerator))
+    assert [loader.progress_name() for loader in copy._dataloaders] == ["eval", "eval"]
+    copy._models[0].train()
+    assert [loader.progress_name() for loader in copy._dataloaders] == ["train", "train"]
