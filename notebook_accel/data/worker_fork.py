@@ -137,12 +137,6 @@ def _waits_on_futex(pid: int) -> bool:
     return wchan in ("", "0") or "futex" in wchan
 
 
-def _close_fds(*fds: int) -> None:
-    """Close the parent's ends of a child's pipes (what ``popen_fork`` does when the process is closed)."""
-    for fd in fds:
-        os.close(fd)
-
-
 class _Watch:
     """What a silent child has done since it was first suspected."""
 
@@ -213,7 +207,7 @@ class _GuardedPopen(popen_fork.Popen):
             os.close(parent_r)
             os.close(parent_w)
             return False
-        self.finalizer = util.Finalize(self, _close_fds, (parent_r, parent_w))
+        self.finalizer = util.Finalize(self, util.close_fds, (parent_r, parent_w))  # type: ignore[attr-defined]
         self.sentinel = parent_r
         return True
 

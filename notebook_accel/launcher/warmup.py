@@ -8,7 +8,9 @@ fork, it is paid once per kernel and shared by every worker of every later launc
 When: in a Jupyter kernel that has imported torch, on a machine without a visible GPU, the import starts in a
 background thread as soon as the launcher is imported (:func:`start_early`), so it happens while the user runs the
 next cells; :func:`warm_kernel` finishes it (or does it) right before the first fork, and always waits for that
-thread first, since forking while another thread holds import locks could leave a worker stuck. Elsewhere (a
+thread first, since forking while another thread holds import locks could leave a worker stuck. Any other fork
+of the kernel (a DataLoader with workers iterated in a cell) waits for it too (:func:`_finish_before_fork`, an
+``os.register_at_fork`` hook): a DataLoader worker forked mid-import deadlocked on numpy's module lock. Elsewhere (a
 script, or torch not yet imported) it happens at the first launch. With GPUs it stays in the workers, so nothing in
 the kernel can touch CUDA before the fork.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import threading
 
@@ -78,8 +81,19 @@ def start_early() -> bool:
         return False
     thread = threading.Thread(target=_warm_up, args=(torch_too, ui), name="notebook-accel warm-up", daemon=True)
     _early.append(thread)
+    os.register_at_fork(before=_finish_before_fork)
     thread.start()
     return True
+
+
+def _finish_before_fork(limit: float = 30.0) -> None:
+    """Before any fork of this process: stop the warm-up after its current UI module and wait for it (at most
+    ``limit`` seconds), so that no module lock is held by it at the fork. A child forked while this thread held
+    one (a DataLoader worker the user iterates in a cell) waited for it forever."""
+    for thread in _early:
+        if thread.is_alive() and thread is not threading.current_thread():
+            _halt.set()
+            thread.join(limit)
 
 
 def warm_kernel(backend: str, store: bool = False) -> list[str]:

@@ -49,6 +49,16 @@ def _ids(batches: Any) -> list[list[int]]:
     return [batch.tolist() for batch in batches]
 
 
+def _two_batches_then_state(loader: Any) -> tuple[list[Any], dict[str, Any]]:
+    """The first two batches of the loader's next epoch, and its state_dict() right after them (a checkpoint)."""
+    done = []
+    for batch in loader:
+        done.append(batch.tolist())
+        if len(done) == 2:
+            return done, loader.state_dict()
+    raise AssertionError(f"the epoch had {len(done)} batches, fewer than 2")
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["fresh-workers", "persistent-workers"])
 @pytest.mark.parametrize("generator", [False, True], ids=["seeded", "own-generator"])
 def test_a_resumed_or_skipped_epoch_with_workers_is_the_rest_of_that_epoch(persistent: bool,
@@ -58,12 +68,7 @@ def test_a_resumed_or_skipped_epoch_with_workers_is_the_rest_of_that_epoch(persi
     second = _ids(straight)  # epoch 1: what an uninterrupted run trains on
     interrupted = _loader(persistent, generator)
     _ids(interrupted)
-    done = []
-    for batch in interrupted:
-        done.append(batch.tolist())
-        if len(done) == 2:
-            state = interrupted.state_dict()
-            break
+    done, state = _two_batches_then_state(interrupted)
     assert done == second[:2]
     resumed = _loader(persistent, generator)
     resumed.load_state_dict(state)
@@ -170,12 +175,7 @@ def test_persistent_workers_see_each_epoch_of_an_iterable_dataset_and_resume_exa
     assert first != second  # was the same: the workers' copies stayed at epoch 0
     interrupted = _stream_loader()
     _ids(interrupted)
-    done = []
-    for batch in interrupted:
-        done.append(batch.tolist())
-        if len(done) == 2:
-            state = interrupted.state_dict()
-            break
+    done, state = _two_batches_then_state(interrupted)
     resumed = _stream_loader()
     resumed.load_state_dict(state)
     rest = _ids(resumed)

@@ -112,3 +112,24 @@ def test_a_launch_stops_the_ui_imports_so_the_fork_waits_only_for_torch(monkeypa
     assert warmup.start_early() is True
     warmup.warm_kernel("nccl")  # the launch: halts the thread and waits for it
     assert not warmup._early[0].is_alive() and imported == [warmup.WARM_MODULES]
+
+
+def test_a_fork_waits_for_the_warm_up_thread_so_no_module_lock_is_inherited_held(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DataLoader worker forked while the warm-up imported a numpy module deadlocked on that module's lock."""
+    importing = threading.Event()
+    release = threading.Event()
+
+    def slow_import() -> None:  # stands for an import in progress
+        importing.set()
+        release.wait(5)
+
+    thread = threading.Thread(target=slow_import, daemon=True)
+    monkeypatch.setattr(warmup, "_early", [thread])
+    monkeypatch.setattr(warmup, "_halt", threading.Event())
+    thread.start()
+    importing.wait(5)
+    threading.Timer(0.3, release.set).start()
+    warmup._finish_before_fork()  # the os.register_at_fork hook start_early installs
+    assert not thread.is_alive() and warmup._halt.is_set()
+    warmup._finish_before_fork()  # nothing left to wait for: returns at once
