@@ -7,7 +7,7 @@ the same run, alternating:
 - *two pipes* (the baseline, the launcher before): fd 1 and fd 2 on their own pipes, read whenever ``wait``
   reports them, split into lines at ``\\n``;
 - *ordered pipe* (now): stdout and ``sys.stderr`` on one pipe, stderr in frames (:mod:`notebook_accel.launcher.
-  streams`), read into :class:`~notebook_accel.launcher.output.RankOutput` (terminal replay, events, log file).
+  streams`), read into :class:`~notebook_accel.launcher.supervision.output.RankOutput` (terminal replay, events, log file).
 
 Printed: lines out of order (a line that arrives after a higher-numbered one), the writer's wall time, and the
 reader's CPU time per line, with the ordered pipe's ratios to the two pipes.
@@ -27,8 +27,8 @@ import time
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from notebook_accel.launcher.output import RankOutput
-from notebook_accel.launcher.streams import FramedWriter
+from notebook_accel.launcher.supervision.output import RankOutput
+from notebook_accel.launcher.child.streams import FramedWriter
 
 
 def _writer(lines: int, out_fd: int, err_fd: int, ordered: bool) -> None:

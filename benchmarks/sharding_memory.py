@@ -35,8 +35,8 @@ import torch
 import torch.distributed as dist
 
 from notebook_accel import Accelerator, held_memory, notebook_launcher
-from notebook_accel.deepspeed import DeepSpeedPlugin
-from notebook_accel.fsdp import FullyShardedDataParallelPlugin
+from notebook_accel.engines.deepspeed import DeepSpeedPlugin
+from notebook_accel.engines.fsdp import FullyShardedDataParallelPlugin
 
 FSDP = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 ZERO = ("ZeRO-1", "ZeRO-2", "ZeRO-3") if importlib.util.find_spec("deepspeed") else ()

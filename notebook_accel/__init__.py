@@ -47,8 +47,8 @@ _EXPORTS: dict[str, str] = {
     "DistributedDataParallelKwargs": "notebook_accel.plugins",
     "GradScalerKwargs": "notebook_accel.plugins",
     "InitProcessGroupKwargs": "notebook_accel.plugins",
-    "FullyShardedDataParallelPlugin": "notebook_accel.fsdp.plugin",
-    "DeepSpeedPlugin": "notebook_accel.deepspeed.plugin",
+    "FullyShardedDataParallelPlugin": "notebook_accel.engines.fsdp.plugin",
+    "DeepSpeedPlugin": "notebook_accel.engines.deepspeed.plugin",
     "set_seed": "notebook_accel.utils",
     "skip_first_batches": "notebook_accel.data",
     "Config": "notebook_accel.config",
@@ -73,8 +73,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.config import Config, ConfigError, load_config
     from notebook_accel.data import skip_first_batches
     from notebook_accel.errors import CudaInitializedError, LaunchError, NotebookAccelError
-    from notebook_accel.deepspeed.plugin import DeepSpeedPlugin
-    from notebook_accel.fsdp.plugin import FullyShardedDataParallelPlugin
+    from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
+    from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
     from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
     from notebook_accel.plugins import (
         DataLoaderConfiguration,

@@ -54,9 +54,9 @@ from notebook_accel.utils.nested import is_tensor_tree, recursively_apply
 from notebook_accel.utils.random import set_seed as _set_seed
 
 if TYPE_CHECKING:  # the FSDP and DeepSpeed modules are slow to import: loaded only when a plugin asks
-    from notebook_accel.deepspeed.plugin import DeepSpeedPlugin
+    from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
     from notebook_accel.engines import Engine
-    from notebook_accel.fsdp.plugin import FullyShardedDataParallelPlugin
+    from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
 
 __all__ = ["Accelerator"]
 

@@ -2,7 +2,7 @@
 
 Forked workers can only use CUDA if the parent never initialised it, so counting GPUs must not go through
 the CUDA runtime (``torch.cuda.device_count()`` may, and then a later fork is unusable). This module asks
-NVML instead, through NVIDIA's binding (:mod:`notebook_accel.monitor.nvml`), and falls back to
+NVML instead, through NVIDIA's binding (:mod:`notebook_accel.nvml`), and falls back to
 ``nvidia-smi --query-gpu`` when NVML cannot answer. Neither creates a CUDA context.
 
 ``CUDA_VISIBLE_DEVICES`` is honoured the way CUDA does: entries are indices or (prefixes of) UUIDs,
@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass, replace
 
 from notebook_accel import environment
-from notebook_accel.monitor.nvml import Nvml
+from notebook_accel.nvml import Nvml
 
 __all__ = ["GpuInfo", "detect_gpus", "visible_gpu_count", "cpu_count", "supports_bf16"]
 

@@ -11,7 +11,7 @@ import pytest
 
 from notebook_accel import hardware
 from notebook_accel.hardware import GpuInfo
-from notebook_accel.monitor.nvml import Nvml
+from notebook_accel.nvml import Nvml
 
 PHYSICAL = [
     ("NVIDIA A100-SXM4-80GB", 80 * 2**30, (8, 0), "GPU-aaaa-1111"),

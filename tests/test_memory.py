@@ -92,8 +92,8 @@ def train_and_measure(engine: str) -> tuple[int, int, int]:
     """Worker: two AdamW steps under ``engine``; (parameters, gradients, optimizer) bytes after the last step."""
     from torch.utils.data import DataLoader, TensorDataset
 
-    from notebook_accel.deepspeed import DeepSpeedPlugin
-    from notebook_accel.fsdp import FullyShardedDataParallelPlugin
+    from notebook_accel.engines.deepspeed import DeepSpeedPlugin
+    from notebook_accel.engines.fsdp import FullyShardedDataParallelPlugin
 
     options: dict[str, Any] = {
         "DDP": {}, "ZeRO-2": {"deepspeed_plugin": DeepSpeedPlugin(zero_stage=2)},

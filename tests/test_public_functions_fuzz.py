@@ -58,7 +58,7 @@ def _use(name: str, result: Any) -> None:
 
 
 def test_public_functions_with_hostile_values() -> None:
-    from notebook_accel.launcher.warmup import warm_kernel
+    from notebook_accel.launcher.kernel.warmup import warm_kernel
 
     warm_kernel("gloo")  # a background import of torch modules (started in a kernel) must not overlap the cases
     for name, good in _good().items():  # first uses import modules (descriptors come and go): not per-call leaks

@@ -15,7 +15,7 @@ Layout of a checkpoint directory (accelerate's names where it has one)::
     random_states_<r>.pkl            rank r's python / numpy / torch / cuda RNG
 
 Under FSDP a sharded model and its optimizer take the place of ``pytorch_model_<i>.bin`` / ``optimizer_<i>.bin``
-(see :mod:`notebook_accel.fsdp.checkpoint`)::
+(see :mod:`notebook_accel.engines.fsdp.checkpoint`)::
 
     pytorch_model_fsdp_<i>_rank<r>_0.distcp   rank r's shards of model i (torch.distributed.checkpoint)
     pytorch_model_fsdp_<i>.metadata           DCP's index of them
@@ -23,7 +23,7 @@ Under FSDP a sharded model and its optimizer take the place of ``pytorch_model_<
     pytorch_model_fsdp_<i>.bin, optimizer_<i>.bin    instead, with state_dict_type="FULL_STATE_DICT" (rank 0)
 
 Under DeepSpeed, the engine's own ``save_checkpoint`` files take their place (see
-:mod:`notebook_accel.deepspeed.checkpoint`); each engine supplies these objects (``engine.checkpoint_model``)::
+:mod:`notebook_accel.engines.deepspeed.checkpoint`); each engine supplies these objects (``engine.checkpoint_model``)::
 
     mp_rank_00_model_states.pt                      the weights (ZeRO 0-2, rank 0)
     zero_pp_rank_<r>_mp_rank_00_model_states.pt     rank r's parameter partition (ZeRO-3)

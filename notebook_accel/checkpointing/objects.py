@@ -234,7 +234,7 @@ class _FsdpObjects:
                 self.layouts[i] = layout
         self.models = models
         if self.layouts:
-            from notebook_accel.fsdp import checkpoint  # imports FSDP: only when a model uses its layout
+            from notebook_accel.engines.fsdp import checkpoint  # imports FSDP: only when a model uses its layout
 
             self.checkpoint = checkpoint
 

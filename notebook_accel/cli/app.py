@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from notebook_accel import __version__
-from notebook_accel.cli import config_cmd, env_cmd, launch_cmd, test_cmd
+from notebook_accel.cli import config_cmd, env_cmd, launch_cmd, selftest_cmd
 from notebook_accel.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, error
 from notebook_accel.config import ConfigError
 
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"notebook-accel {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    for module in (config_cmd, env_cmd, launch_cmd, test_cmd):
+    for module in (config_cmd, env_cmd, launch_cmd, selftest_cmd):
         module.register(commands)
     return parser
 

@@ -71,7 +71,7 @@ def _config_lines(config_file: str | None) -> list[str]:
 def _build_deepspeed_ops() -> int:
     """``--build-deepspeed-ops``: compile DeepSpeed's just-in-time ops now; exit 1 when that is not possible."""
     try:
-        from notebook_accel.deepspeed.jit_ops import build_ops
+        from notebook_accel.engines.deepspeed.jit_ops import build_ops
     except ImportError as e:
         print(f"notebook-accel env: --build-deepspeed-ops needs deepspeed ({e}); pip install "
               "notebook-accel[deepspeed]", file=sys.stderr)

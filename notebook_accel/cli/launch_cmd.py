@@ -22,8 +22,8 @@ from notebook_accel import environment
 from notebook_accel.cli.common import EXIT_FAILED, EXIT_OK, UsageError, active_config, error
 from notebook_accel.cli.process import run_child
 from notebook_accel.config import Config
-from notebook_accel.deepspeed.plugin import deepspeed_launch_value
-from notebook_accel.fsdp.plugin import fsdp_launch_value
+from notebook_accel.engines.deepspeed.plugin import deepspeed_launch_value
+from notebook_accel.engines.fsdp.plugin import fsdp_launch_value
 
 __all__ = ["register", "torchrun_command", "child_environment", "launch"]
 

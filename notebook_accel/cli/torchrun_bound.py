@@ -9,7 +9,7 @@ one-machine run, machine 0 of a static several-machine run):
 
 1. binds ``--master_addr``:``--master_port`` itself (port 0: a free one, written back into the arguments, so the
    port is held from the choice to the run with no race);
-2. serves the store on that socket (:class:`~notebook_accel.launcher.rendezvous.StoreServer`);
+2. serves the store on that socket (:class:`~notebook_accel.launcher.rendezvous.store.StoreServer`);
 3. on a one-machine run with a loopback address, keeps gloo and nccl on the loopback interface, as
    ``notebook_launcher`` does;
 4. runs torchrun in this process (``torch.distributed.run.main``), whose agent then uses the bound store.
@@ -23,7 +23,7 @@ import sys
 
 from notebook_accel import environment
 from notebook_accel.errors import LaunchError
-from notebook_accel.launcher.rendezvous import StoreServer, bind_listener, worker_variables
+from notebook_accel.launcher.rendezvous.store import StoreServer, bind_listener, worker_variables
 
 __all__ = ["main", "option_value"]
 

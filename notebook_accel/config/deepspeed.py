@@ -1,6 +1,6 @@
 """DeepSpeed settings: the allowed values, their checks, and accelerate's ``deepspeed_config`` file keys.
 
-One table (:data:`CHECKS`) says, for each field of :class:`~notebook_accel.deepspeed.plugin.DeepSpeedPlugin`,
+One table (:data:`CHECKS`) says, for each field of :class:`~notebook_accel.engines.deepspeed.plugin.DeepSpeedPlugin`,
 what is allowed and how a forgiving form (``"2"`` for ZeRO stage 2, ``"CPU"`` for ``"cpu"``, ``"A,B"`` for a list of
 class names) becomes the canonical value. The plugin and the config file both use it, so the two accept the same
 values and word their problems the same way; every problem is collected, none raised here.

@@ -1,7 +1,7 @@
 """FSDP settings: the allowed values, their checks, and accelerate's ``fsdp_config`` file keys.
 
 One table (:data:`CHECKS`) says, for each field of
-:class:`~notebook_accel.fsdp.plugin.FullyShardedDataParallelPlugin`, what is allowed and how a forgiving form
+:class:`~notebook_accel.engines.fsdp.plugin.FullyShardedDataParallelPlugin`, what is allowed and how a forgiving form
 (``1`` for ``FULL_SHARD``, ``"TRANSFORMER_BASED_WRAP"`` for ``"transformer_based_wrap"``, ``"A,B"`` for a list of
 class names) becomes the canonical value. Both the plugin and the config file use it, so the two accept the same
 values and word their problems the same way; every problem is collected, none raised here.

@@ -36,7 +36,7 @@ def select_engine(fsdp_plugin: Any, deepspeed_plugin: Any, env: LaunchEnvironmen
         raise ConfigurationError("Accelerator: both FSDP and DeepSpeed were asked for (fsdp_plugin / deepspeed_plugin "
                                  "or the launch config's distributed_type); pick one of them")
     if wants_deepspeed:
-        from notebook_accel.deepspeed.engine import DeepSpeedEngine, resolve_deepspeed_plugin
+        from notebook_accel.engines.deepspeed.engine import DeepSpeedEngine, resolve_deepspeed_plugin
 
         ds_plugin = resolve_deepspeed_plugin(deepspeed_plugin, env)
         state.distributed_type = DistributedType.DEEPSPEED
@@ -44,7 +44,7 @@ def select_engine(fsdp_plugin: Any, deepspeed_plugin: Any, env: LaunchEnvironmen
     plain = DDPEngine(state, mixed_precision, ddp_handler)
     if not wants_fsdp:
         return plain, None, None
-    from notebook_accel.fsdp.engine import FSDPEngine, resolve_fsdp_plugin
+    from notebook_accel.engines.fsdp.engine import FSDPEngine, resolve_fsdp_plugin
 
     resolved = resolve_fsdp_plugin(fsdp_plugin, env)
     if resolved is None or state.num_processes == 1:

@@ -14,7 +14,7 @@ import warnings
 from types import ModuleType
 from typing import Callable
 
-from notebook_accel.launcher.import_hooks import when_imported
+from notebook_accel.import_hooks import when_imported
 
 __all__ = ["add_trainer_callback", "TRAINER_MODULE"]
 

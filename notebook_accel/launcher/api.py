@@ -14,27 +14,33 @@ from notebook_accel.config import Config, resolve_config
 from notebook_accel.environment import restart_variables
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import RunInfo, Sink
-from notebook_accel.deepspeed.plugin import deepspeed_launch_value
+from notebook_accel.engines.deepspeed.plugin import deepspeed_launch_value
 from notebook_accel.engine_label import config_engine
-from notebook_accel.fsdp.plugin import fsdp_launch_value
-from notebook_accel.launcher import compat, preflight
-from notebook_accel.launcher.background import BackgroundRun, RecordingTee, check_can_start
-from notebook_accel.launcher.errors import WorkerError
-from notebook_accel.launcher.guard import KernelDeathGuard
-from notebook_accel.launcher.heartbeat import PeerWatch
-from notebook_accel.launcher.inprocess import run_in_process
-from notebook_accel.launcher.kernel_fds import RunDescriptors
+from notebook_accel.engines.fsdp.plugin import fsdp_launch_value
+from notebook_accel.launcher import accelerate_args, preflight
+from notebook_accel.launcher.supervision.background import BackgroundRun, RecordingTee, check_can_start
+from notebook_accel.launcher.supervision.failures import WorkerError
+from notebook_accel.launcher.kernel.guard import KernelDeathGuard
+from notebook_accel.launcher.rendezvous.heartbeat import PeerWatch
+from notebook_accel.launcher.placement.inprocess import run_in_process
+from notebook_accel.launcher.kernel.fds import RunDescriptors
 from notebook_accel.launcher.plan import Plan, choose_port, environments, function_name
-from notebook_accel.launcher.rendezvous import (StoreServer, bind_listener, new_store_folder, remove_store_folder,
-                                                 store_secret, worker_variables)
-from notebook_accel.launcher.runlogs import create_run_folder, display_path, prune_runs
-from notebook_accel.launcher.sinks import GuardedSink, choose_sink
-from notebook_accel.launcher.spawn import WorkerHandle, start_workers
+from notebook_accel.launcher.rendezvous.store import (
+    StoreServer,
+    bind_listener,
+    new_store_folder,
+    remove_store_folder,
+    store_secret,
+    worker_variables,
+)
+from notebook_accel.launcher.supervision.runlogs import create_run_folder, display_path, prune_runs
+from notebook_accel.display.sinks import GuardedSink, choose_sink
+from notebook_accel.launcher.placement.spawn import WorkerHandle, start_workers
 from notebook_accel.monitor.board import close_board, open_board
-from notebook_accel.launcher.supervisor import finish_aborted, supervise
+from notebook_accel.launcher.supervision.supervisor import finish_aborted, supervise
 from notebook_accel.launcher.tracebacks import user_facing
-from notebook_accel.launcher.phases import launch_phase
-from notebook_accel.launcher.warmup import warm_kernel, warming_needed
+from notebook_accel.display.phases import launch_phase
+from notebook_accel.launcher.kernel.warmup import warm_kernel, warming_needed
 
 __all__ = ["notebook_launcher"]
 
@@ -173,7 +179,7 @@ def notebook_launcher(
             ``True``, ``False`` (console), or any :class:`~notebook_accel.events.Sink`.
         show_all_ranks: show every rank's output, not only the main process's (others' errors always show).
         use_cpu: run on CPU with gloo even when GPUs are visible.
-        block: ``False`` returns a :class:`~notebook_accel.launcher.background.BackgroundRun` at once while the
+        block: ``False`` returns a :class:`~notebook_accel.launcher.supervision.background.BackgroundRun` at once while the
             run goes on (the dashboard keeps updating; other cells run): ``run.status``, ``run.wait()``,
             ``run.result()``, ``run.stop()``, ``run.metrics``, ``run.output``, ``await run``.
         concurrent: allow this launch while a background run is still going (one at a time otherwise).
@@ -211,9 +217,9 @@ def notebook_launcher(
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise LaunchError(
             f"args={shown(args, 80)} is not allowed; pass a tuple of positional arguments, e.g. args=(lr,)")
-    rdzv = compat.check_rendezvous(rdzv_backend, rdzv_endpoint, rdzv_conf, rdzv_id, monitor_interval)
-    restarts = compat.check_max_restarts(max_restarts)
-    prefix = compat.check_prefix_template(log_line_prefix_template)
+    rdzv = accelerate_args.check_rendezvous(rdzv_backend, rdzv_endpoint, rdzv_conf, rdzv_id, monitor_interval)
+    restarts = accelerate_args.check_max_restarts(max_restarts)
+    prefix = accelerate_args.check_prefix_template(log_line_prefix_template)
     if rdzv.endpoint_host is not None and master_addr == _DEFAULT_ADDR:
         master_addr = rdzv.endpoint_host
     if rdzv.endpoint_port is not None and use_port is None:

@@ -9,8 +9,8 @@ from typing import Any, Callable
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import Sink
-from notebook_accel.launcher import compat
-from notebook_accel.launcher.ports import check_port_free, free_port
+from notebook_accel.launcher import accelerate_args
+from notebook_accel.launcher.rendezvous.ports import check_port_free, free_port
 
 __all__ = ["Plan", "choose_port", "environments", "function_name"]
 
@@ -34,7 +34,7 @@ class Plan:
     dashboard: bool | Sink | None
     show_all_ranks: bool
     prefix: str | None
-    rdzv: compat.Rendezvous
+    rdzv: accelerate_args.Rendezvous
     block: bool
     fsdp: str | None
     deepspeed: str | None

@@ -27,7 +27,7 @@ __all__ = ["user_facing", "without_launcher_frames"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_PACKAGE = Path(__file__).resolve().parent.parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # notebook_accel/
 _HIDDEN = tuple(str(_PACKAGE / name) + "/" for name in ("launcher", "config"))
 _STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + "/"
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from notebook_accel import hardware
 from notebook_accel.events import RankSystem, SystemSample
 from notebook_accel.monitor.host import TreeMeter, cgroup_memory, machine_memory
-from notebook_accel.monitor.nvml import Nvml
+from notebook_accel.nvml import Nvml
 
 __all__ = ["SAMPLE_SECONDS", "SystemSampler", "device_memory_note", "memory_death_note"]
 

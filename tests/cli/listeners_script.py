@@ -10,7 +10,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from tests.launcher.test_rendezvous import listening_sockets
+from tests.launcher.rendezvous.test_store import listening_sockets
 
 
 def main(out: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 from notebook_accel.cli.common import UsageError
 from notebook_accel.cli.launch_cmd import child_environment, torchrun_command
 from notebook_accel.cli.process import run_child
-from notebook_accel.cli.test_cmd import sanity_check
+from notebook_accel.cli.selftest_cmd import sanity_check
 from notebook_accel.config import Config
 
 HEAD = [sys.executable, "-m", "torch.distributed.run"]

@@ -12,7 +12,7 @@ import pytest
 from notebook_accel.config import Config, ConfigError, load_config
 from notebook_accel.config.deepspeed import check_fields, cross_field_problems, plugin_kwargs_from_file
 from notebook_accel.config.files import MAX_CONFIG_BYTES
-from tests.deepspeed.files import HEADER, ZERO2
+from tests.engines.deepspeed.files import HEADER, ZERO2
 
 def test_an_accelerate_zero2_file_loads_without_warnings(tmp_path: Path) -> None:
     path = tmp_path / "ds.yaml"

@@ -42,7 +42,7 @@ def collectives_forever(pid_file: str) -> None:
 
 def listen_then_wait(out: str) -> None:
     """Bring the group up (store and gloo connected), list what this host listens on, wait to be released."""
-    from tests.launcher.test_rendezvous import listening_on_this_host
+    from tests.launcher.rendezvous.test_store import listening_on_this_host
 
     accelerator = Accelerator()
     accelerator.reduce(torch.ones(1), "sum")

@@ -10,10 +10,10 @@ import torch
 
 from notebook_accel import Accelerator
 from notebook_accel.events import EngineReady, RunInfo
-from notebook_accel.fsdp import FullyShardedDataParallelPlugin
+from notebook_accel.engines.fsdp import FullyShardedDataParallelPlugin
 from notebook_accel.launcher import notebook_launcher
-from notebook_accel.launcher.console import ConsoleSink
-from tests.deepspeed import needs_deepspeed
+from notebook_accel.display.console import ConsoleSink
+from tests.engines.deepspeed import needs_deepspeed
 from tests.launcher.recording import RecordingSink
 from tests.launcher.test_fsdp_config import YAML
 
@@ -73,7 +73,7 @@ def test_console_names_the_engine_once() -> None:
 
 
 def deepspeed_in_code() -> None:
-    from notebook_accel.deepspeed import DeepSpeedPlugin
+    from notebook_accel.engines.deepspeed import DeepSpeedPlugin
 
     Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3, offload_optimizer_device="cpu"))
 

@@ -154,7 +154,7 @@ AT_ONCE = [0, 0.01, -1, -math.inf, -(10**30), -HUGE, math.nan, "5", "x" * 100_00
 def _handle_call(label: str, call: Any, allowed: tuple[type[BaseException], ...], parameter: str) -> str:
     """One call of a handle's method: its outcome's name; fails on a foreign error, an error not naming
     ``parameter``, or a leak."""
-    from notebook_accel.launcher.background import RunArgumentError
+    from notebook_accel.launcher.supervision.background import RunArgumentError
 
     before = process_state()
     try:
@@ -176,7 +176,7 @@ def test_background_run_methods_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPa
     """One short real background run; its handle's ``wait``/``result``/``stop`` and display methods given
     hostile values while it runs and after it stopped: a result, ``TimeoutError`` (running) or
     ``RunStoppedError`` (stopped), or a ``RunArgumentError`` naming the parameter; nothing left behind."""
-    from notebook_accel.launcher.background import RunStoppedError
+    from notebook_accel.launcher.supervision.background import RunStoppedError
 
     monkeypatch.setenv("NOTEBOOK_ACCEL_LOG_DIR", str(tmp_path / "runs"))
     assert notebook_launcher(answer, num_processes=2, dashboard=RecordingSink()) == 42  # first-use imports

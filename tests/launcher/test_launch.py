@@ -18,7 +18,9 @@ import torch.distributed as dist
 from notebook_accel import channel
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Exited, Failed, Finished, Started
-from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher, supervisor, worker
+from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
+from notebook_accel.launcher.supervision import supervisor
+from notebook_accel.launcher.child import main as worker
 from tests.helpers import child_pids, free_port, open_fds
 from tests.launcher.recording import RecordingSink
 

@@ -14,7 +14,7 @@ import pytest
 
 from notebook_accel import notebook_launcher
 from notebook_accel.events import RankSystem, SystemSample
-from notebook_accel.launcher.errors import WorkerError
+from notebook_accel.launcher.supervision.failures import WorkerError
 from notebook_accel.monitor import Nvml, SystemSampler, TreeMeter, memory_death_note
 from notebook_accel.monitor import sampler as sampler_module
 from notebook_accel.monitor.host import cgroup_memory

@@ -7,7 +7,7 @@ import pytest
 from notebook_accel import notebook_launcher
 from notebook_accel.events import StepTimes
 from notebook_accel.monitor.verdict import StepBreakdown, verdict
-from tests.deepspeed import needs_deepspeed
+from tests.engines.deepspeed import needs_deepspeed
 from tests.launcher.recording import RecordingSink
 from tests.monitor import workers
 

@@ -51,7 +51,7 @@ def train_case(kind: str) -> None:
     from notebook_accel import Accelerator
 
     if kind == "fsdp_comm":  # the communication-bound case sharded: all-gathers and reduce-scatters instead
-        from notebook_accel.fsdp import FullyShardedDataParallelPlugin
+        from notebook_accel.engines.fsdp import FullyShardedDataParallelPlugin
 
         accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(
             auto_wrap_policy="SIZE_BASED_WRAP", min_num_params=1_000_000))

@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from notebook_accel import Accelerator, FullyShardedDataParallelPlugin, held_memory, notebook_launcher, set_seed
-from notebook_accel.deepspeed import DeepSpeedPlugin
+from notebook_accel import DeepSpeedPlugin
 
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 

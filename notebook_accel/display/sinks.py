@@ -1,0 +1,127 @@
+"""Choosing where a run's events go (dashboard or console) and shielding the launcher from a faulty sink."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from notebook_accel.errors import LaunchError, shown
+from notebook_accel.events import Event, RunInfo, RunOutcome, Sink
+from notebook_accel.display.console import ConsoleSink
+from notebook_accel.metrics_batch import MetricsBatch
+
+__all__ = ["GuardedSink", "choose_sink", "in_jupyter_kernel"]
+
+
+class GuardedSink:
+    """Wraps a sink so an exception in it is reported once and the sink is then dropped (the run goes on)."""
+
+    def __init__(self, sink: Sink) -> None:
+        self._sink: Sink | None = sink
+
+    def _call(self, method: str, arg: Any) -> None:
+        """Call ``sink.method(arg)``; on error, say so on stderr and stop using the sink."""
+        sink = self._sink
+        if sink is None:
+            return
+        try:
+            getattr(sink, method)(arg)
+        except Exception as e:  # noqa: BLE001 - a display bug must not kill the training run
+            self._sink = None
+            print(
+                f"notebook-accel: {type(sink).__name__}.{method} raised {type(e).__name__}: {e}; "
+                "the run continues without it (please report this bug)",
+                file=sys.stderr,
+            )
+
+    def start(self, info: RunInfo) -> None:
+        """Forward :meth:`Sink.start`."""
+        self._call("start", info)
+
+    def attach_stop(self, stop: Any) -> None:
+        """Give the sink a way to stop a background run, if it offers one (the dashboard's stop button)."""
+        if self._sink is not None and hasattr(self._sink, "attach_stop"):
+            self._call("attach_stop", stop)
+
+    def handle(self, event: Event) -> None:
+        """Forward :meth:`Sink.handle`."""
+        self._call("handle", event)
+
+    def handle_metrics(self, batch: MetricsBatch) -> None:
+        """Forward a worker's metrics batch: whole when the sink takes batches (``handle_metrics``), else as the
+        ``Metrics`` events that were posted (see :mod:`notebook_accel.metrics_batch`)."""
+        sink = self._sink
+        if sink is None:
+            return
+        if hasattr(sink, "handle_metrics"):
+            self._call("handle_metrics", batch)
+            return
+        for event in batch.events():
+            self._call("handle", event)
+
+    def finish(self, outcome: RunOutcome) -> None:
+        """Forward :meth:`Sink.finish`."""
+        self._call("finish", outcome)
+
+    def phase(self, text: str) -> None:
+        """Forward the optional ``phase`` (what the launch is doing; see :mod:`.phases`) when the sink has one."""
+        if self._sink is not None and hasattr(self._sink, "phase"):
+            self._call("phase", text)
+
+    def tick(self, now: float) -> None:
+        """Forward the optional ``tick`` (see :class:`~notebook_accel.events.Sink`) when the sink has one."""
+        if self._sink is not None and hasattr(self._sink, "tick"):
+            self._call("tick", now)
+
+
+def in_jupyter_kernel() -> bool:
+    """True when this code runs inside an IPython kernel (a notebook), not a terminal IPython or a script."""
+    ipython = sys.modules.get("IPython")
+    get_ipython = getattr(ipython, "get_ipython", None)
+    shell = get_ipython() if get_ipython is not None else None
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _dashboard(show_all_ranks: bool) -> Sink:
+    """A live dashboard, imported only now (the core package never loads UI code); raises ImportError."""
+    from notebook_accel.widgets.dashboard import Dashboard
+
+    return Dashboard(show_all_ranks=show_all_ranks)  # type: ignore[no-any-return]
+
+
+def choose_sink(
+    dashboard: object, show_all_ranks: bool, main_rank: int = 0, prefix_template: str | None = None
+) -> Sink:
+    """Resolve ``notebook_launcher(dashboard=...)``.
+
+    Args:
+        dashboard: ``None`` (a dashboard inside a Jupyter kernel when ipywidgets imports, else the console),
+            ``False`` (console), ``True`` (dashboard), or any object implementing :class:`Sink`.
+        show_all_ranks: show every rank's output, not only the main process's.
+        main_rank: the rank whose output is shown unprefixed on the console.
+        prefix_template: the console's prefix for other ranks' lines (``None``: ``[rank N] ``).
+
+    Raises:
+        LaunchError: ``dashboard`` is of another type, or ``True`` without ipywidgets.
+    """
+    if dashboard is None and in_jupyter_kernel():
+        try:
+            return _dashboard(show_all_ranks)
+        except ImportError:
+            pass  # no ipywidgets: the console works everywhere
+    if dashboard is None or dashboard is False:
+        return ConsoleSink(show_all_ranks=show_all_ranks, main_rank=main_rank, prefix_template=prefix_template)
+    if dashboard is True:
+        try:
+            return _dashboard(show_all_ranks)
+        except ImportError as e:
+            raise LaunchError(
+                f"dashboard=True but the dashboard cannot be imported ({e}); install ipywidgets "
+                "(pip install ipywidgets), or pass dashboard=False for console output"
+            ) from e
+    if isinstance(dashboard, Sink):
+        return dashboard
+    raise LaunchError(
+        f"dashboard={shown(dashboard)} is not allowed; pass None (automatic), True, False, or an object with "
+        "start(info), handle(event) and finish(outcome) methods (a notebook_accel.events.Sink)"
+    )

@@ -1,0 +1,480 @@
+"""Watching the workers: one loop over their event pipes, output pipes and exit descriptors (pidfds).
+
+``multiprocessing.connection.wait`` wakes the loop for whichever comes first: an event, output bytes, or a
+worker's death (its pidfd: a child the worker left behind cannot hide it, see :mod:`.processes`), so a
+crash is noticed at once, a large return value is read while it is being written (no
+deadlock), and nothing sleeps on the success path. The first failure (a ``Failed`` event, or a worker ending
+badly) starts the stop: a short settle (``SETTLE_SECONDS``) so that ranks failing at the same moment still
+report their own exception rather than being killed mid-report, then SIGTERM to the others, a grace
+(``GRACE_SECONDS``) in which their events are still collected, then SIGKILL, and every worker is reaped. A
+timeout stops the run the same way, without the settle; an interrupt (the notebook's stop button) or an
+error in the launcher itself sends SIGTERM at once, SIGKILL after the grace, reaps, and re-raises. Every
+signal goes to the worker's whole process group, and when the run ends, whatever the workers started and
+left behind is ended too (:func:`~notebook_accel.launcher.placement.processes.end_groups`).
+
+Output bytes go to each rank's :class:`~notebook_accel.launcher.supervision.output.RankOutput`, which turns them into
+``Log`` events as a terminal shows them and keeps them in the run's log files; the loop also wakes when an
+unfinished line is due to be shown (:attr:`~notebook_accel.launcher.supervision.output.RankOutput.next_due`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, Literal
+
+from notebook_accel.cell_names import cell_names
+from notebook_accel.channel import decode
+from notebook_accel.events import (TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started,
+                                   StepTimes)
+from notebook_accel.launcher.supervision.failures import (
+    LaunchTimeoutError,
+    WorkerError,
+    WorkerFailure,
+    death_message,
+    partial_collective,
+)
+from notebook_accel.launcher.rendezvous.heartbeat import PeerWatch
+from notebook_accel.launcher.supervision.messages import MessageReader
+from notebook_accel.launcher.supervision.output import RankOutput
+from notebook_accel.launcher.placement.processes import end_groups, oom_kills, signal_worker
+from notebook_accel.launcher.supervision.runlogs import rank_log
+from notebook_accel.launcher.placement.spawn import WorkerHandle, close_handles
+from notebook_accel.metrics_batch import MetricsBatch, deliver
+from notebook_accel.monitor.board import SystemBoard, board_for, close_board
+from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
+
+__all__ = ["finish_aborted", "supervise", "signal_name", "GRACE_SECONDS", "StopRequested"]
+
+GRACE_SECONDS = 3.0
+SETTLE_SECONDS = 0.3
+LEFTOVER_GRACE_SECONDS = 1.0  # for processes a finished worker left behind, between SIGTERM and SIGKILL
+_READ_SIZE = 1 << 16
+_DRAIN_BYTES = 4 << 20  # read from a dead worker's output pipe: a pipe holds at most 1 MiB unless raised by root
+_MAX_WAIT = 3600.0  # poll()'s millisecond timeout is a C int: one wait never asks for more than an hour
+
+
+class StopRequested(KeyboardInterrupt):
+    """Raised in the supervising thread when a background run's ``stop()`` was called: ends the run like the
+    stop button (a ``KeyboardInterrupt``, so the same teardown runs)."""
+
+
+def signal_name(exit_code: int | None) -> str | None:
+    """``"SIGKILL"`` for exit code -9; ``None`` for a normal exit."""
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+class _Supervisor:
+    """State of one supervised run (private: :func:`supervise` is the interface)."""
+
+    def __init__(self, handles: Sequence[WorkerHandle], sink: Sink, grace: float, log_dir: Path | None,
+                 stop_fd: int | None = None, elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None) -> None:
+        self.handles = list(handles)
+        self.watch = watch
+        self.elsewhere = elsewhere
+        self.stop_fd = stop_fd
+        self.sink = sink
+        self.grace = grace
+        self.conns: dict[Connection, WorkerHandle] = {h.events: h for h in handles}
+        self.readers = {h.rank: MessageReader(h.events.fileno()) for h in handles}
+        self.outputs = {h.rank: RankOutput(h.rank, log_dir and rank_log(log_dir, h.rank)) for h in handles}
+        self.fds: dict[int, tuple[WorkerHandle, Literal["ordered", "fd2"]]] = {}
+        for h in handles:
+            self.fds[h.stdout_fd] = (h, "ordered")
+            self.fds[h.stderr_fd] = (h, "fd2")
+        self.sentinels: dict[int, WorkerHandle] = {h.exit_fd: h for h in handles}
+        self.finished: dict[int, Any] = {}
+        self.failures: dict[int, WorkerFailure] = {}  # insertion order = order of detection
+        self.stopped: set[int] = set()
+        self.stop_stage = 0  # 0 running, 1 failure seen (TERM pending), 2 TERM sent, 3 KILL sent
+        self.next_stop: float | None = None
+        self.timed_out = False
+        self.next_tick = 0.0
+        self.saved: str | None = None  # the last checkpoint the run committed (a restart resumes from it)
+        self.sampler = _sampler(handles)
+        self.board: SystemBoard | None = None  # the figures the workers' trackers may read (monitor.board)
+        self.oom_kills = oom_kills()  # the system's count at the start: a SIGKILL blames the OOM killer on evidence
+
+    # -- reading ------------------------------------------------------------------------------------------
+    def on_conn(self, conn: Connection, budget: int | None = None) -> None:
+        """Read what the pipe holds and handle each complete message (a partial one waits for its rest; see
+        :mod:`.messages`); end of file closes the pipe. A message the kernel cannot load (a returned object that
+        needs the workers' process group) is that rank's failure, not the launcher's."""
+        handle = next(h for h in self.handles if h.events is conn)
+        reader = self.readers[handle.rank]
+        for message in reader.read() if budget is None else reader.read(budget):
+            try:
+                events = decode(message)
+            except Exception as e:  # noqa: BLE001 - whatever unpickling the user's objects raises
+                events = [Failed(handle.rank, "ResultError", unloadable_message(handle.rank, e), "")]
+            for event in events:
+                if type(event) is MetricsBatch:  # many log calls at once: to the sink whole, when it takes them
+                    deliver(self.sink, event)
+                    continue
+                self.on_event(event)  # type: ignore[arg-type]
+                if isinstance(event, (Finished, Failed)):
+                    self.conns.pop(conn, None)  # its last word: the rest (end of file) is read when it exits
+        if reader.eof:
+            self.conns.pop(conn, None)
+            conn.close()
+
+    def on_event(self, event: Event) -> None:
+        """Record what the launcher needs, then pass the event on."""
+        if isinstance(event, StepTimes) and self.board is not None:
+            self.board.write(event)
+        if isinstance(event, Finished):
+            self.finished[event.rank] = event.value
+            event = Finished(event.rank, None)  # the sink needs no copy of a possibly large value
+        elif isinstance(event, Saved):
+            self.saved = event.path
+        elif isinstance(event, Failed) and event.rank not in self.failures:
+            event = replace(event, traceback=cell_names(event.traceback))  # Cell In[6], as IPython names it
+            message = event.message
+            if event.exc_type == "OutOfMemoryError" or "out of memory" in message.lower():
+                last = self.sampler.last if self.sampler is not None else None
+                message = f"{message}\n{device_memory_note(last, event.rank)}"
+            self.failures[event.rank] = WorkerFailure(event.rank, None, None, event.exc_type, message,
+                                                      event.traceback, event.call)
+            self.begin_stop()
+        self.sink.handle(event)
+
+    def on_fd(self, fd: int) -> None:
+        """Read what is there and pass it on as output; end of file flushes and closes."""
+        handle, kind = self.fds[fd]
+        try:
+            data = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.on_fd_eof(fd)
+            return
+        output = self.outputs[handle.rank]
+        now = time.monotonic()
+        self.emit(output.ordered(data, now) if kind == "ordered" else output.stderr(data, now))
+
+    def emit(self, events: Sequence[Event]) -> None:
+        """Pass events to the sink, in order."""
+        for event in events:
+            self.sink.handle(event)
+
+    def flush_output(self) -> None:
+        """Show the unfinished lines that have waited long enough."""
+        now = time.monotonic()
+        for output in self.outputs.values():
+            due = output.next_due
+            if due is not None and now >= due:
+                self.emit(output.due(now))
+
+    def next_output_due(self) -> float | None:
+        """When an unfinished line is next due to be shown."""
+        times = [t for t in (o.next_due for o in self.outputs.values()) if t is not None]
+        return min(times) if times else None
+
+    def drain(self, handle: WorkerHandle) -> None:
+        """What a dead worker left in its pipes, then close them. A grandchild holding them open cannot stall
+        us: at most ``_DRAIN_BYTES`` are read per pipe (more than a pipe holds), however fast it keeps writing,
+        and a message it never completes is dropped."""
+        conn = handle.events
+        if not conn.closed:
+            self.on_conn(conn, _DRAIN_BYTES)  # a partial message left by a killed worker is dropped
+        self.conns.pop(conn, None)
+        if not conn.closed:
+            conn.close()
+        for fd in (handle.stdout_fd, handle.stderr_fd):
+            for _ in range(_DRAIN_BYTES // _READ_SIZE):
+                if fd not in self.fds or not _readable(fd):
+                    break
+                self.on_fd(fd)
+            if fd in self.fds:
+                self.on_fd_eof(fd)
+
+    def on_fd_eof(self, fd: int) -> None:
+        """``fd`` is finished (end of file, or a dead worker's pipe a grandchild holds open); after the rank's
+        last pipe, its output is flushed and its log file closed."""
+        handle, _ = self.fds.pop(fd)
+        handle.close_stream(fd)
+        if not any(h is handle for h, _ in self.fds.values()):
+            self.emit(self.outputs[handle.rank].close())
+
+    def on_exit(self, sentinel: int) -> None:
+        """A worker ended: read what it left, reap it, report it, and decide whether that is a failure."""
+        handle = self.sentinels.pop(sentinel)
+        self.drain(handle)
+        code = handle.reap()
+        name = signal_name(code)
+        self.sink.handle(Exited(handle.rank, code, name))
+        failure = self.failures.get(handle.rank)
+        if failure is not None:
+            self.failures[handle.rank] = WorkerFailure(
+                failure.rank, code, name, failure.exc_type, failure.message, failure.traceback, failure.call
+            )
+        elif code == 0 and handle.rank in self.finished:
+            return
+        elif handle.rank in self.stopped and name in ("SIGTERM", "SIGKILL"):
+            return  # stopped by us because another rank failed
+        else:
+            note = memory_death_note(self.sampler.last, handle.rank) if self.sampler is not None else None
+            self.failures[handle.rank] = WorkerFailure(
+                handle.rank, code, name, "", death_message(code, name, self.oom_kills, oom_kills(), note), "")
+            self.begin_stop()
+
+    def on_lost_node(self, watch: PeerWatch) -> None:
+        """The heartbeat lost a node: that is the run's failure; stop every local worker now."""
+        self.watch = None  # reported once
+        if watch.lost is not None and watch.lost.rank not in self.failures:
+            self.failures[watch.lost.rank] = watch.lost
+        self.begin_stop(settle=0.0)
+
+    # -- stopping -----------------------------------------------------------------------------------------
+    def alive(self) -> list[WorkerHandle]:
+        """Workers not reaped yet."""
+        return list(self.sentinels.values())
+
+    def begin_stop(self, settle: float = SETTLE_SECONDS) -> None:
+        """Schedule the stop (once): SIGTERM after ``settle`` seconds, in which near-simultaneous failures of
+        other ranks still arrive whole, then SIGKILL after the grace."""
+        if self.stop_stage == 0:
+            self.stop_stage = 1
+            self.next_stop = time.monotonic() + settle
+
+    def advance_stop(self) -> None:
+        """Take the next step of the stop: SIGTERM everyone left, or (grace over) SIGKILL them."""
+        sig = signal.SIGTERM if self.stop_stage == 1 else signal.SIGKILL
+        for handle in self.alive():
+            _kill(handle, sig)
+            self.stopped.add(handle.rank)
+        self.stop_stage += 1
+        self.next_stop = time.monotonic() + self.grace if sig == signal.SIGTERM else None
+
+    def loop(self, timeout: float | None) -> None:
+        """Run until every worker is reaped (a reaped worker's pipes are drained and closed with it)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.sentinels:
+            now = time.monotonic()
+            if self.stop_stage == 0 and deadline is not None and now >= deadline:
+                self.timed_out = True
+                self.begin_stop(settle=0.0)
+            if self.next_stop is not None and now >= self.next_stop:
+                self.advance_stop()
+                continue
+            target = self.next_stop if self.stop_stage else deadline
+            due = self.next_output_due()
+            if self.sampler is not None:
+                due = self.sampler.next_due if due is None else min(due, self.sampler.next_due)
+            if due is not None:
+                target = due if target is None else min(target, due)
+            limit = _MAX_WAIT if target is None else min(_MAX_WAIT, max(0.0, target - now))
+            tick = getattr(self.sink, "tick", None)  # optional: wake at least every TICK_SECONDS to call it
+            if tick is not None:
+                limit = TICK_SECONDS if limit is None else min(limit, TICK_SECONDS)
+            watched: list[Any] = [*self.conns, *self.fds, *self.sentinels]
+            extra = [fd for fd in (self.stop_fd, None if self.watch is None else self.watch.fd) if fd is not None and fd >= 0]
+            ready = wait([*watched, *extra], limit)
+            if self.stop_fd is not None and self.stop_fd in ready:
+                raise StopRequested("the run was stopped (stop())")
+            if self.watch is not None and self.watch.fd in ready:
+                self.on_lost_node(self.watch)
+            for obj in ready:
+                if isinstance(obj, Connection):
+                    if obj in self.conns:
+                        self.on_conn(obj)
+                elif obj in self.fds:
+                    self.on_fd(obj)
+            for obj in ready:
+                if not isinstance(obj, Connection) and obj in self.sentinels:
+                    self.on_exit(obj)
+            self.flush_output()
+            self.sample_system()
+            if tick is not None and time.monotonic() >= self.next_tick:
+                self.next_tick = time.monotonic() + TICK_SECONDS
+                tick(self.next_tick - TICK_SECONDS)
+
+    def sample_system(self) -> None:
+        """Hand the sink a system sample when one is due (a sampling error ends sampling, never the run)."""
+        if self.sampler is None or not self.sampler.due(time.monotonic()) or not self.sentinels:
+            return
+        try:
+            sample = self.sampler.sample()
+        except Exception:  # noqa: BLE001 - psutil/NVML trouble must not cost the run
+            self.close_sampler()
+            return
+        if self.board is not None:
+            self.board.write(sample)
+        self.sink.handle(sample)
+
+    def close_sampler(self) -> None:
+        """Stop sampling (keeps the last sample for :func:`memory_death_note`)."""
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler.next_due = float("inf")
+
+    def stop_now(self) -> None:
+        """Interrupt or internal error: TERM, grace on the sentinels only, KILL, reap. Ignores further SIGINTs."""
+        with _sigint_ignored():
+            for handle in self.handles:  # the reaped ones too: what they started may still run
+                _kill(handle, signal.SIGTERM)
+            deadline = time.monotonic() + self.grace
+            while self.sentinels and time.monotonic() < deadline:
+                for sentinel in wait(list(self.sentinels), deadline - time.monotonic()):
+                    self.sentinels.pop(sentinel).reap()  # type: ignore[call-overload,arg-type]
+            for handle in self.handles:
+                _kill(handle, signal.SIGKILL)
+            for handle in self.handles:
+                handle.reap()
+            end_leftovers(self.handles)
+            for fd in list(self.fds):  # what the workers wrote last, read once (a grandchild may keep writing)
+                if fd in self.fds and _readable(fd):
+                    self.on_fd(fd)
+            close_handles(self.handles)
+            for output in self.outputs.values():
+                self.emit(output.close())
+
+    def outcome_error(self, elapsed: float, timeout: float | None) -> tuple[RunOutcome, BaseException | None]:
+        """The outcome for the sink and the exception to raise (``None`` on success)."""
+        if self.timed_out:
+            running = sorted(h.rank for h in self.handles if h.rank not in self.finished and h.rank not in self.failures)
+            done = sorted(rank for rank in self.finished if rank not in self.failures)
+            hint = (f" Ranks {done} had already returned from the function: a collective (gather, reduce, "
+                    "wait_for_everyone) that only the running ranks called waits for them forever; call it on every "
+                    "rank." if done and running else "")
+            error: BaseException = LaunchTimeoutError(
+                f"the run did not finish within timeout={timeout:g} s (ranks still running: {running}); every worker "
+                "was stopped. Raise timeout= if the work needs longer, or look for a collective that one rank never "
+                f"reaches (the workers' last output is above).{hint}"
+            )
+            return RunOutcome("timeout", elapsed, str(error).split(";")[0], tuple(running)), error
+        if self.failures:
+            returned = tuple(rank for rank in self.finished if rank not in self.failures)
+            worker_error = WorkerError(list(self.failures.values()), self.elsewhere, returned)
+            worker_error.last_checkpoint = self.saved
+            partial = partial_collective(worker_error.failures, worker_error.returned)
+            summary = partial.split("\n")[0] if partial else "; ".join(
+                f.summary() for f in worker_error.failures if not f.lost_peer) or "; ".join(
+                f.summary() for f in worker_error.failures)
+            return RunOutcome("failed", elapsed, summary, tuple(self.failures)), worker_error
+        return RunOutcome("finished", elapsed), None
+
+
+def _sampler(handles: Sequence[WorkerHandle]) -> SystemSampler | None:
+    """A system sampler for the started workers, or ``None`` when one cannot be made here."""
+    try:
+        return SystemSampler({h.rank: h.pid or h.process.pid or 0 for h in handles}, {h.rank: h.device for h in handles},
+                             fresh=True)
+    except Exception:  # noqa: BLE001 - monitoring is a convenience: psutil or NVML trouble must not stop a launch
+        return None
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has data (or end of file) right now."""
+    return bool(wait([fd], 0))
+
+
+def _kill(handle: WorkerHandle, sig: signal.Signals) -> None:
+    """Send ``sig`` to a worker (unless already reaped) and to its process group."""
+    signal_worker(handle.pid, handle.exit_code is not None, sig)
+
+
+def unloadable_message(rank: int, error: BaseException) -> str:
+    """What to tell the user when rank ``rank``'s message (its return value) cannot be loaded in the kernel."""
+    return (
+        f"rank {rank} returned a value that cannot be loaded in the kernel ({type(error).__name__}: {error}); "
+        "an object tied to the workers' process group cannot leave them. Return plain data instead, e.g. "
+        "accelerator.unwrap_model(model).state_dict(), numbers, or a path to a file saved with save_model()"
+    )
+
+
+def end_leftovers(handles: Sequence[WorkerHandle]) -> None:
+    """End what the (reaped) workers started and left running; their process groups share their pids."""
+    end_groups([h.pid for h in handles if h.pid > 0], LEFTOVER_GRACE_SECONDS)
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while tearing down (a second press of stop must not leave workers behind); restore after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: str) -> None:
+    """Tell ``sink`` the run ended early: ``interrupted`` for the stop button, else ``failed`` with ``context``."""
+    if isinstance(error, KeyboardInterrupt):
+        sink.finish(RunOutcome("interrupted", elapsed, "interrupted"))
+    else:
+        sink.finish(RunOutcome("failed", elapsed, f"{context}: {type(error).__name__}: {error}"))
+
+
+def supervise(
+    handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None,
+    log_dir: Path | None = None, before: Callable[[], None] | None = None, stop_fd: int | None = None,
+    elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None, board: int | None = None,
+) -> Any:
+    """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
+
+    Args:
+        handles: the started workers (:func:`~notebook_accel.launcher.placement.spawn.start_workers`).
+        sink: receives every event, then the outcome.
+        timeout: seconds before the run is stopped, ``None`` for no limit.
+        start_time: ``time.monotonic()`` at the start of the launch, for the elapsed time.
+        grace: seconds between SIGTERM and SIGKILL when stopping (default ``GRACE_SECONDS``).
+        log_dir: the run folder receiving each rank's output as ``rank<N>.log`` (``None``: no files).
+        before: called first, under the same protection as the run (if it raises, the workers are stopped);
+            the launcher starts the rendezvous store with it.
+        stop_fd: a descriptor that becomes readable when the run must stop (a background run's ``stop()``);
+            the run then ends as with the stop button and :class:`StopRequested` is raised.
+        elsewhere: the ranks on other machines (several nodes): a failure that is only lost connections is
+            reported as the loss of another node.
+        watch: the node's heartbeat (several nodes): a node it loses fails the run at once.
+        board: the rendezvous port of the run whose :class:`~notebook_accel.monitor.board.SystemBoard` (made
+            before the fork) receives the samples and step reports for the workers' trackers; closed at the end.
+
+    Returns:
+        Rank 0's return value (``None`` when rank 0 is on another node).
+
+    Raises:
+        WorkerError: a worker raised or died; every failing rank is listed.
+        LaunchTimeoutError: the run exceeded ``timeout``.
+        KeyboardInterrupt: the run was interrupted; every worker was stopped first.
+    """
+    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere, watch)
+    state.board = board_for(board)
+    for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
+        sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
+    try:
+        if before is not None:
+            before()
+        state.loop(timeout)
+    except BaseException as e:
+        state.close_sampler()
+        close_board(board)
+        state.stop_now()
+        finish_aborted(sink, e, time.monotonic() - start_time, "launcher error")
+        raise
+    state.close_sampler()
+    close_board(board)
+    close_handles(handles)
+    end_leftovers(handles)
+    outcome, error = state.outcome_error(time.monotonic() - start_time, timeout)
+    sink.finish(outcome)
+    if error is not None:
+        raise error
+    return state.finished.get(0)

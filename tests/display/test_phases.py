@@ -1,0 +1,54 @@
+"""launch_phase: the sink hears what the launch is doing, and its clock moves while a step blocks the thread."""
+
+from __future__ import annotations
+
+import time
+
+from notebook_accel.events import Started
+from notebook_accel.launcher import notebook_launcher
+from notebook_accel.display.phases import launch_phase
+from tests.launcher.recording import RecordingSink
+
+
+class PhaseSink(RecordingSink):
+    """Records phases and ticks beside the events."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phases: list[str] = []
+        self.ticks: list[float] = []
+        self.started_before_phase_ended: list[bool] = []
+
+    def phase(self, text: str) -> None:
+        self.phases.append(text)
+        self.started_before_phase_ended.append(any(isinstance(e, Started) for e in self.events))
+
+    def tick(self, now: float) -> None:
+        self.ticks.append(now)
+
+
+def test_a_ticking_phase_moves_the_clock_and_ends_with_an_empty_phase() -> None:
+    sink = PhaseSink()
+    with launch_phase(sink, "importing", ticking=True):
+        time.sleep(0.8)
+    assert sink.phases == ["importing", ""]
+    assert len(sink.ticks) >= 2  # every 0.25 s while the step blocked this thread
+    count = len(sink.ticks)
+    time.sleep(0.4)
+    assert len(sink.ticks) == count  # the clock thread is gone
+
+
+def test_a_sink_without_phase_is_left_alone() -> None:
+    with launch_phase(object(), "anything", ticking=True):
+        pass
+
+
+def hello() -> int:
+    return 7
+
+
+def test_the_launcher_says_it_is_starting_the_workers() -> None:
+    sink = PhaseSink()
+    assert notebook_launcher(hello, num_processes=2, dashboard=sink) == 7
+    assert "starting 2 worker processes" in sink.phases and sink.phases[-1] == ""
+    assert sink.started_before_phase_ended[sink.phases.index("starting 2 worker processes")] is False

@@ -1,0 +1,59 @@
+"""One process, no launcher: ``python -m tests.engines.deepspeed.one_process <mixed_precision> <zero_stage>`` trains a
+linear model 4 steps under DeepSpeed and prints ``OK <loss> <parameter dtype>`` (run in a subprocess by the tests,
+since DeepSpeed's one-process group stays for the life of the process)."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from notebook_accel import Accelerator
+from notebook_accel.engines.deepspeed import DeepSpeedPlugin
+
+
+def main(mixed_precision: str, stage: int) -> None:
+    """Train and print the last loss and the parameters' dtype."""
+    accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision,
+                              deepspeed_plugin=DeepSpeedPlugin(zero_stage=stage))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)  # float inputs: the forward autocasts to bf16
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    print("OK", loss.item(), next(model.parameters()).dtype, flush=True)
+
+
+def _error(plugin: DeepSpeedPlugin, *objects: str) -> str:
+    """The error ``prepare`` raises for ``objects`` (``"model"``, ``"optimizer"``, ``"loader"``) in one call."""
+    accelerator = Accelerator(cpu=True, deepspeed_plugin=plugin)
+    model = torch.nn.Linear(4, 1)
+    made = {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+            "loader": DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)}
+    try:
+        accelerator.prepare(*(made[name] for name in objects))
+    except Exception as e:  # noqa: BLE001 - printed for the test
+        return f"{type(e).__name__}: {e}"
+    return "prepared"
+
+
+def errors() -> None:
+    """One line per refused ``prepare``."""
+    print(_error(DeepSpeedPlugin(), "optimizer", "loader"))
+    print(_error(DeepSpeedPlugin(), "model", "optimizer"))
+    with_optimizer = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0.1}}}
+    print(_error(DeepSpeedPlugin(hf_ds_config=with_optimizer), "model", "optimizer"))
+    print(_error(DeepSpeedPlugin(zero_stage=3, transformer_moe_cls_names="Expert"), "model", "optimizer", "loader"))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "errors":
+        errors()
+    else:
+        main(sys.argv[1], int(sys.argv[2]))
