@@ -204,10 +204,10 @@ def uninstall() -> EventWriter | None:
     return writer
 
 
-def decode(message: bytes | bytearray) -> list[Event | MetricsBatch]:
+def decode(message: bytes | bytearray) -> list[Event]:
     """The events of one received message (unpickling errors propagate: the message is the user's data); a
-    worker's metrics come as :class:`~notebook_accel.metrics_batch.MetricsBatch` (give them to a sink with
-    :func:`~notebook_accel.metrics_batch.deliver`)."""
+    worker's metrics come as :class:`~notebook_accel.metrics_batch.MetricsBatch` (give them to a sink's
+    ``handle_metrics``; see :class:`~notebook_accel.display.base.BaseSink`)."""
     loaded = pickle.loads(message)
     return list(loaded) if isinstance(loaded, list) else [loaded]
 
@@ -217,8 +217,8 @@ def read_events(conn: Connection) -> list[Event]:
     that were posted (raises ``EOFError`` when closed). The launcher reads with :func:`decode` instead."""
     out: list[Event] = []
     for event in decode(conn.recv_bytes()):
-        if type(event) is MetricsBatch:
+        if isinstance(event, MetricsBatch):
             out.extend(event.events())
         else:
-            out.append(event)  # type: ignore[arg-type]
+            out.append(event)
     return out

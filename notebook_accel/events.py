@@ -11,7 +11,10 @@ whatever happened (success, a failing rank, a timeout or the stop button).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, runtime_checkable
+
+if TYPE_CHECKING:  # metrics_batch builds on Metrics: named here only for the type
+    from notebook_accel.metrics_batch import MetricsBatch
 
 __all__ = [
     "TICK_SECONDS",
@@ -206,8 +209,10 @@ class StepTimes:
     loader_workers: int = 0
 
 
+# A MetricsBatch (many ``log`` calls of one rank, see :mod:`notebook_accel.metrics_batch`) travels like any event;
+# the launcher hands it to a sink's ``handle_metrics``, never to ``handle``.
 Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady, Phase, SystemSample,
-              StepTimes]
+              StepTimes, "MetricsBatch"]
 
 
 @dataclass(frozen=True)
@@ -258,6 +263,9 @@ class Sink(Protocol):
     every :data:`TICK_SECONDS` even when no event arrives and calls it with ``time.monotonic()``, so a sink can
     move its clock (elapsed time, rate, ETA) and show values it held back for throttling. It is not part of
     the protocol's required members (``isinstance(obj, Sink)`` does not ask for it).
+
+    :class:`notebook_accel.display.base.BaseSink` has every optional method, doing nothing (its ``tick`` is
+    wanted only when its ``needs_tick`` is set); the console and the dashboard build on it.
     """
 
     def start(self, info: RunInfo) -> None:

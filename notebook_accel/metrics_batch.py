@@ -13,9 +13,10 @@ same order form a *run* ``(name indices, record count)``; within a run value ``j
 ``offset + i * k + j`` (``k`` names), so one metric's values over a run are one strided slice: a sink can take
 them whole (min, max, last) without a Python step per value.
 
-Sinks: a sink with a ``handle_metrics(batch)`` method gets the batch (the dashboard, the console, the background
-run's recorder); any other sink gets the :class:`~notebook_accel.events.Metrics` events back, one per call
-(:func:`deliver`), exactly as they were posted.
+Sinks: every sink takes a batch through ``handle_metrics(batch)``; the dashboard, the console and the background
+run's recorder take it whole, and :class:`~notebook_accel.display.base.BaseSink`'s default (also what a user's sink
+without that method gets) hands the :class:`~notebook_accel.events.Metrics` events back to ``handle``, one per call,
+exactly as they were posted.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 
 from notebook_accel.events import Metrics
 
-__all__ = ["NO_STEP", "MetricsBatch", "Column", "pack", "deliver"]
+__all__ = ["NO_STEP", "MetricsBatch", "Column", "pack"]
 
 NO_STEP = -(1 << 63)  # the step of a ``log`` call without one (the smallest 64-bit integer)
 _STEP_MAX = (1 << 63) - 1
@@ -55,9 +56,9 @@ class MetricsBatch:
     rank: int
     names: tuple[str, ...]
     runs: tuple[tuple[tuple[int, ...], int], ...]
-    steps: array  # type: ignore[type-arg]
-    times: array  # type: ignore[type-arg]
-    values: array  # type: ignore[type-arg]
+    steps: array[int]
+    times: array[float]
+    values: array[float]
 
     def __len__(self) -> int:
         """The number of ``log`` calls (records) in the batch."""
@@ -195,12 +196,3 @@ def pack(events: Sequence[Any]) -> list[Any]:
             out[place] = packer.batch()
     return out
 
-
-def deliver(sink: Any, batch: MetricsBatch) -> None:
-    """Give ``batch`` to ``sink``: whole to its ``handle_metrics``, or as ``Metrics`` events to its ``handle``."""
-    handle_metrics = getattr(sink, "handle_metrics", None)
-    if handle_metrics is not None:
-        handle_metrics(batch)
-        return
-    for event in batch.events():
-        sink.handle(event)

@@ -1,4 +1,4 @@
-"""The live training dashboard: the :class:`~notebook_accel.events.Sink` the launcher uses in a Jupyter kernel.
+"""The live training dashboard: the notebook backend of :class:`~notebook_accel.display.base.BaseSink` (in a kernel).
 
 Layout, top to bottom: a header (function, status, elapsed time), a table of ranks (status, device, pid,
 progress), the run's overall progress (training batches over all epochs) and the current loop's (train or
@@ -6,8 +6,7 @@ eval loader, with the user's 1-based epoch), the error of the first failing rank
 seconds after it, unless the launcher's clearer verdict ends the run first), the live curves (inline SVG, one
 panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`), a table of the latest values,
 and the output of the workers (tabs "main process" and "all ranks" with several ranks), and from the first system
-sample on the system panel (:mod:`notebook_accel.widgets.system_panel`), in room kept free for it from the first
-frame on.
+sample on the system panel (:mod:`notebook_accel.widgets.system_panel`), in room kept free for it from the start.
 
 Cost: the first frame is plain HTML (:meth:`Dashboard._frame`, no widget and no comm message); the widgets
 (:class:`~notebook_accel.widgets.live_view.LiveView`, a handful) replace it in place after ``live_after``
@@ -17,11 +16,11 @@ Timing: ``handle`` runs on the launcher's loop in the kernel's main thread and u
 :class:`~notebook_accel.widgets.state.RunState` (O(1) per event); the widgets are refreshed at most every
 ``refresh_interval`` seconds (at once for status changes). Between events the launcher calls :meth:`tick`
 at least every :data:`~notebook_accel.events.TICK_SECONDS`: it moves the clock (elapsed, rate, ETA) and shows
-every value held back by the throttle, so nothing waits for the next event. (A timer thread in the dashboard
-would do the same but would write widget traits, and so send comm messages, from a second thread while the
-main thread does too; the launcher's loop already wakes for its own deadlines, so the tick costs nothing.)
-The curves are rebuilt at most
-every ``plot_interval`` seconds (and never more than ``plot_share`` of the time) when new metrics arrived.
+every value held back by the throttle, so nothing waits for the next event (:attr:`needs_tick`). (A timer thread
+in the dashboard would do the same but would write widget traits, and so send comm messages, from a second thread
+while the main thread does too; the launcher's loop already wakes for its own deadlines, so the tick costs
+nothing.) The curves are rebuilt at most every ``plot_interval`` seconds (and never more than ``plot_share`` of the
+time) when new metrics arrived.
 
 Layout: every part has its place from the first frame (the curves' height is reserved before the first point, the
 progress rows and the log pane have fixed heights, the clock a fixed width, the stop button a fixed place), so the
@@ -42,6 +41,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from notebook_accel.display.base import BaseSink
 from notebook_accel.events import EngineReady, Event, Exited, Failed, Finished, RunInfo, RunOutcome, Started
 from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.widgets import views
@@ -66,7 +66,7 @@ def _ipython_display(obj: object) -> Any:
     return display(obj, display_id=True)
 
 
-class Dashboard:
+class Dashboard(BaseSink):
     """Live view of a launched run, built from ipywidgets (curves as inline SVG; matplotlib for the final PNG).
 
     Args:
@@ -91,6 +91,8 @@ class Dashboard:
         >>> from notebook_accel.widgets import Dashboard
         >>> notebook_launcher(train, num_processes=2, dashboard=Dashboard(show_all_ranks=True))  # doctest: +SKIP
     """
+
+    needs_tick = True  # its clock (elapsed, rate, ETA) moves while the workers are silent: see the module docstring
 
     def __init__(
         self,
@@ -212,7 +214,7 @@ class Dashboard:
 
     def handle_metrics(self, batch: MetricsBatch) -> None:
         """Record a worker's metrics batch (many ``log`` calls at once); refresh as :meth:`handle` does."""
-        self.handle(batch)  # type: ignore[arg-type]  # RunState.apply takes batches
+        self.handle(batch)  # RunState.apply takes batches
 
     def phase(self, text: str) -> None:
         """Say what the launch is doing while nothing else shows it (``""``: nothing); shown at once once the

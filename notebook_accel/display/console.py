@@ -34,6 +34,7 @@ from notebook_accel.events import (
     StepTimes,
     SystemSample,
 )
+from notebook_accel.display.base import BaseSink
 from notebook_accel.display.flush import flush_soon
 from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.monitor.summary import SystemSummary, sample_line
@@ -150,8 +151,11 @@ class TerminalOutput:
         self._drawn = len(rows)
 
 
-class ConsoleSink:
+class ConsoleSink(BaseSink):
     """Shows a run as text on ``sys.stdout`` / ``sys.stderr`` (looked up at each write, so notebook cells work).
+
+    The console backend of :class:`BaseSink` (the notebook one is ``notebook_accel.widgets.Dashboard``). It keeps
+    no clock, so it needs no tick: the launcher sleeps until a worker has something to say.
 
     Args:
         show_all_ranks: print every rank's output, prefixed ``[rank N]``.

@@ -7,6 +7,7 @@ import time
 from notebook_accel.events import Started
 from notebook_accel.launcher import notebook_launcher
 from notebook_accel.display.phases import launch_phase
+from notebook_accel.display.sinks import GuardedSink
 from tests.launcher.recording import RecordingSink
 
 
@@ -29,7 +30,7 @@ class PhaseSink(RecordingSink):
 
 def test_a_ticking_phase_moves_the_clock_and_ends_with_an_empty_phase() -> None:
     sink = PhaseSink()
-    with launch_phase(sink, "importing", ticking=True):
+    with launch_phase(GuardedSink(sink), "importing", ticking=True):  # as the launcher calls it
         time.sleep(0.8)
     assert sink.phases == ["importing", ""]
     assert len(sink.ticks) >= 2  # every 0.25 s while the step blocked this thread
@@ -39,7 +40,7 @@ def test_a_ticking_phase_moves_the_clock_and_ends_with_an_empty_phase() -> None:
 
 
 def test_a_sink_without_phase_is_left_alone() -> None:
-    with launch_phase(object(), "anything", ticking=True):
+    with launch_phase(GuardedSink(object()), "anything", ticking=True):
         pass
 
 

@@ -35,12 +35,13 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
+from notebook_accel.display.base import BaseSink
 from notebook_accel.durations import format_duration
 from notebook_accel.errors import LaunchError, NotebookAccelError, shown
-from notebook_accel.events import Event, Log, Metrics, RunInfo, RunOutcome, Sink
+from notebook_accel.events import Event, Log, Metrics, RunInfo, RunOutcome
 from notebook_accel.launcher.placement.spawn import interrupts_held
 from notebook_accel.launcher.supervision.supervisor import StopRequested
-from notebook_accel.metrics_batch import MetricsBatch, deliver
+from notebook_accel.metrics_batch import MetricsBatch
 
 __all__ = ["BackgroundRun", "RunStoppedError", "RunArgumentError", "RunStatus", "check_can_start", "RecordingTee"]
 
@@ -70,7 +71,7 @@ def _seconds(method: str, timeout: object) -> float | None:
     return 0.0 if timeout <= 0 else float(timeout)  # not float() first: -10**5000 has no float
 
 
-class RecordingTee:
+class RecordingTee(BaseSink):
     """Passes every event on to ``sink`` and keeps the metrics of the main rank and every rank's output lines.
 
     A worker's metrics batch is kept as it came and turned into rows only when asked for (:meth:`snapshot`),
@@ -81,15 +82,14 @@ class RecordingTee:
         main_rank: whose metrics are kept (rank 0 on node 0).
     """
 
-    def __init__(self, sink: Sink, main_rank: int) -> None:
+    def __init__(self, sink: BaseSink, main_rank: int) -> None:
         self.sink = sink
         self.main_rank = main_rank
         self.metrics: list[dict[str, float | int | None]] = []
         self._batches: list[MetricsBatch] = []  # the main rank's batches not yet turned into rows of ``metrics``
         self.output: dict[int, list[str]] = {}
         self._lock = threading.Lock()
-        if hasattr(sink, "tick"):
-            self.tick = sink.tick  # the supervisor calls it when present
+        self.needs_tick = sink.needs_tick
 
     def start(self, info: RunInfo) -> None:
         """Forward :meth:`Sink.start`."""
@@ -110,11 +110,15 @@ class RecordingTee:
         if batch.rank == self.main_rank:
             with self._lock:
                 self._batches.append(batch)
-        deliver(self.sink, batch)
+        self.sink.handle_metrics(batch)
 
     def finish(self, outcome: RunOutcome) -> None:
         """Forward :meth:`Sink.finish`."""
         self.sink.finish(outcome)
+
+    def tick(self, now: float) -> None:
+        """Forward :meth:`BaseSink.tick`."""
+        self.sink.tick(now)
 
     def _rows(self) -> None:
         """Turn the kept batches into rows of ``metrics``, in arrival order (the caller holds the lock)."""
@@ -163,9 +167,7 @@ class BackgroundRun:
                                         daemon=True)
         with _LOCK:
             _ACTIVE.append(self)
-        attach = getattr(tee.sink, "attach_stop", None)
-        if attach is not None:
-            attach(lambda: self.stop(wait=False))
+        tee.sink.attach_stop(lambda: self.stop(wait=False))
         self._thread.start()
         try:
             with interrupts_held():  # a stop-button press meanwhile: the forks finish, then the run is stopped

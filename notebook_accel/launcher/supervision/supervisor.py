@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from notebook_accel.cell_names import cell_names
 from notebook_accel.channel import decode
+from notebook_accel.display.base import BaseSink
 from notebook_accel.events import (TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started,
                                    StepTimes)
 from notebook_accel.launcher.supervision.failures import (
@@ -47,7 +48,7 @@ from notebook_accel.launcher.supervision.output import RankOutput
 from notebook_accel.launcher.placement.processes import end_groups, oom_kills, signal_worker
 from notebook_accel.launcher.supervision.runlogs import rank_log
 from notebook_accel.launcher.placement.spawn import WorkerHandle, close_handles
-from notebook_accel.metrics_batch import MetricsBatch, deliver
+from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.monitor.board import SystemBoard, board_for, close_board
 from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
 
@@ -79,7 +80,7 @@ def signal_name(exit_code: int | None) -> str | None:
 class _Supervisor:
     """State of one supervised run (private: :func:`supervise` is the interface)."""
 
-    def __init__(self, handles: Sequence[WorkerHandle], sink: Sink, grace: float, log_dir: Path | None,
+    def __init__(self, handles: Sequence[WorkerHandle], sink: BaseSink, grace: float, log_dir: Path | None,
                  stop_fd: int | None = None, elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None) -> None:
         self.handles = list(handles)
         self.watch = watch
@@ -120,10 +121,10 @@ class _Supervisor:
             except Exception as e:  # noqa: BLE001 - whatever unpickling the user's objects raises
                 events = [Failed(handle.rank, "ResultError", unloadable_message(handle.rank, e), "")]
             for event in events:
-                if type(event) is MetricsBatch:  # many log calls at once: to the sink whole, when it takes them
-                    deliver(self.sink, event)
+                if isinstance(event, MetricsBatch):  # many log calls at once: to the sink whole
+                    self.sink.handle_metrics(event)
                     continue
-                self.on_event(event)  # type: ignore[arg-type]
+                self.on_event(event)
                 if isinstance(event, (Finished, Failed)):
                     self.conns.pop(conn, None)  # its last word: the rest (end of file) is read when it exits
         if reader.eof:
@@ -278,8 +279,8 @@ class _Supervisor:
             if due is not None:
                 target = due if target is None else min(target, due)
             limit = _MAX_WAIT if target is None else min(_MAX_WAIT, max(0.0, target - now))
-            tick = getattr(self.sink, "tick", None)  # optional: wake at least every TICK_SECONDS to call it
-            if tick is not None:
+            tick = self.sink.needs_tick  # a sink with a clock: wake at least every TICK_SECONDS to move it
+            if tick:
                 limit = TICK_SECONDS if limit is None else min(limit, TICK_SECONDS)
             watched: list[Any] = [*self.conns, *self.fds, *self.sentinels]
             extra = [fd for fd in (self.stop_fd, None if self.watch is None else self.watch.fd) if fd is not None and fd >= 0]
@@ -299,9 +300,9 @@ class _Supervisor:
                     self.on_exit(obj)
             self.flush_output()
             self.sample_system()
-            if tick is not None and time.monotonic() >= self.next_tick:
+            if tick and time.monotonic() >= self.next_tick:
                 self.next_tick = time.monotonic() + TICK_SECONDS
-                tick(self.next_tick - TICK_SECONDS)
+                self.sink.tick(self.next_tick - TICK_SECONDS)
 
     def sample_system(self) -> None:
         """Hand the sink a system sample when one is due (a sampling error ends sampling, never the run)."""
@@ -424,7 +425,7 @@ def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: st
 
 
 def supervise(
-    handles: Sequence[WorkerHandle], sink: Sink, timeout: float | None, start_time: float, grace: float | None = None,
+    handles: Sequence[WorkerHandle], sink: BaseSink, timeout: float | None, start_time: float, grace: float | None = None,
     log_dir: Path | None = None, before: Callable[[], None] | None = None, stop_fd: int | None = None,
     elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None, board: int | None = None,
 ) -> Any:
