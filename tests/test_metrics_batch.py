@@ -11,7 +11,8 @@ import pytest
 
 from notebook_accel import channel
 from notebook_accel.events import Finished, Metrics, Progress
-from notebook_accel.metrics_batch import NO_STEP, MetricsBatch, deliver, pack
+from notebook_accel.display.base import BaseSink
+from notebook_accel.metrics_batch import NO_STEP, MetricsBatch, pack
 
 
 def _flush_message(events: list) -> bytes:  # type: ignore[type-arg]
@@ -124,8 +125,8 @@ def test_batches_are_per_rank_and_a_lone_log_call_is_not_wrapped() -> None:
     assert pack([posted[0]]) == [posted[0]]
 
 
-def test_deliver_gives_a_plain_sink_the_metrics_events_and_a_batch_sink_the_batch() -> None:
-    class Plain:
+def test_a_sink_without_handle_metrics_gets_the_metrics_events_and_a_batch_sink_the_batch() -> None:
+    class Plain(BaseSink):  # was deliver(sink, batch): BaseSink.handle_metrics is now that fallback
         def __init__(self) -> None:
             self.events: list[object] = []
 
@@ -138,8 +139,8 @@ def test_deliver_gives_a_plain_sink_the_metrics_events_and_a_batch_sink_the_batc
 
     [batch] = pack(_logged(4))
     plain, batched = Plain(), Batched()
-    deliver(plain, batch)
-    deliver(batched, batch)
+    plain.handle_metrics(batch)
+    batched.handle_metrics(batch)
     assert plain.events == _logged(4) and batched.events == [batch]
 
 

@@ -9,8 +9,6 @@ buffer, and the first failure. Every update is O(1) so the launcher's loop is ne
 from __future__ import annotations
 
 import signal
-from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -31,7 +29,7 @@ from notebook_accel.events import (
     SystemSample,
 )
 from notebook_accel.metrics_batch import NO_STEP, MetricsBatch
-from notebook_accel.terminal import strip_ansi
+from notebook_accel.widgets.log_buffer import LogBuffer, LogLine
 from notebook_accel.widgets.progress_model import ProgressState, RunProgress
 from notebook_accel.widgets.series import Series
 from notebook_accel.widgets.system_state import SystemState
@@ -76,75 +74,6 @@ class RankState:
     pid: int | None = None
     progress: str = ""
     detail: str = ""
-
-
-@dataclass(frozen=True)
-class LogLine:
-    """One output line of a worker."""
-
-    rank: int
-    stream: Literal["stdout", "stderr"]
-    text: str
-    styled: str = ""  # the line with its ANSI colours (SGR), when it has any; ``text`` is plain
-    live: bool = False  # still being written (a tqdm bar, a line without its newline): shown last, may change
-
-
-def _lines(event: Log, live: bool) -> list[LogLine]:
-    """The event's text as lines."""
-    out = []
-    for styled in event.text.split("\n"):
-        plain = strip_ansi(styled)
-        out.append(LogLine(event.rank, event.stream, plain, styled if plain != styled else "", live))
-    return out
-
-
-class LogBuffer:
-    """What a log pane shows: the last ``maxlen`` final lines, then the live lines of every rank and stream.
-
-    Output arrives replayed as a terminal shows it (:mod:`notebook_accel.terminal`): final lines, and per rank
-    and stream a live region (a tqdm bar being redrawn) that replaces the previous one and is shown last. The
-    whole output is kept in the run's log files, in the folder ``where``.
-
-    Iterating gives every line in display order; ``len`` and indexing work on that order too.
-
-    Args:
-        maxlen: final lines kept (older ones are dropped; the log files keep them).
-        where: where the whole output is kept (a folder), shown by the pane; ``""`` when it is not kept.
-
-    Example:
-        >>> b = LogBuffer(100)
-        >>> b.add(Log(0, "stdout", "epoch 1")); b.add(Log(0, "stderr", " 40%|####", partial=True))
-        >>> [(line.text, line.live) for line in b]
-        [('epoch 1', False), (' 40%|####', True)]
-    """
-
-    def __init__(self, maxlen: int, where: str = "") -> None:
-        self.final: deque[LogLine] = deque(maxlen=maxlen)
-        self.live: dict[tuple[int, str], list[LogLine]] = {}
-        self.where = where
-
-    def add(self, event: Log) -> None:
-        """Apply one event: final lines are appended and end the stream's live region; partial text replaces it."""
-        key = (event.rank, event.stream)
-        if event.partial:
-            if event.text:
-                self.live[key] = _lines(event, live=True)
-            else:
-                self.live.pop(key, None)
-            return
-        self.live.pop(key, None)
-        self.final.extend(_lines(event, live=False))
-
-    def __iter__(self) -> Iterator[LogLine]:
-        yield from self.final
-        for key in sorted(self.live):
-            yield from self.live[key]
-
-    def __len__(self) -> int:
-        return len(self.final) + sum(len(lines) for lines in self.live.values())
-
-    def __getitem__(self, index: int) -> LogLine:
-        return list(self)[index]
 
 
 class RunState:
@@ -240,47 +169,47 @@ class RunState:
             out.setdefault(group_of(name), []).append(name)
         return out
 
-    def apply(self, event: Event | MetricsBatch, now: float = 0.0) -> None:
+    def apply(self, event: Event, now: float = 0.0) -> None:
         """Update the model with one event or a worker's metrics batch (unknown event types are ignored); ``now``
         is the dashboard clock."""
-        kind = type(event)
-        if kind is SystemSample or kind is StepTimes:  # the system panel's own model and version
+        if isinstance(event, (SystemSample, StepTimes)):  # the system panel's own model and version
             if self.system is None:
                 self.system = SystemState()
-            self.system.apply(event)  # type: ignore[arg-type]
+            self.system.apply(event)
             return
         self.version += 1
         self._now = now
-        rank = getattr(event, "rank", None)
+        rank = getattr(event, "rank", None)  # an unknown event with a rank still announces it
         if rank is None:
             return
         if rank not in self.ranks or not self._heard_from_a_rank:
             self._rank(rank)
-        if kind is not Started and kind is not Exited:
+        if not isinstance(event, (Started, Exited)):
             self.workers_spoke = True
-        if kind is Metrics:
-            self._metrics(event)  # type: ignore[arg-type]
-        elif kind is MetricsBatch:
-            self._metrics_batch(event)  # type: ignore[arg-type]
-        elif kind is Progress:
-            self._progress(event)  # type: ignore[arg-type]
-        elif kind is Log:
-            self._log(event)  # type: ignore[arg-type]
-        elif kind is Started:
-            self._started(event)  # type: ignore[arg-type]
-        elif kind is Finished:
-            self._rank(rank).status = "finished"
-        elif kind is Failed:
-            self._failed(event)  # type: ignore[arg-type]
-        elif kind is Exited:
-            self._exited(event)  # type: ignore[arg-type]
-        elif kind is EngineReady and rank == self.main_rank:
-            self.engine = event.engine  # type: ignore[union-attr]
-        elif kind is Phase:
-            self._rank(rank).detail = event.text  # type: ignore[union-attr]
-            if rank == self.main_rank:
-                self.worker_phase = event.text  # type: ignore[union-attr]
-        if self.ended_at is None and kind in (Finished, Failed, Exited) and all(
+        match event:
+            case Metrics():
+                self._metrics(event)
+            case MetricsBatch():
+                self._metrics_batch(event)
+            case Progress():
+                self._progress(event)
+            case Log():
+                self._log(event)
+            case Started():
+                self._started(event)
+            case Finished():
+                self._rank(rank).status = "finished"
+            case Failed():
+                self._failed(event)
+            case Exited():
+                self._exited(event)
+            case EngineReady(engine=engine) if rank == self.main_rank:
+                self.engine = engine
+            case Phase(text=text):
+                self._rank(rank).detail = text
+                if rank == self.main_rank:
+                    self.worker_phase = text
+        if self.ended_at is None and isinstance(event, (Finished, Failed, Exited)) and all(
                 s.status in _ENDED for s in self.ranks.values()):
             self.ended_at = now
 
@@ -359,10 +288,10 @@ class RunState:
     def _value(self, name: str, step: int | None, value: float) -> int | None:
         """Add one value of metric ``name``; return the step it was drawn at (``None``: the series' count)."""
         series = self._series(name)
-        if step is None and series is not None:
-            step = series.count
         if series is not None:
-            series.append(step, value)  # type: ignore[arg-type]  # None only without a series
+            if step is None:
+                step = series.count
+            series.append(step, value)
         self._latest(name, step, value)
         return step
 

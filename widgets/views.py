@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from notebook_accel.terminal import ansi_to_html
 from notebook_accel.widgets.log_style import line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value
-from notebook_accel.widgets.state import LogLine, RunState
+from notebook_accel.widgets.log_buffer import LogLine
+from notebook_accel.widgets.state import RunState
 
 __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
            "error_html", "bar_row_html", "first_frame_html", "part_html", "STATUS_COLORS", "LOG_HEIGHT",
@@ -212,7 +213,7 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
     Lines keep the worker's ANSI colours (as HTML); where the worker chose none, only tracebacks, exception lines
     and ERROR/CRITICAL log records are red (:mod:`~notebook_accel.widgets.log_style`), and the rest of stderr
     (tqdm bars, INFO lines, warnings) looks like ordinary output with a thin grey mark at its left. The live
-    lines (a tqdm bar being redrawn) come last. When ``lines`` is a :class:`~notebook_accel.widgets.state.LogBuffer`
+    lines (a tqdm bar being redrawn) come last. When ``lines`` is a :class:`~.log_buffer.LogBuffer`
     whose output is kept in files, a caption says where (the pane keeps only a tail). Without any line there is
     no box: one grey line, in a space of the box's height (the box appears there, nothing below moves).
     ``flex-direction: column-reverse`` keeps the box scrolled to the end without any script.
