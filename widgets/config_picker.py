@@ -35,13 +35,12 @@ from typing import Any, Union
 import ipywidgets as w
 
 from notebook_accel import hardware
-from notebook_accel.config import Config, ConfigError, default_config_path, load_config, resolve_config, save_config
+from notebook_accel.config import Config, ConfigError, default_config_path, load_config, save_config
 from notebook_accel.config.engine_form import ENGINES
 from notebook_accel.config.files import config_file_path
-from notebook_accel.config.machine import config_for_machine, precision_choices
-from notebook_accel.errors import shown
+from notebook_accel.config.machine import precision_choices
 from notebook_accel.hardware import GpuInfo
-from notebook_accel.widgets import picker_summary
+from notebook_accel.widgets import picker_form, picker_summary
 from notebook_accel.widgets.engine_section import EngineSection
 from notebook_accel.widgets.form_layout import ROW_WIDTH, STYLE, labelled, split_label
 
@@ -50,17 +49,6 @@ __all__ = ["ConfigPicker"]
 PathLike = Union[str, "os.PathLike[str]"]
 _GPU, _CPU = "GPU", "CPU"
 _DDP = "DDP"  # the engine choice without a section: plain data parallel (or one process)
-
-
-def _gib(size: int) -> str:
-    return f"{size / 2**30:.1f} GiB"
-
-
-
-
-def _asks_for_gpus(config: Config) -> bool:
-    """Whether ``config`` names GPUs itself (a default config only leaves the choice to the machine)."""
-    return not config.use_cpu and (config.gpu_ids is not None or config.distributed_type == "MULTI_GPU")
 
 
 class ConfigPicker(w.VBox):
@@ -93,7 +81,7 @@ class ConfigPicker(w.VBox):
         cpu_count: int | None = None,
         gpus: Sequence[GpuInfo] | None = None,
     ) -> None:
-        _check_hardware(cpu_count, gpus)
+        picker_form.check_hardware(cpu_count, gpus)
         self._cpus = hardware.cpu_count() if cpu_count is None else cpu_count
         self._gpus: list[GpuInfo] = hardware.detect_gpus() if gpus is None else list(gpus)
         self._applying = False
@@ -107,7 +95,7 @@ class ConfigPicker(w.VBox):
         self._build_controls(path)
         super().__init__(children=self._layout())
         self.add_class("nacc-config-picker")
-        start, note = self._starting_config(config)
+        start, note = picker_form.starting_config(config, self._gpus)
         self._base = start
         self._apply(start, [note] if note else [])
 
@@ -164,10 +152,10 @@ class ConfigPicker(w.VBox):
     # ----------------------------------------------------------------- building
     def _build_controls(self, path: PathLike | None) -> None:
         gpus = self._gpus
-        self.hardware_info = w.HTML(self._hardware_html())
+        self.hardware_info = w.HTML(picker_form.hardware_html(self._cpus, gpus))
         self.device = w.ToggleButtons(options=[_GPU, _CPU] if gpus else [_CPU], description="Device", style=STYLE)
         self.gpus = w.SelectMultiple(
-            options=[(f"{g.index}: {g.name} ({_gib(g.total_memory_bytes)})", g.index) for g in gpus],
+            options=[(f"{g.index}: {g.name} ({picker_form.gib(g.total_memory_bytes)})", g.index) for g in gpus],
             value=tuple(g.index for g in gpus), rows=min(max(len(gpus), 1), 8), description="GPUs", style=STYLE,
         )
         self.processes = self._number("Processes per machine", 1)
@@ -213,31 +201,13 @@ class ConfigPicker(w.VBox):
         buttons = w.HBox([self.path, self.save_button, self.load_button], layout=w.Layout(flex_flow="row wrap"))
         return [self.hardware_info, *top, self.effective, *bottom, *self.engines.values(), self.message, buttons]
 
-    def _hardware_html(self) -> str:
-        parts = [f"<b>CPU</b>: {self._cpus} cores"]
-        if not self._gpus:
-            parts.append("<b>GPUs</b>: none detected")
-        for g in self._gpus:
-            parts.append(f"<b>GPU {g.index}</b>: {html.escape(g.name)}, {_gib(g.total_memory_bytes)}")
-        return "<br>".join(parts)
-
-    def _starting_config(self, config: Config | PathLike | None) -> tuple[Config, str | None]:
-        """The config to show first and a note when the default file could not be used."""
-        if config is not None:
-            return resolve_config(config) or config_for_machine(self._gpus), None
-        try:
-            found = resolve_config(None)
-        except ConfigError as e:
-            return config_for_machine(self._gpus), f"default config not used: {e.problems[0]}"
-        return (found, None) if found is not None else (config_for_machine(self._gpus), None)
-
     # ----------------------------------------------------------------- config -> form
     def _apply(self, config: Config, notes: list[str]) -> None:
         """Show ``config`` in the controls, adjusting what this machine cannot do (with a note for each)."""
         self._applying = True
         try:
             use_cpu = config.use_cpu or not self._gpus
-            if not self._gpus and _asks_for_gpus(config):
+            if not self._gpus and picker_form.asks_for_gpus(config):
                 notes.append("the config asks for GPUs but none was detected: using CPU")
             self.device.value = _CPU if use_cpu else _GPU
             if self._gpus:
@@ -317,24 +287,11 @@ class ConfigPicker(w.VBox):
         self._refresh_engine()
         self._update()
 
-    def _form_problems(self) -> list[str]:
-        """Problems the Config cannot see: they come from how the form maps to it."""
-        out = []
-        if self.device.value == _GPU and not self.gpus.value:
-            out.append("GPUs: select at least one GPU, or choose CPU")
-        if self.processes.value > self.process_limit:
-            on_gpu = self.device.value == _GPU
-            devices = f"{len(self.gpus.value)} GPU(s) chosen" if on_gpu else f"{self._cpus} CPU cores"
-            out.append(f"processes per machine: {self.processes.value} is more than the chosen devices allow "
-                       f"({devices}); use 1 to {self.process_limit}")
-        if self.machines.value > 1 and self.port.value == 0:
-            out.append("port: 0 (pick a free port) only works on one machine; every machine must use the same "
-                       "port, e.g. 29500")
-        return out
-
     def _update(self) -> None:
         """Rebuild the config from the controls and show the problems or the summary."""
-        problems = self._form_problems()
+        on_gpu = self.device.value == _GPU
+        problems = picker_form.form_problems(on_gpu, len(self.gpus.value), self.processes.value, self.process_limit,
+                                             self._cpus, self.machines.value, self.port.value)
         config: Config | None = None
         try:
             config = self._build()
@@ -346,9 +303,6 @@ class ConfigPicker(w.VBox):
 
     def _build(self) -> Config:
         on_gpu = self.device.value == _GPU
-        chosen = sorted(self.gpus.value) if on_gpu else []
-        every = [g.index for g in self._gpus]
-        gpu_ids = None if not on_gpu else ("all" if chosen == every else ",".join(map(str, chosen)) or None)
         machines = self.machines.value
         extra = dict(self._base.extra)
         chosen_engine = self.engines.get(self.engine.value)
@@ -360,7 +314,7 @@ class ConfigPicker(w.VBox):
             distributed_type=None if chosen_engine is None else chosen_engine.form.distributed_type,
             extra=extra,
             use_cpu=not on_gpu,
-            gpu_ids=gpu_ids,
+            gpu_ids=picker_form.gpu_ids(on_gpu, self.gpus.value, [g.index for g in self._gpus]),
             num_processes=self.processes.value * machines,
             num_machines=machines,
             machine_rank=self.machine_rank.value,
@@ -374,13 +328,7 @@ class ConfigPicker(w.VBox):
     def _show(self) -> None:
         """Render the effective batch size and the message area."""
         config = self._config
-        if config is not None and config.effective_batch_size is not None:
-            self.effective.value = (
-                f"Effective batch size: <b>{config.effective_batch_size}</b> = {config.per_device_batch_size} per "
-                f"device × {config.num_processes} processes × {config.gradient_accumulation_steps} accumulation steps"
-            )
-        else:
-            self.effective.value = "Effective batch size: set a batch size per device to see it"
+        self.effective.value = picker_form.effective_batch_html(config)
         lines = [f"<span style='color:#555'>{html.escape(n)}</span>" for n in self._notes]
         lines += [f"<span style='color:#b00020'>⚠ {html.escape(p)}</span>" for p in self._problems]
         if config is not None:
@@ -443,13 +391,3 @@ class ConfigPicker(w.VBox):
             self._notes = [f"{verb} failed: {p}" for p in e.problems]
             self._show()
 
-
-def _check_hardware(cpu_count: object, gpus: object) -> None:
-    """Refuse a ``cpu_count`` or ``gpus`` the form cannot show (a clear ``ConfigError``, not a TypeError later)."""
-    if cpu_count is not None and (type(cpu_count) is not int or not 1 <= cpu_count <= 1 << 20):
-        raise ConfigError([f"cpu_count: got {shown(cpu_count)}; allowed: a whole number from 1 to {1 << 20}, or None "
-                           "to detect this machine's"])
-    if gpus is not None and (isinstance(gpus, (str, bytes)) or not isinstance(gpus, Sequence)
-                             or not all(isinstance(g, GpuInfo) for g in gpus)):
-        raise ConfigError([f"gpus: got {shown(gpus)}; allowed: a list of notebook_accel.hardware.GpuInfo, or None "
-                           "to detect this machine's"])
