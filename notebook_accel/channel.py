@@ -34,11 +34,13 @@ import io
 import pickle
 import sys
 import threading
+import time
 from collections import deque
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Literal
 
-from notebook_accel.events import Event
+from notebook_accel import progress_hook
+from notebook_accel.events import Event, Progress
 from notebook_accel.metrics_batch import MetricsBatch, pack
 
 __all__ = ["EventWriter", "current", "install", "uninstall", "read_events", "decode", "dumps"]
@@ -192,16 +194,27 @@ def current() -> EventWriter | None:
 
 
 def install(writer: EventWriter) -> None:
-    """Make ``writer`` this process's channel (called once by the launcher's worker body after the fork)."""
+    """Make ``writer`` this process's channel (called once by the launcher's worker body after the fork); the
+    prepared DataLoaders' progress then travels on it too (:mod:`notebook_accel.progress_hook`)."""
     global _current
     _current = writer
+    progress_hook.set_hook(None if writer is None else _post_progress)
 
 
 def uninstall() -> EventWriter | None:
     """Forget the installed writer (it is returned, not closed). A forked child calls this first of all."""
     global _current
     writer, _current = _current, None
+    progress_hook.set_hook(None)
     return writer
+
+
+def _post_progress(rank: int, n: int, total: int | None, desc: str, epoch: int | None,
+                   source: Literal["loader", "loop"]) -> None:
+    """The progress hook of a process with a channel: post the position as a ``Progress`` event, timed now."""
+    writer = _current
+    if writer is not None:
+        writer.post(Progress(rank, n, total, desc, time.time(), epoch, source))
 
 
 def decode(message: bytes | bytearray) -> list[Event]:

@@ -12,12 +12,9 @@ loaded there is nothing to read.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
-from notebook_accel.events import Progress
-
-__all__ = ["epoch_bar", "epoch_loop_event"]
+__all__ = ["epoch_bar", "epoch_loop_position"]
 
 
 def epoch_bar(loader: Any, batches: int | None) -> tuple[int, int, str] | None:
@@ -45,8 +42,9 @@ def epoch_bar(loader: Any, batches: int | None) -> tuple[int, int, str] | None:
     return n, total, desc.rstrip(": ") or "epochs"
 
 
-def epoch_loop_event(rank: int, loader: Any, batches: int | None, done: int) -> Progress | None:
-    """The ``Progress`` event of the epoch loop around ``loader`` (a ``"loop"`` report), ``None`` without one.
+def epoch_loop_position(loader: Any, batches: int | None, done: int) -> tuple[int, int, str] | None:
+    """``(n, total, desc)`` of the epoch loop around ``loader``, reported as a ``"loop"`` progress; ``None``
+    without one.
 
     ``done`` is the epochs the loader has finished: tqdm moves a bar's count only when it redraws (at most every
     0.1 s), so the bar's own count may lag one epoch behind.
@@ -55,4 +53,4 @@ def epoch_loop_event(rank: int, loader: Any, batches: int | None, done: int) -> 
     if found is None:
         return None
     n, total, desc = found
-    return Progress(rank, min(max(n, done), total - 1), total, desc, time.time(), None, "loop")
+    return min(max(n, done), total - 1), total, desc

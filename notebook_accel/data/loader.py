@@ -7,8 +7,9 @@
 - fetches one batch ahead, so it knows while yielding the last batch that it is the last (this drives the
   accumulation flush and :meth:`Accelerator.gather_for_metrics`);
 - calls ``set_epoch`` on the samplers and the dataset, moves (nested) batches to the device;
-- in a launched run, posts a ``Progress`` event per batch on every rank (a deque append), and at the start of an
-  epoch on the main process the epoch loop's position when the user wraps it in tqdm (:mod:`.epoch_bar`).
+- in a launched run, reports its position per batch on every rank through :mod:`notebook_accel.progress_hook`
+  (a ``Progress`` event: a deque append), and at the start of an epoch on the main process the epoch loop's
+  position when the user wraps it in tqdm (:mod:`.epoch_bar`).
 
 The order is the plain loader's own (see :mod:`notebook_accel.data.randomness` for how every rank is made to
 draw the same one): a shuffle follows the DataLoader's ``generator``, so a prepared loader on N processes visits
@@ -31,20 +32,19 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from notebook_accel import channel
+from notebook_accel import progress_hook
 from notebook_accel.monitor import steps
 from notebook_accel.data.iterable import ShardedIterableDataset, Tagged, TaggingCollate
 from notebook_accel.data.randomness import SeedableRandomSampler, generators_of
-from notebook_accel.data.sharding import DataPrepareError, LastRound, ShardedBatchSampler, ShardedSampler
-from notebook_accel.data.epoch_bar import epoch_loop_event
+from notebook_accel.data.sharding import LastRound, ShardedBatchSampler, ShardedSampler
+from notebook_accel.data.epoch_bar import epoch_loop_position
+from notebook_accel.data.loader_state import check_generator_states, check_resumable
 from notebook_accel.data.worker_fork import check_importable, worker_context
-from notebook_accel.events import Progress
 from notebook_accel.state import GradientState, ProcessState
 from notebook_accel.utils.nested import send_to_device
 
 __all__ = ["PreparedDataLoader"]
 
-_STATE_KEYS = ("epoch", "batches_yielded", "seed", "num_processes")
 _ANY_SAMPLER = (ShardedBatchSampler, ShardedSampler)
 _DONE = object()
 
@@ -218,22 +218,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         Raises:
             DataPrepareError: keys missing, or a mid-epoch state saved with another number of processes.
         """
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise DataPrepareError(f"loader state is missing {missing}; expected keys {list(_STATE_KEYS)}")
-        if state["batches_yielded"] and state["num_processes"] != self.state.num_processes:
-            raise DataPrepareError(
-                f"this loader state was saved mid-epoch with {state['num_processes']} processes; resuming with "
-                f"{self.state.num_processes} would shard the epoch differently. Resume with "
-                f"{state['num_processes']} processes, or from a checkpoint taken at an epoch boundary"
-            )
-        if state["batches_yielded"] and self._generators and state.get("generator_states") is None:
-            raise DataPrepareError(
-                f"this loader state was saved mid-epoch (epoch {state['epoch']}, {state['batches_yielded']} batches "
-                "done) without the shuffle's generator states, so the rest of that epoch cannot be found again: "
-                "the batches skipped would not be the ones already trained on. It comes from an older "
-                "notebook-accel; resume from a checkpoint taken at an epoch boundary"
-            )
+        check_resumable(state, self.state.num_processes, bool(self._generators))
         self._epoch = int(state["epoch"])
         self.seed = int(state["seed"])
         sharded = self._shard_sampler
@@ -259,13 +244,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         """
         if states is None:
             return
-        if not isinstance(states, list) or len(states) != len(self._generators):
-            count = len(states) if isinstance(states, list) else type(states).__name__
-            raise DataPrepareError(
-                f"this loader state holds {count} sampler generator states but the loader has "
-                f"{len(self._generators)} generators; it was saved from a DataLoader built differently "
-                "(another sampler or shuffle setting). Build the DataLoader as in the run that saved it"
-            )
+        check_generator_states(states, len(self._generators))
         for generator, saved in zip(self._generators, states):
             generator.set_state(saved)
         self._epoch_states = None
@@ -314,14 +293,14 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not a _BaseDataLoaderIter
         manual_skip = self._start_epoch()
         self.end_of_dataloader = False
-        writer = channel.current()  # every rank reports its position (the dashboard's ranks table)
-        total = self._total_or_none() if writer is not None else None
-        name = self.progress_name() if writer is not None else ""
-        epoch = self._epoch + 1
-        if writer is not None and self.state.is_main_process:
-            around = epoch_loop_event(self.state.process_index, self, total, self._epoch)  # a tqdm over epochs
+        report = progress_hook.current()  # every rank reports its position (the dashboard's ranks table)
+        total = self._total_or_none() if report is not None else None
+        name = self.progress_name() if report is not None else ""
+        epoch, rank = self._epoch + 1, self.state.process_index
+        if report is not None and self.state.is_main_process:
+            around = epoch_loop_position(self, total, self._epoch)  # a tqdm over epochs
             if around is not None:
-                writer.post(around)
+                report(rank, *around, None, "loop")
         self.gradient_state.active_loaders.append(self)
         self._iterating = True
         self._tagged_real = None
@@ -337,9 +316,8 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
                 upcoming = self._fetch(iterator)
                 self.end_of_dataloader = upcoming is _DONE
                 self._position += 1
-                if writer is not None:
-                    writer.post(Progress(self.state.process_index, self._position, total, name, time.time(),
-                                         epoch, "loader"))
+                if report is not None:
+                    report(rank, self._position, total, name, epoch, "loader")
                 batch, self._round_real = current
                 if step_clock is not None:  # the wait just before this batch: fetching the one after it
                     step_clock.batch_ready(self._fetch_seconds)
