@@ -312,8 +312,8 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
     handed_over = False
     try:
         main_rank = plan.node * local
-        sink: Sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=main_rank,
-                                             prefix_template=plan.prefix))
+        sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=main_rank,
+                                       prefix_template=plan.prefix))
         name = function_name(plan.function)
         folder = None if plan.in_process else create_run_folder(name, prune=False)  # pruned once forked
         sink.start(RunInfo(local, tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
