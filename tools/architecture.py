@@ -25,7 +25,8 @@ MAX_LINES = 400
 #: The units from the bottom up: a unit may import units of its own layer or below, never above.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # facts and vocabulary: no torch at import, no other unit of the package
-    ("_lazy", "errors", "environment", "durations", "cell_names", "import_hooks", "nvml", "terminal", "events"),
+    ("_lazy", "errors", "environment", "durations", "cell_names", "import_hooks", "nvml", "terminal", "events",
+     "progress_hook"),
     ("hardware", "metrics_batch", "channel", "checks", "arguments", "utils"),
     # the worker-side building blocks of an Accelerator
     ("state", "gradient_state", "kwargs_handlers", "plugins", "config", "precision", "profiling", "progress", "ops",
