@@ -148,7 +148,7 @@ class Accelerator(CompatMethods, ProcessFacade):
 
         self._trackers = TrackerHub(log_with=log_with, logging_dir=self.project_configuration.logging_dir,
                                     is_main_process=self.is_main_process, rank=self.process_index,
-                                    system=tracker_board(log_system_metrics, env.master_port, self.is_main_process))
+                                    system=tracker_board(log_system_metrics, self.is_main_process))
         report_engine(self)  # the dashboard header names the engine that runs
 
     def __repr__(self) -> str:

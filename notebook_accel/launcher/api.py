@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from notebook_accel import hardware
 from notebook_accel.config import Config, resolve_config
-from notebook_accel.environment import restart_variables
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import RunInfo, Sink
 from notebook_accel.engines.deepspeed.plugin import deepspeed_launch_value
@@ -20,24 +21,17 @@ from notebook_accel.engines.fsdp.plugin import fsdp_launch_value
 from notebook_accel.launcher import accelerate_args, preflight
 from notebook_accel.launcher.supervision.background import BackgroundRun, RecordingTee, check_can_start
 from notebook_accel.launcher.supervision.failures import WorkerError
-from notebook_accel.launcher.kernel.guard import KernelDeathGuard
-from notebook_accel.launcher.rendezvous.heartbeat import PeerWatch
 from notebook_accel.launcher.placement.inprocess import run_in_process
-from notebook_accel.launcher.kernel.fds import RunDescriptors
-from notebook_accel.launcher.plan import Plan, choose_port, environments, function_name
-from notebook_accel.launcher.rendezvous.store import (
-    StoreServer,
-    bind_listener,
-    new_store_folder,
-    remove_store_folder,
-    store_secret,
-    worker_variables,
-)
+from notebook_accel.launcher.placement.local import LocalFork
+from notebook_accel.launcher.placement.protocol import Placement
+from notebook_accel.launcher.plan import Plan, function_name
+from notebook_accel.launcher.run_resources import RunResources, open_resources
+from notebook_accel.launcher.supervision.outcome import finish_aborted
 from notebook_accel.launcher.supervision.runlogs import create_run_folder, display_path, prune_runs
+from notebook_accel.display.base import BaseSink
 from notebook_accel.display.sinks import GuardedSink, choose_sink
-from notebook_accel.launcher.placement.spawn import WorkerHandle, start_workers
-from notebook_accel.monitor.board import close_board, open_board
-from notebook_accel.launcher.supervision.supervisor import finish_aborted, supervise
+from notebook_accel.launcher.placement.spawn import WorkerHandle
+from notebook_accel.launcher.supervision.supervisor import supervise
 from notebook_accel.launcher.tracebacks import user_facing
 from notebook_accel.display.phases import launch_phase
 from notebook_accel.launcher.kernel.warmup import warm_kernel, warming_needed
@@ -252,9 +246,10 @@ def notebook_launcher(
     in_process = len(devices) == 1 and nodes == 1 and limit is None and not restarts and block
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
-    plan = Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
-                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv, block, fsdp,
-                 deepspeed, config_engine(resolved, len(devices) * nodes))
+    plan = Plan(function=function, args=tuple(args), devices=devices, backend=backend, precision=precision, steps=steps,
+                node=node, nodes=nodes, master_addr=s.master_addr, port=s.port, limit=limit, in_process=in_process,
+                dashboard=dashboard, show_all_ranks=show_all_ranks, prefix=prefix, rdzv=rdzv, block=block, fsdp=fsdp,
+                deepspeed=deepspeed, engine=config_engine(resolved, len(devices) * nodes))
     resume: str | None = None
     for attempt in range(restarts + 1):
         try:
@@ -270,103 +265,56 @@ def notebook_launcher(
 
 
 def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
-    """One run of the plan: serve the store (node 0), show the run, then run in this process or fork and watch
-    (here, or in a background thread with ``block=False``)."""
-    local = len(plan.devices)
-    secret = store_secret() if plan.nodes > 1 else None  # several machines: keyed names, sealed values (.keyed_store)
-    # Node 0 of a forked run serves the rendezvous store itself, bound to master_addr only (.rendezvous).
-    listener = bind_listener(plan.master_addr, plan.port, listen=plan.nodes > 1) if (
-        plan.node == 0 and not plan.in_process) else None  # one machine: the port is held, not served (below)
-    port = choose_port(plan.port, plan.master_addr, plan.node) if listener is None else listener.getsockname()[1]
-    variables = {} if plan.in_process else worker_variables(plan.master_addr, plan.nodes)
-    if attempt:
-        variables.update(restart_variables(attempt, resume))
-    envs = environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
-                         plan.steps, variables, plan.fsdp, plan.deepspeed)
-    store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.rdzv.join_timeout)
-    guard = None if plan.in_process else KernelDeathGuard()  # ends the workers' groups if the kernel is killed
-    watch = None if plan.nodes == 1 or plan.in_process else PeerWatch(  # a lost node ends the run (.heartbeat)
-        plan.master_addr, int(port), plan.node, plan.nodes, local, plan.rdzv.keep_alive_interval,
-        plan.rdzv.keep_alive_max_attempt, plan.rdzv.join_timeout, secret)
-    # One machine: the workers rendezvous in a FileStore only this user can open, not on the TCP port (.rendezvous);
-    # the port stays bound (MASTER_PORT names it) but is not served: starting a TCP store costs a launch 2-4 ms.
-    private = new_store_folder() if store is not None and plan.nodes == 1 else None
-    if guard is not None and private is not None:
-        guard.remove_on_death(private)  # a killed kernel leaves no folder behind
-    # What this run holds open in the kernel: the workers of every later fork close it (.kernel_fds).
-    descriptors = RunDescriptors([lambda: (store.fd if store else -1, guard.fd if guard else -1),
-                                  lambda: watch.descriptors() if watch else ()],
-                                 {int(port)} if store or watch else set()).open()
-
-    def release() -> None:
-        """Stop serving the store, the heartbeat and the guard (the run is over)."""
-        descriptors.close()
-        if watch is not None:
-            watch.close()
-        if store is not None:
-            store.close()
-        if guard is not None:
-            guard.close()
-        remove_store_folder(private)
-
-    handed_over = False
-    try:
-        main_rank = plan.node * local
+    """One run of the plan: open its resources (node 0 holds the store), show the run, then run in this process,
+    or start the workers and watch them (here, or in a background thread with ``block=False``, which then owns the
+    resources). Whatever happens, the resources are closed once, in reverse (:mod:`.run_resources`)."""
+    with open_resources(plan, attempt, resume) as resources:
+        main_rank = plan.node * len(plan.devices)
         sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=main_rank,
                                        prefix_template=plan.prefix))
         name = function_name(plan.function)
         folder = None if plan.in_process else create_run_folder(name, prune=False)  # pruned once forked
-        sink.start(RunInfo(local, tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
+        sink.start(RunInfo(len(plan.devices), tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder),
                            plan.engine))
         if plan.in_process:
-            return run_in_process(plan.function, plan.args, envs[0], sink, start)
+            return run_in_process(plan.function, plan.args, resources.envs[0], sink, start)
         warming = "importing torch's distributed modules in the kernel (once)" if warming_needed(plan.backend) else ""
         with launch_phase(sink, warming, ticking=True) if warming else nullcontext():
-            warm_kernel(plan.backend, store=store is not None)
-
-        def launch() -> list[WorkerHandle]:
-            """Fork the workers (in the thread that will watch them: see .background) and guard them."""
-            try:
-                inherited = tuple(fd for fd in (store.fd if store else -1, guard.fd if guard else -1) if fd >= 0)
-                noun = "process" if local == 1 else "processes"
-                open_board(envs[0].master_port, [env.rank for env in envs])  # the workers inherit it
-                with launch_phase(sink, f"starting {local} worker {noun}"):
-                    handles = start_workers(envs, max(1, hardware.cpu_count() // local), plan.function, plan.args,
-                                            inherited_fds=inherited, store_folder=private, descriptors=descriptors,
-                                            store_secret=secret)
-            except BaseException as e:
-                close_board(envs[0].master_port)
-                finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
-                raise
-            if guard is not None:
-                guard.watch(h.pid for h in handles)
-            prune_runs(folder)  # while the workers start: old run folders cost the launch nothing
-            return handles
-
-        def before() -> None:
-            """In the supervising thread, once the workers exist: serve the store, then beat."""
-            if store is not None and private is None:  # one machine: the port is only held (no one connects)
-                store.start()
-            if watch is not None:
-                watch.start()
-        elsewhere = tuple(r for r in range(plan.nodes * local) if r // local != plan.node)
+            warm_kernel(plan.backend, store=resources.store is not None)
+        placement = LocalFork(threads=max(1, hardware.cpu_count() // len(plan.devices)),
+                              inherited_fds=resources.inherited_fds(), store_folder=resources.private,
+                              descriptors=resources.descriptors, store_secret=resources.secret)
+        launch = functools.partial(_start_workers, plan, resources, placement, sink, folder, start)
+        local = len(plan.devices)
+        supervising = functools.partial(
+            supervise, timeout=plan.limit, start_time=start, log_dir=folder, before=resources.serve,
+            elsewhere=tuple(r for r in range(plan.nodes * local) if r // local != plan.node), watch=resources.watch,
+            placement=placement)
         if plan.block:
-            return supervise(launch(), sink, plan.limit, start, log_dir=folder, before=before, elsewhere=elsewhere,
-                             watch=watch, board=envs[0].master_port)
+            handles = launch()
+            return supervising(handles, sink, board=resources.board)
         tee = RecordingTee(sink, main_rank)
-
-        def body(handles: list[WorkerHandle], stop_fd: int) -> Any:
-            try:
-                return supervise(handles, tee, plan.limit, start, log_dir=folder, before=before, stop_fd=stop_fd,
-                                 elsewhere=elsewhere, watch=watch, board=envs[0].master_port)
-            finally:
-                release()
-
-        run = BackgroundRun(name, tee, launch, body)  # returns once the workers are forked (or raises)
-        descriptors.sources.append(run.descriptors)  # its stop pipe: not for later runs' workers either
-        handed_over = True
+        run = BackgroundRun(name, tee, launch, lambda handles, stop_fd: supervising(
+            handles, tee, stop_fd=stop_fd, board=resources.board), resources)  # returns once the workers are forked
+        if resources.descriptors is not None:
+            resources.descriptors.sources.append(run.descriptors)  # its stop pipe: not for later runs' workers either
         return run
-    finally:
-        if not handed_over:
-            release()
+
+
+def _start_workers(plan: Plan, resources: RunResources, placement: Placement, sink: BaseSink, folder: Path | None,
+                   start: float) -> list[WorkerHandle]:
+    """Start the workers (in the thread that will watch them: see .background), then guard them; tell ``sink``
+    when they could not be started."""
+    envs = resources.envs
+    try:
+        board = resources.open_board([env.rank for env in envs])  # before the fork: the workers inherit it
+        noun = "process" if len(envs) == 1 else "processes"
+        with launch_phase(sink, f"starting {len(envs)} worker {noun}"):
+            handles = placement.start(envs, plan.function, plan.args, board)
+    except BaseException as e:
+        finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
+        raise
+    resources.guard_workers(handles)
+    prune_runs(folder)  # while the workers start: old run folders cost the launch nothing
+    return handles

@@ -15,9 +15,10 @@ from notebook_accel.launcher.rendezvous.ports import check_port_free, free_port
 __all__ = ["Plan", "choose_port", "environments", "function_name"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
-    """Everything one attempt of a checked launch needs."""
+    """Everything one attempt of a checked launch needs (built with keywords only: twenty fields, several of one
+    type, are too many to pass by position)."""
 
     function: Callable[..., Any]
     args: tuple[Any, ...]

@@ -8,7 +8,9 @@ kernel writes each sample and step report into it (a few ``struct.pack_into`` ca
 reads it when ``Accelerator(log_system_metrics=True)`` logs, and sends the values that changed since its last
 read to its trackers. No pipe, no message, nothing when the option is off.
 
-Boards are found by the run's rendezvous port (every run has its own), so two runs in one kernel never share one.
+The launcher hands the board object itself along: to the supervisor (which writes it) and, through the fork, to each
+worker's set-up (:func:`use_in_worker`), so two runs in one kernel never share one and no registry is kept in the
+kernel.
 A read may mix two consecutive samples of one rank (no lock): each value is still one that was measured.
 """
 
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from notebook_accel.events import StepTimes, SystemSample
 from notebook_accel.monitor.verdict import RankSteps
 
-__all__ = ["SystemBoard", "FIELDS", "open_board", "board_for", "close_board", "tracker_board"]
+__all__ = ["SystemBoard", "FIELDS", "use_in_worker", "tracker_board"]
 
 # the values of one rank, in slot order; each becomes ``system/rank<r>/<name>`` for the trackers
 FIELDS = ("cpu_percent", "memory_gib", "peak_memory_gib", "gpu_utilization", "gpu_memory_gib", "gpu_peak_memory_gib",
@@ -36,7 +38,7 @@ _SLOT = struct.Struct(f"<{len(FIELDS)}d")
 READ_SECONDS = 1.0  # the least time between two sets of values sent to the trackers
 _GIB = 1024**3
 _NAN = float("nan")
-_boards: dict[int, SystemBoard] = {}  # the kernel's open boards by rendezvous port (inherited by each fork)
+_worker_board: SystemBoard | None = None  # set in a forked worker only (use_in_worker); the kernel never sets it
 
 
 def _gib(n: int | None) -> float:
@@ -125,33 +127,20 @@ class SystemBoard:
         self._map.close()
 
 
-def open_board(port: int | None, ranks: Sequence[int]) -> SystemBoard | None:
-    """Make the board of the run on ``port`` (in the kernel, before the fork); ``None`` without a port."""
-    if port is None:
-        return None
-    board = _boards[port] = SystemBoard(ranks)
-    return board
+def use_in_worker(board: SystemBoard | None) -> None:
+    """Make ``board`` (its run's, inherited through the fork) the one this worker's trackers read; called once by
+    the worker's set-up, never in the kernel."""
+    global _worker_board
+    _worker_board = board
 
 
-def board_for(port: int | None) -> SystemBoard | None:
-    """The board of the run on ``port`` (in a worker: the one its kernel made before forking it), or ``None``."""
-    return _boards.get(port) if port is not None else None
-
-
-def close_board(port: int | None) -> None:
-    """Forget and unmap the kernel's board of the run on ``port`` (nothing when there is none)."""
-    board = _boards.pop(port, None) if port is not None else None
-    if board is not None:
-        board.close()
-
-
-def tracker_board(wanted: bool, port: int | None, main_process: bool) -> SystemBoard | None:
+def tracker_board(wanted: bool, main_process: bool) -> SystemBoard | None:
     """The board whose figures the main process's trackers receive (``Accelerator(log_system_metrics=True)``);
     ``None`` when not ``wanted`` or not the main process. Warns when wanted where no launcher measures (a script,
     ``torchrun``, a run in the kernel's own process)."""
     if not (wanted and main_process):
         return None
-    board = board_for(port)
+    board = _worker_board
     if board is None:
         warnings.warn("log_system_metrics=True: no system figures reach this process (they are measured by "
                       "notebook_launcher in the kernel, for the workers it forks), so no system/... values are "

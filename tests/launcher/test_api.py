@@ -12,6 +12,7 @@ from notebook_accel.config import Config
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.errors import LaunchError
 from notebook_accel.launcher import api, notebook_launcher
+from notebook_accel.launcher.plan import environments
 from tests.launcher.recording import RecordingSink
 
 
@@ -65,7 +66,7 @@ def test_args_must_be_a_sequence(args: object) -> None:
 
 
 def test_environments_per_rank_on_the_second_node() -> None:
-    envs = api.environments(["cuda:0", "cuda:1"], 1, 2, "10.0.0.1", 29500, "bf16", 2, {})
+    envs = environments(["cuda:0", "cuda:1"], 1, 2, "10.0.0.1", 29500, "bf16", 2, {})
     assert [(e.rank, e.local_rank, e.world_size, e.local_world_size, e.device) for e in envs] == [
         (2, 0, 4, 2, "cuda:0"),
         (3, 1, 4, 2, "cuda:1"),

@@ -13,7 +13,7 @@ import pytest
 from notebook_accel import Accelerator, notebook_launcher
 from notebook_accel.events import Metrics, RankSystem, StepTimes, SystemSample
 from notebook_accel.monitor import board as board_module
-from notebook_accel.monitor.board import SystemBoard, board_for, close_board, open_board, tracker_board
+from notebook_accel.monitor.board import SystemBoard, tracker_board, use_in_worker
 from notebook_accel.plugins import ConfigurationError
 from tests.launcher.recording import RecordingSink
 from tests.monitor import workers
@@ -58,20 +58,22 @@ def test_step_reports_become_fractions_and_unknown_values_are_left_out() -> None
     board.close()
 
 
-def test_boards_are_kept_by_port_and_closed() -> None:
-    board = open_board(29500, [0])
-    assert board_for(29500) is board and board_for(29501) is None and open_board(None, [0]) is None
-    close_board(29500)
-    assert board_for(29500) is None
-    close_board(29500)  # twice: nothing
+def test_a_worker_reads_the_board_it_was_handed() -> None:
+    board = SystemBoard([0])
+    use_in_worker(board)
+    try:
+        assert tracker_board(True, True) is board and tracker_board(True, False) is None
+    finally:
+        use_in_worker(None)
+        board.close()
 
 
 def test_asking_outside_a_launch_warns_that_nothing_is_logged() -> None:
     with pytest.warns(RuntimeWarning, match="no system/... values are logged; start the run with notebook_launcher"):
-        assert tracker_board(True, None, True) is None
+        assert tracker_board(True, True) is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert tracker_board(False, None, True) is None and tracker_board(True, None, False) is None
+        assert tracker_board(False, True) is None and tracker_board(True, False) is None
 
 
 def test_the_option_must_be_a_bool() -> None:
@@ -85,7 +87,7 @@ def test_a_two_process_run_logs_system_values_to_its_jsonl_tracker_only_when_ask
     began = time.monotonic()
     steps = notebook_launcher(workers.log_system, (str(tmp_path / "on"), True), num_processes=2, dashboard=sink)
     seconds = time.monotonic() - began
-    assert not board_module._boards  # the kernel's board is gone with the run
+    assert board_module._worker_board is None  # the kernel keeps no board: only its workers were handed one
     live = [k for event in sink.of_type(Metrics) for k in event.values]  # type: ignore[attr-defined]
     assert "loss" in live and not [k for k in live if k.startswith("system/")]  # the dashboard has its own panel
     lines = _lines(tmp_path / "on")

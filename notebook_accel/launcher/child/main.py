@@ -33,6 +33,7 @@ from notebook_accel.launcher.kernel.fds import Inherited, close_inherited
 from notebook_accel.launcher.child.streams import FramedWriter
 from notebook_accel.launcher.child.user_frames import library_call, user_traceback
 from notebook_accel.monitor import steps
+from notebook_accel.monitor.board import SystemBoard, use_in_worker
 
 __all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main"]
 
@@ -59,6 +60,8 @@ class WorkerSpec:
             environment or ``argv``), or ``None``: the kernel's TCP store.
         store_secret: the run's shared store secret (several machines), or ``None``: keys and values in clear.
         close_ports: the ports of the kernel's rendezvous stores: inherited sockets on them are closed too.
+        board: the run's system board (made in the kernel before the fork, so this worker shares its memory), read by
+            the main process's trackers (``log_system_metrics``); ``None``: no figures.
     """
 
     env: LaunchEnvironment
@@ -70,6 +73,7 @@ class WorkerSpec:
     store_folder: str | None = None
     store_secret: bytes | None = None
     close_ports: frozenset[int] = frozenset()
+    board: SystemBoard | None = None
 
 
 def _libc_function(name: str) -> Callable[..., int] | None:
@@ -251,6 +255,7 @@ def worker_main(
         _redirect_output(spec.stdout_fd, spec.stderr_fd, kernel)
         ours = (sys.stdout, sys.stderr)
         spec.env.apply()
+        use_in_worker(spec.board)
         if spec.store_folder is not None:
             use_private_store(spec.store_folder)
         elif spec.store_secret is not None:

@@ -32,6 +32,7 @@ from notebook_accel.launcher.kernel import fds as kernel_fds
 from notebook_accel.display.flush import flush_soon
 from notebook_accel.launcher.placement.processes import end_groups, exit_fd, signal_worker
 from notebook_accel.launcher.child.main import KernelState, WorkerSpec, survey_kernel, worker_main
+from notebook_accel.monitor.board import SystemBoard
 
 __all__ = ["WorkerHandle", "start_workers", "close_handles", "interrupts_held"]
 
@@ -144,6 +145,7 @@ def start_workers(
     envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...],
     inherited_fds: Sequence[int] = (), store_folder: str | None = None,
     descriptors: kernel_fds.RunDescriptors | None = None, store_secret: bytes | None = None,
+    board: SystemBoard | None = None,
 ) -> list[WorkerHandle]:
     """Fork one worker per environment; on any error the ones already started are killed with their process
     groups, and reaped.
@@ -159,6 +161,7 @@ def start_workers(
         store_secret: the run's shared store secret (several machines; see :mod:`.keyed_store`), or ``None``.
         descriptors: the run's registered descriptors: the workers' pipes and pidfds are added to them, so
             that the workers of runs started later close them.
+        board: the run's system board, made before the fork so that every worker shares it (``None``: none).
 
     Returns:
         The handles, in the order of ``envs``.
@@ -172,7 +175,8 @@ def start_workers(
         with interrupts_held(), _FORKING:
             if descriptors is not None:
                 descriptors.sources.append(lambda: [fd for h in handles for fd in h.open_fds()])
-            _fork_all(envs, threads, function, args, inherited_fds, kernel, handles, store_folder, store_secret)
+            _fork_all(envs, threads, function, args, inherited_fds, kernel, handles, store_folder, store_secret,
+                      board)
     except BaseException:
         for handle in handles:  # the worker and whatever it started already (a subprocess, a loader worker)
             signal_worker(handle.pid, handle.exit_code is not None, signal.SIGKILL)
@@ -185,7 +189,7 @@ def start_workers(
 def _fork_all(
     envs: Sequence[LaunchEnvironment], threads: int, function: Callable[..., Any], args: tuple[Any, ...],
     inherited_fds: Sequence[int], kernel: KernelState, handles: list[WorkerHandle], store_folder: str | None = None,
-    store_secret: bytes | None = None,
+    store_secret: bytes | None = None, board: SystemBoard | None = None,
 ) -> None:
     """The loop of :func:`start_workers`: each new handle is appended as soon as its process exists."""
     for env in envs:
@@ -197,7 +201,7 @@ def _fork_all(
         others = kernel_fds.snapshot()  # every run's descriptors and store ports, this run's included
         spec = WorkerSpec(env, threads, events_w, out_w, err_w, (*inherited_fds, *held, *own, *others.fds),
                           store_folder=store_folder, store_secret=store_secret,
-                          close_ports=others.ports)
+                          close_ports=others.ports, board=board)
         process = _RankProcess(
             target=worker_main, args=(spec, kernel, function, args), name=f"notebook-accel-rank{env.rank}", daemon=False
         )

@@ -40,6 +40,7 @@ from notebook_accel.durations import format_duration
 from notebook_accel.errors import LaunchError, NotebookAccelError, shown
 from notebook_accel.events import Event, Log, Metrics, RunInfo, RunOutcome
 from notebook_accel.launcher.placement.spawn import interrupts_held
+from notebook_accel.launcher.run_resources import RunResources
 from notebook_accel.launcher.supervision.supervisor import StopRequested
 from notebook_accel.metrics_batch import MetricsBatch
 
@@ -148,9 +149,11 @@ class BackgroundRun:
     """
 
     def __init__(self, name: str, tee: RecordingTee, start: Callable[[], Any],
-                 body: Callable[[Any, int], Any]) -> None:
+                 body: Callable[[Any, int], Any], resources: RunResources | None = None) -> None:
         """Start the run's thread, which calls ``start()`` (forks, returns the workers), then
-        ``body(workers, stop_fd)``; return once ``start`` returned, raising what it raised."""
+        ``body(workers, stop_fd)``; return once ``start`` returned, raising what it raised. Once ``start``
+        succeeded the thread owns ``resources`` (until then the caller does) and closes them when ``body`` ends,
+        before the run's outcome is settled."""
         self.name = name
         self.started = time.time()
         self._tee = tee
@@ -163,6 +166,7 @@ class BackgroundRun:
         self._displays: list[Any] = []  # display handles showing this run's line (updated when it ends)
         self._forked = threading.Event()
         self._start_error: BaseException | None = None
+        self._resources = resources
         self._thread = threading.Thread(target=self._supervise, args=(start, body), name=f"notebook-accel {name}",
                                         daemon=True)
         with _LOCK:
@@ -188,9 +192,11 @@ class BackgroundRun:
             self._settle("failed", e)
             self._forked.set()
             return
+        if self._resources is not None:
+            self._resources.hand_over()  # before the caller is woken: it must not close them now
         self._forked.set()
         try:
-            value = body(workers, self._stop_read)
+            value = self._body(body, workers)
         except StopRequested:
             self._settle("stopped", RunStoppedError(f"the background run of {self.name} was stopped with stop()"))
         except BaseException as e:  # noqa: BLE001 - every outcome goes to whoever asks the handle
@@ -202,6 +208,14 @@ class BackgroundRun:
             self._status, self.ended = "finished", time.time()
             self._announce()
             self._future.set_result(value)
+
+    def _body(self, body: Callable[[Any, int], Any], workers: Any) -> Any:
+        """Run ``body``, then close the run's resources (whoever waits on the run finds them closed)."""
+        try:
+            return body(workers, self._stop_read)
+        finally:
+            if self._resources is not None:
+                self._resources.close()
 
     def _settle(self, status: RunStatus, error: BaseException) -> None:
         self._forget()  # before the future: whoever waits on it finds nothing of the run left open

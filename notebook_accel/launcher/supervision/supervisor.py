@@ -6,11 +6,12 @@ crash is noticed at once, a large return value is read while it is being written
 deadlock), and nothing sleeps on the success path. The first failure (a ``Failed`` event, or a worker ending
 badly) starts the stop: a short settle (``SETTLE_SECONDS``) so that ranks failing at the same moment still
 report their own exception rather than being killed mid-report, then SIGTERM to the others, a grace
-(``GRACE_SECONDS``) in which their events are still collected, then SIGKILL, and every worker is reaped. A
-timeout stops the run the same way, without the settle; an interrupt (the notebook's stop button) or an
-error in the launcher itself sends SIGTERM at once, SIGKILL after the grace, reaps, and re-raises. Every
-signal goes to the worker's whole process group, and when the run ends, whatever the workers started and
-left behind is ended too (:func:`~notebook_accel.launcher.placement.processes.end_groups`).
+(``GRACE_SECONDS``) in which their events are still collected, then SIGKILL, and every worker is reaped (the
+timing: :class:`~.stopping.StopSchedule`). A timeout stops the run the same way, without the settle; an interrupt
+(the notebook's stop button) or an error in the launcher itself sends SIGTERM at once, SIGKILL after the grace,
+reaps, and re-raises. Workers are reached only through their handles and their placement (:mod:`.protocol`): a
+signal goes to a worker and what it started (the local fork: its process group), and when the run ends, whatever
+they started and left behind is ended too.
 
 Output bytes go to each rank's :class:`~notebook_accel.launcher.supervision.output.RankOutput`, which turns them into
 ``Log`` events as a terminal shows them and keeps them in the run's log files; the loop also wakes when an
@@ -21,10 +22,8 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -33,30 +32,26 @@ from typing import Any, Literal
 from notebook_accel.cell_names import cell_names
 from notebook_accel.channel import decode
 from notebook_accel.display.base import BaseSink
-from notebook_accel.events import (TICK_SECONDS, Event, Exited, Failed, Finished, RunOutcome, Saved, Sink, Started,
-                                   StepTimes)
-from notebook_accel.launcher.supervision.failures import (
-    LaunchTimeoutError,
-    WorkerError,
-    WorkerFailure,
-    death_message,
-    partial_collective,
-)
+from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, Saved, Started, StepTimes
+from notebook_accel.launcher.supervision.failures import WorkerFailure, death_message
 from notebook_accel.launcher.rendezvous.heartbeat import PeerWatch
 from notebook_accel.launcher.supervision.messages import MessageReader
+from notebook_accel.launcher.supervision.outcome import finish_aborted, run_outcome, signal_name, unloadable_message
 from notebook_accel.launcher.supervision.output import RankOutput
-from notebook_accel.launcher.placement.processes import end_groups, oom_kills, signal_worker
+from notebook_accel.launcher.supervision.stopping import StopSchedule, sigint_ignored
+from notebook_accel.launcher.placement.local import LocalFork
+from notebook_accel.launcher.placement.processes import oom_kills
+from notebook_accel.launcher.placement.protocol import Placement
 from notebook_accel.launcher.supervision.runlogs import rank_log
-from notebook_accel.launcher.placement.spawn import WorkerHandle, close_handles
+from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.metrics_batch import MetricsBatch
-from notebook_accel.monitor.board import SystemBoard, board_for, close_board
+from notebook_accel.monitor.board import SystemBoard
 from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
 
-__all__ = ["finish_aborted", "supervise", "signal_name", "GRACE_SECONDS", "StopRequested"]
+__all__ = ["supervise", "signal_name", "GRACE_SECONDS", "StopRequested"]
 
 GRACE_SECONDS = 3.0
 SETTLE_SECONDS = 0.3
-LEFTOVER_GRACE_SECONDS = 1.0  # for processes a finished worker left behind, between SIGTERM and SIGKILL
 _READ_SIZE = 1 << 16
 _DRAIN_BYTES = 4 << 20  # read from a dead worker's output pipe: a pipe holds at most 1 MiB unless raised by root
 _MAX_WAIT = 3600.0  # poll()'s millisecond timeout is a C int: one wait never asks for more than an hour
@@ -67,27 +62,18 @@ class StopRequested(KeyboardInterrupt):
     stop button (a ``KeyboardInterrupt``, so the same teardown runs)."""
 
 
-def signal_name(exit_code: int | None) -> str | None:
-    """``"SIGKILL"`` for exit code -9; ``None`` for a normal exit."""
-    if exit_code is None or exit_code >= 0:
-        return None
-    try:
-        return signal.Signals(-exit_code).name
-    except ValueError:
-        return f"signal {-exit_code}"
-
-
 class _Supervisor:
     """State of one supervised run (private: :func:`supervise` is the interface)."""
 
     def __init__(self, handles: Sequence[WorkerHandle], sink: BaseSink, grace: float, log_dir: Path | None,
-                 stop_fd: int | None = None, elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None) -> None:
+                 stop_fd: int | None = None, elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None,
+                 placement: Placement | None = None, board: SystemBoard | None = None) -> None:
         self.handles = list(handles)
+        self.placement: Placement = LocalFork() if placement is None else placement
         self.watch = watch
         self.elsewhere = elsewhere
         self.stop_fd = stop_fd
         self.sink = sink
-        self.grace = grace
         self.conns: dict[Connection, WorkerHandle] = {h.events: h for h in handles}
         self.readers = {h.rank: MessageReader(h.events.fileno()) for h in handles}
         self.outputs = {h.rank: RankOutput(h.rank, log_dir and rank_log(log_dir, h.rank)) for h in handles}
@@ -99,13 +85,12 @@ class _Supervisor:
         self.finished: dict[int, Any] = {}
         self.failures: dict[int, WorkerFailure] = {}  # insertion order = order of detection
         self.stopped: set[int] = set()
-        self.stop_stage = 0  # 0 running, 1 failure seen (TERM pending), 2 TERM sent, 3 KILL sent
-        self.next_stop: float | None = None
+        self.stop = StopSchedule(grace)
         self.timed_out = False
         self.next_tick = 0.0
         self.saved: str | None = None  # the last checkpoint the run committed (a restart resumes from it)
         self.sampler = _sampler(handles)
-        self.board: SystemBoard | None = None  # the figures the workers' trackers may read (monitor.board)
+        self.board = board  # the figures the workers' trackers may read (monitor.board)
         self.oom_kills = oom_kills()  # the system's count at the start: a SIGKILL blames the OOM killer on evidence
 
     # -- reading ------------------------------------------------------------------------------------------
@@ -248,31 +233,28 @@ class _Supervisor:
     def begin_stop(self, settle: float = SETTLE_SECONDS) -> None:
         """Schedule the stop (once): SIGTERM after ``settle`` seconds, in which near-simultaneous failures of
         other ranks still arrive whole, then SIGKILL after the grace."""
-        if self.stop_stage == 0:
-            self.stop_stage = 1
-            self.next_stop = time.monotonic() + settle
+        self.stop.begin(time.monotonic(), settle)
 
     def advance_stop(self) -> None:
         """Take the next step of the stop: SIGTERM everyone left, or (grace over) SIGKILL them."""
-        sig = signal.SIGTERM if self.stop_stage == 1 else signal.SIGKILL
+        sig = self.stop.signal()
         for handle in self.alive():
-            _kill(handle, sig)
+            self.placement.signal(handle, sig)
             self.stopped.add(handle.rank)
-        self.stop_stage += 1
-        self.next_stop = time.monotonic() + self.grace if sig == signal.SIGTERM else None
+        self.stop.sent(time.monotonic())
 
     def loop(self, timeout: float | None) -> None:
         """Run until every worker is reaped (a reaped worker's pipes are drained and closed with it)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.sentinels:
             now = time.monotonic()
-            if self.stop_stage == 0 and deadline is not None and now >= deadline:
+            if not self.stop.begun and deadline is not None and now >= deadline:
                 self.timed_out = True
                 self.begin_stop(settle=0.0)
-            if self.next_stop is not None and now >= self.next_stop:
+            if self.stop.due(now):
                 self.advance_stop()
                 continue
-            target = self.next_stop if self.stop_stage else deadline
+            target = self.stop.next_at if self.stop.begun else deadline
             due = self.next_output_due()
             if self.sampler is not None:
                 due = self.sampler.next_due if due is None else min(due, self.sampler.next_due)
@@ -325,49 +307,24 @@ class _Supervisor:
 
     def stop_now(self) -> None:
         """Interrupt or internal error: TERM, grace on the sentinels only, KILL, reap. Ignores further SIGINTs."""
-        with _sigint_ignored():
+        with sigint_ignored():
             for handle in self.handles:  # the reaped ones too: what they started may still run
-                _kill(handle, signal.SIGTERM)
-            deadline = time.monotonic() + self.grace
+                self.placement.signal(handle, signal.SIGTERM)
+            deadline = time.monotonic() + self.stop.grace
             while self.sentinels and time.monotonic() < deadline:
                 for sentinel in wait(list(self.sentinels), deadline - time.monotonic()):
                     self.sentinels.pop(sentinel).reap()  # type: ignore[call-overload,arg-type]
             for handle in self.handles:
-                _kill(handle, signal.SIGKILL)
+                self.placement.signal(handle, signal.SIGKILL)
             for handle in self.handles:
                 handle.reap()
-            end_leftovers(self.handles)
+            self.placement.end_leftovers(self.handles)
             for fd in list(self.fds):  # what the workers wrote last, read once (a grandchild may keep writing)
                 if fd in self.fds and _readable(fd):
                     self.on_fd(fd)
-            close_handles(self.handles)
+            self.placement.release(self.handles)
             for output in self.outputs.values():
                 self.emit(output.close())
-
-    def outcome_error(self, elapsed: float, timeout: float | None) -> tuple[RunOutcome, BaseException | None]:
-        """The outcome for the sink and the exception to raise (``None`` on success)."""
-        if self.timed_out:
-            running = sorted(h.rank for h in self.handles if h.rank not in self.finished and h.rank not in self.failures)
-            done = sorted(rank for rank in self.finished if rank not in self.failures)
-            hint = (f" Ranks {done} had already returned from the function: a collective (gather, reduce, "
-                    "wait_for_everyone) that only the running ranks called waits for them forever; call it on every "
-                    "rank." if done and running else "")
-            error: BaseException = LaunchTimeoutError(
-                f"the run did not finish within timeout={timeout:g} s (ranks still running: {running}); every worker "
-                "was stopped. Raise timeout= if the work needs longer, or look for a collective that one rank never "
-                f"reaches (the workers' last output is above).{hint}"
-            )
-            return RunOutcome("timeout", elapsed, str(error).split(";")[0], tuple(running)), error
-        if self.failures:
-            returned = tuple(rank for rank in self.finished if rank not in self.failures)
-            worker_error = WorkerError(list(self.failures.values()), self.elsewhere, returned)
-            worker_error.last_checkpoint = self.saved
-            partial = partial_collective(worker_error.failures, worker_error.returned)
-            summary = partial.split("\n")[0] if partial else "; ".join(
-                f.summary() for f in worker_error.failures if not f.lost_peer) or "; ".join(
-                f.summary() for f in worker_error.failures)
-            return RunOutcome("failed", elapsed, summary, tuple(self.failures)), worker_error
-        return RunOutcome("finished", elapsed), None
 
 
 def _sampler(handles: Sequence[WorkerHandle]) -> SystemSampler | None:
@@ -384,55 +341,16 @@ def _readable(fd: int) -> bool:
     return bool(wait([fd], 0))
 
 
-def _kill(handle: WorkerHandle, sig: signal.Signals) -> None:
-    """Send ``sig`` to a worker (unless already reaped) and to its process group."""
-    signal_worker(handle.pid, handle.exit_code is not None, sig)
-
-
-def unloadable_message(rank: int, error: BaseException) -> str:
-    """What to tell the user when rank ``rank``'s message (its return value) cannot be loaded in the kernel."""
-    return (
-        f"rank {rank} returned a value that cannot be loaded in the kernel ({type(error).__name__}: {error}); "
-        "an object tied to the workers' process group cannot leave them. Return plain data instead, e.g. "
-        "accelerator.unwrap_model(model).state_dict(), numbers, or a path to a file saved with save_model()"
-    )
-
-
-def end_leftovers(handles: Sequence[WorkerHandle]) -> None:
-    """End what the (reaped) workers started and left running; their process groups share their pids."""
-    end_groups([h.pid for h in handles if h.pid > 0], LEFTOVER_GRACE_SECONDS)
-
-
-@contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ignore SIGINT while tearing down (a second press of stop must not leave workers behind); restore after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def finish_aborted(sink: Sink, error: BaseException, elapsed: float, context: str) -> None:
-    """Tell ``sink`` the run ended early: ``interrupted`` for the stop button, else ``failed`` with ``context``."""
-    if isinstance(error, KeyboardInterrupt):
-        sink.finish(RunOutcome("interrupted", elapsed, "interrupted"))
-    else:
-        sink.finish(RunOutcome("failed", elapsed, f"{context}: {type(error).__name__}: {error}"))
-
-
 def supervise(
     handles: Sequence[WorkerHandle], sink: BaseSink, timeout: float | None, start_time: float, grace: float | None = None,
     log_dir: Path | None = None, before: Callable[[], None] | None = None, stop_fd: int | None = None,
-    elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None, board: int | None = None,
+    elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None, board: SystemBoard | None = None,
+    placement: Placement | None = None,
 ) -> Any:
     """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
 
     Args:
-        handles: the started workers (:func:`~notebook_accel.launcher.placement.spawn.start_workers`).
+        handles: the started workers (:meth:`~notebook_accel.launcher.placement.protocol.Placement.start`).
         sink: receives every event, then the outcome.
         timeout: seconds before the run is stopped, ``None`` for no limit.
         start_time: ``time.monotonic()`` at the start of the launch, for the elapsed time.
@@ -445,8 +363,10 @@ def supervise(
         elsewhere: the ranks on other machines (several nodes): a failure that is only lost connections is
             reported as the loss of another node.
         watch: the node's heartbeat (several nodes): a node it loses fails the run at once.
-        board: the rendezvous port of the run whose :class:`~notebook_accel.monitor.board.SystemBoard` (made
-            before the fork) receives the samples and step reports for the workers' trackers; closed at the end.
+        board: the run's :class:`~notebook_accel.monitor.board.SystemBoard` (made before the workers started),
+            which receives the samples and step reports for the workers' trackers; its owner closes it.
+        placement: what started the workers: signals, cleans up after and releases them (default: the local
+            fork's).
 
     Returns:
         Rank 0's return value (``None`` when rank 0 is on another node).
@@ -456,8 +376,8 @@ def supervise(
         LaunchTimeoutError: the run exceeded ``timeout``.
         KeyboardInterrupt: the run was interrupted; every worker was stopped first.
     """
-    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere, watch)
-    state.board = board_for(board)
+    state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere, watch,
+                        placement, board)
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
         sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
     try:
@@ -466,15 +386,15 @@ def supervise(
         state.loop(timeout)
     except BaseException as e:
         state.close_sampler()
-        close_board(board)
         state.stop_now()
         finish_aborted(sink, e, time.monotonic() - start_time, "launcher error")
         raise
     state.close_sampler()
-    close_board(board)
-    close_handles(handles)
-    end_leftovers(handles)
-    outcome, error = state.outcome_error(time.monotonic() - start_time, timeout)
+    state.placement.release(handles)
+    state.placement.end_leftovers(handles)
+    outcome, error = run_outcome(ranks=[h.rank for h in handles], finished=state.finished, failures=state.failures,
+                                 timed_out=state.timed_out, saved=state.saved, elsewhere=elsewhere,
+                                 elapsed=time.monotonic() - start_time, timeout=timeout)
     sink.finish(outcome)
     if error is not None:
         raise error
