@@ -20,6 +20,7 @@ from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.launcher.supervision.failures import LaunchTimeoutError
 from notebook_accel.launcher.supervision.supervisor import supervise
 from notebook_accel.monitor.board import SystemBoard
+from notebook_accel.display.sinks import GuardedSink
 from tests.launcher.recording import RecordingSink
 
 
@@ -109,7 +110,7 @@ def test_supervise_runs_a_placement_it_did_not_fork() -> None:
     typed: Placement = placement  # the fake satisfies the protocol (mypy checks it)
     handles = typed.start(_envs(2), print, (), None)
     sink = RecordingSink()
-    assert supervise(handles, sink, None, time.monotonic(), placement=placement) == 0
+    assert supervise(handles, GuardedSink(sink), None, time.monotonic(), placement=placement) == 0
     _close_exit_fds(handles)
     assert placement.released and placement.leftovers_ended and placement.signals == []
     assert [cast(Exited, e).exit_code for e in sink.of_type(Exited)] == [0, 0]
@@ -123,7 +124,7 @@ def test_a_timeout_stops_the_workers_through_the_placement() -> None:
     handles = placement.start(_envs(2), print, (), None)
     sink = RecordingSink()
     with pytest.raises(LaunchTimeoutError, match="ranks still running: \\[0, 1\\]"):
-        supervise(handles, sink, 0.2, time.monotonic(), grace=0.5, placement=placement)
+        supervise(handles, GuardedSink(sink), 0.2, time.monotonic(), grace=0.5, placement=placement)
     _close_exit_fds(handles)
     assert placement.signals == [(0, signal.SIGTERM), (1, signal.SIGTERM)]
     assert placement.released and placement.leftovers_ended
