@@ -333,7 +333,7 @@ def _split(inputs: Any, rank: int, n: int, apply_padding: bool) -> Any:
             if isinstance(part, torch.Tensor):
                 part = torch.cat([part, *([cast(torch.Tensor, last)] * missing)])
             else:
-                part = part + type(part)(last) * missing  # type: ignore[operator]
+                part = part + type(part)(last) * missing
     return part
 
 

@@ -279,7 +279,7 @@ class AccelerateMethods:
     @property
     def dispatch_batches(self) -> bool | None:
         """``dataloader_config.dispatch_batches`` (any value: each process reads its own share)."""
-        return self.dataloader_config.dispatch_batches  # type: ignore[no-any-return]
+        return self.dataloader_config.dispatch_batches
 
     @property
     def use_stateful_dataloader(self) -> bool:

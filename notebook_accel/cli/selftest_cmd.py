@@ -18,7 +18,7 @@ __all__ = ["register", "sanity_check"]
 SCRIPT = Path(__file__).with_name("_sanity_script.py")
 
 
-def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``test`` subcommand."""
     parser = commands.add_parser(
         "test",
