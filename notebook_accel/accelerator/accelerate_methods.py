@@ -108,7 +108,8 @@ class AccelerateMethods:
         """Decorator: run ``function`` only on the process with this local index (others get ``None``)."""
         if local_process_index is None:
             raise ProcessHelperError(
-                "on_local_process needs local_process_index=, e.g. @accelerator.on_local_process(local_process_index=1)")
+                "on_local_process needs local_process_index=, "
+                "e.g. @accelerator.on_local_process(local_process_index=1)")
         if function is None:
             return lambda fn: self.on_local_process(fn, local_process_index)
         run = self.state.local_process_index == local_process_index

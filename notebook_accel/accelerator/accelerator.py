@@ -87,7 +87,8 @@ class Accelerator(AccelerateMethods, ProcessFacade):
 
     Process properties and helpers (``device``, ``process_index``, ``is_main_process``, ``print``,
     ``wait_for_everyone``, ``main_process_first``, ``on_main_process``, ``split_between_processes``, ...) come
-    from :class:`~notebook_accel.accelerator.process_facade.ProcessFacade`.
+    from :class:`~notebook_accel.accelerator.process_facade.ProcessFacade`; accelerate's thinner extras (hooks,
+    ``save``, ``free_memory``, ``set_seed``, the trigger, ...) from :class:`.accelerate_methods.AccelerateMethods`.
 
     Raises:
         ConfigurationError: a bad value (the message lists the allowed ones).
