@@ -26,13 +26,13 @@ _EXPORTS: dict[str, str] = {
     "DistributedType": "notebook_accel.state",
     "PartialState": "notebook_accel.state",
     "AcceleratorState": "notebook_accel.state",
-    "GradientState": "notebook_accel.state",
-    "prepare_data_loader": "notebook_accel.data.compat",
-    "DataLoaderDispatcher": "notebook_accel.data.compat",
+    "GradientState": "notebook_accel.gradient_state",
+    "prepare_data_loader": "notebook_accel.data.standalone_prepare",
+    "DataLoaderDispatcher": "notebook_accel.data.standalone_prepare",
     "SeedableRandomSampler": "notebook_accel.data.randomness",
     "is_rich_available": "notebook_accel.utils.availability",
-    "ProfileKwargs": "notebook_accel.plugins",
-    "AutocastKwargs": "notebook_accel.plugins",
+    "ProfileKwargs": "notebook_accel.kwargs_handlers",
+    "AutocastKwargs": "notebook_accel.kwargs_handlers",
     "init_empty_weights": "notebook_accel.empty_weights",
     "init_on_device": "notebook_accel.empty_weights",
     "synchronize_rng_states": "notebook_accel.utils.random",
@@ -44,9 +44,9 @@ _EXPORTS: dict[str, str] = {
     "DataLoaderConfiguration": "notebook_accel.plugins",
     "ProjectConfiguration": "notebook_accel.plugins",
     "GradientAccumulationPlugin": "notebook_accel.plugins",
-    "DistributedDataParallelKwargs": "notebook_accel.plugins",
-    "GradScalerKwargs": "notebook_accel.plugins",
-    "InitProcessGroupKwargs": "notebook_accel.plugins",
+    "DistributedDataParallelKwargs": "notebook_accel.kwargs_handlers",
+    "GradScalerKwargs": "notebook_accel.kwargs_handlers",
+    "InitProcessGroupKwargs": "notebook_accel.kwargs_handlers",
     "FullyShardedDataParallelPlugin": "notebook_accel.engines.fsdp.plugin",
     "DeepSpeedPlugin": "notebook_accel.engines.deepspeed.plugin",
     "set_seed": "notebook_accel.utils",
@@ -76,23 +76,23 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
     from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
     from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
-    from notebook_accel.plugins import (
-        DataLoaderConfiguration,
+    from notebook_accel.gradient_state import GradientState
+    from notebook_accel.kwargs_handlers import (
+        AutocastKwargs,
         DistributedDataParallelKwargs,
-        GradientAccumulationPlugin,
         GradScalerKwargs,
         InitProcessGroupKwargs,
-        ProjectConfiguration,
+        ProfileKwargs,
     )
+    from notebook_accel.plugins import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
     from notebook_accel.progress import progress
     from notebook_accel.checkpointing.weights import load_checkpoint_in_model
     from notebook_accel.memory import HeldMemory, find_executable_batch_size, held_memory, release_memory
     from notebook_accel.empty_weights import init_empty_weights, init_on_device
     from notebook_accel.launcher.debug import debug_launcher
-    from notebook_accel.plugins import AutocastKwargs, ProfileKwargs
     from notebook_accel.utils.random import synchronize_rng_states
-    from notebook_accel.state import AcceleratorState, DistributedType, GradientState, PartialState
-    from notebook_accel.data.compat import DataLoaderDispatcher, prepare_data_loader
+    from notebook_accel.state import AcceleratorState, DistributedType, PartialState
+    from notebook_accel.data.standalone_prepare import DataLoaderDispatcher, prepare_data_loader
     from notebook_accel.data.randomness import SeedableRandomSampler
     from notebook_accel.utils.availability import is_rich_available
     from notebook_accel.utils import set_seed

@@ -15,7 +15,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from notebook_accel.monitor import steps
-from notebook_accel.plugins import DistributedDataParallelKwargs
+from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
 from notebook_accel.precision import MixedPrecision, unwrap_forward, wrap_forward
 from notebook_accel.state import ProcessState
 

@@ -14,7 +14,8 @@ from typing import Any, Literal, cast
 
 import torch
 
-from notebook_accel.plugins import ConfigurationError, GradScalerKwargs
+from notebook_accel.kwargs_handlers import GradScalerKwargs
+from notebook_accel.plugins import ConfigurationError
 from notebook_accel.utils.nested import recursively_apply
 from notebook_accel.errors import shown
 

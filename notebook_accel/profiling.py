@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from notebook_accel.plugins import ConfigurationError, ProfileKwargs
+from notebook_accel.kwargs_handlers import ProfileKwargs
+from notebook_accel.plugins import ConfigurationError
 
 __all__ = ["build_profiler", "profile_context"]
 

@@ -6,8 +6,7 @@ process group, which torch keeps per process, is created by the first one and sh
 
 Without a GPU a launched multi-process run forms one real gloo group (``MULTI_CPU``) with no extra flag.
 
-:class:`GradientState` is the small mutable record shared by one Accelerator's prepared optimizers, schedulers and
-loaders: whether gradients sync on this batch, and whether the innermost active loader is on its last batch.
+:class:`~notebook_accel.gradient_state.GradientState` is importable from here too, as from ``accelerate.state``.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import atexit
 import contextlib
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar, cast
 
@@ -25,9 +23,10 @@ import torch.distributed as dist
 
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.errors import NotebookAccelError, shown
-from notebook_accel.plugins import InitProcessGroupKwargs
+from notebook_accel.gradient_state import GradientState
+from notebook_accel.kwargs_handlers import InitProcessGroupKwargs
 
-__all__ = ["DistributedType", "ProcessState", "PartialState", "AcceleratorState", "ProcessFacade", "GradientState", "ProcessGroupError",
+__all__ = ["DistributedType", "ProcessState", "PartialState", "AcceleratorState", "GradientState", "ProcessGroupError",
            "ProcessHelperError"]
 
 T = TypeVar("T")
@@ -334,100 +333,8 @@ def _split(inputs: Any, rank: int, n: int, apply_padding: bool) -> Any:
             if isinstance(part, torch.Tensor):
                 part = torch.cat([part, *([cast(torch.Tensor, last)] * missing)])
             else:
-                part = part + type(part)(last) * missing  # type: ignore[operator]
+                part = part + type(part)(last) * missing
     return part
-
-
-class ProcessFacade:
-    """The process properties and helpers of an object holding a :class:`ProcessState` in ``self.state``.
-
-    The :class:`~notebook_accel.Accelerator` inherits these, so ``accelerator.is_main_process`` and
-    ``accelerator.print`` read and act on its state.
-    """
-
-    state: ProcessState
-
-    @property
-    def device(self) -> torch.device:
-        """This process's device."""
-        return self.state.device
-
-    @property
-    def process_index(self) -> int:
-        """Global rank."""
-        return self.state.process_index
-
-    @property
-    def local_process_index(self) -> int:
-        """Rank on this machine."""
-        return self.state.local_process_index
-
-    @property
-    def num_processes(self) -> int:
-        """Processes in the run."""
-        return self.state.num_processes
-
-    @property
-    def is_main_process(self) -> bool:
-        """True on global rank 0."""
-        return self.state.is_main_process
-
-    @property
-    def is_local_main_process(self) -> bool:
-        """True on local rank 0 of each machine."""
-        return self.state.is_local_main_process
-
-    @property
-    def is_last_process(self) -> bool:
-        """True on the last rank."""
-        return self.state.is_last_process
-
-    @property
-    def use_distributed(self) -> bool:
-        """True with more than one process."""
-        return self.state.use_distributed
-
-    @property
-    def distributed_type(self) -> DistributedType:
-        """``NO``, ``MULTI_CPU`` or ``MULTI_GPU``."""
-        return self.state.distributed_type
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the local main process only."""
-        self.state.print(*args, **kwargs)
-
-    def wait_for_everyone(self) -> None:
-        """Barrier across every process."""
-        self.state.wait_for_everyone()
-
-    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
-        """The main process runs the body first, then the others."""
-        return self.state.main_process_first()
-
-    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
-        """Each machine's local main process runs the body first."""
-        return self.state.local_main_process_first()
-
-    def on_main_process(self, function: Callable[..., T]) -> Callable[..., T | None]:
-        """Decorator: run only on the main process."""
-        return self.state.on_main_process(function)
-
-    def on_local_main_process(self, function: Callable[..., T]) -> Callable[..., T | None]:
-        """Decorator: run only on each machine's local main process."""
-        return self.state.on_local_main_process(function)
-
-    def on_last_process(self, function: Callable[..., T]) -> Callable[..., T | None]:
-        """Decorator: run only on the last process."""
-        return self.state.on_last_process(function)
-
-    def on_process(self, function: Callable[..., T] | None = None, process_index: int | None = None) -> Any:
-        """Decorator: run only on ``process_index``."""
-        return self.state.on_process(function, process_index)
-
-    def split_between_processes(self, inputs: Any,
-                                apply_padding: bool = False) -> contextlib.AbstractContextManager[Any]:
-        """Context manager yielding this process's contiguous share of ``inputs``."""
-        return self.state.split_between_processes(inputs, apply_padding)
 
 
 PartialState = ProcessState
@@ -445,49 +352,3 @@ class AcceleratorState(ProcessState):
     def mixed_precision(self) -> str:
         """``"no"``, ``"fp16"`` or ``"bf16"`` as the launch chose it (``"no"`` outside a launch)."""
         return self.env.mixed_precision or "no"
-
-
-@dataclass
-class GradientState:
-    """Shared by one Accelerator's wrapped objects: sync flag and the active loaders (innermost last).
-
-    Attributes:
-        num_steps: gradient accumulation steps.
-        sync_with_dataloader: sync on a loader's last batch.
-        sync_each_batch: all-reduce every batch even when not stepping.
-        sync_gradients: True when this batch's backward syncs and the optimizer steps.
-        active_loaders: prepared loaders being iterated, innermost last.
-    """
-
-    num_steps: int = 1
-    sync_with_dataloader: bool = True
-    sync_each_batch: bool = False
-    sync_gradients: bool = True
-    active_loaders: list[Any] = field(default_factory=list)
-
-    @property
-    def end_of_dataloader(self) -> bool:
-        """True while the innermost active loader is on its last batch."""
-        return bool(self.active_loaders) and self.active_loaders[-1].end_of_dataloader
-
-    @property
-    def remainder(self) -> int:
-        """Real items in the innermost loader's last global batch (-1: unknown, 0: no padding)."""
-        return self.active_loaders[-1].remainder if self.active_loaders else -1
-
-    @property
-    def in_dataloader(self) -> bool:
-        """True while a prepared loader is being iterated."""
-        return bool(self.active_loaders)
-
-    @property
-    def active_dataloader(self) -> Any:
-        """The innermost prepared loader being iterated, or None outside any (accelerate's name)."""
-        return self.active_loaders[-1] if self.active_loaders else None
-
-    @classmethod
-    def _reset_state(cls) -> None:
-        """accelerate's way to forget its shared gradient state; nothing to forget here.
-
-        Each Accelerator owns its :class:`GradientState`, so a new Accelerator already starts from a fresh one.
-        """

@@ -7,7 +7,7 @@ import torch
 
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.model import is_prepared, no_sync, prepare_model, unwrap_model
-from notebook_accel.plugins import DistributedDataParallelKwargs
+from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
 from notebook_accel.state import ProcessState
 
 

@@ -8,13 +8,15 @@ from typing import Any
 import pytest
 
 from notebook_accel.errors import NotebookAccelError
+from notebook_accel.kwargs_handlers import (
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+)
 from notebook_accel.plugins import (
     ConfigurationError,
     DataLoaderConfiguration,
-    DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
     ProjectConfiguration,
 )
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from notebook_accel.plugins import ConfigurationError, GradScalerKwargs
+from notebook_accel.kwargs_handlers import GradScalerKwargs
+from notebook_accel.plugins import ConfigurationError
 from notebook_accel.precision import (
     autocast_context,
     make_scaler,

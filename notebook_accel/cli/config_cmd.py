@@ -4,20 +4,33 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TypedDict
 
 from notebook_accel import hardware
 from notebook_accel.cli.common import EXIT_OK, UsageError
 from notebook_accel.cli.engine_questions import ask_engine
 from notebook_accel.cli.questions import ask, ask_choice, ask_int
 from notebook_accel.config import Config, default_config_path, save_config
+from notebook_accel.config.choices import RdzvBackend
 from notebook_accel.config.machine import config_for_machine, precision_choices
 from notebook_accel.config.validation import parse_gpu_ids
 from notebook_accel.hardware import GpuInfo
 
 __all__ = ["register", "configure", "interview"]
 
+_RDZV_BACKENDS: list[RdzvBackend] = ["static", "c10d"]
 
-def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+
+class _Machines(TypedDict, total=False):
+    """The answers about other machines (each left out keeps the Config default)."""
+
+    machine_rank: int
+    main_process_ip: str
+    main_process_port: int
+    rdzv_backend: RdzvBackend
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``config`` subcommand."""
     parser = commands.add_parser(
         "config",
@@ -79,12 +92,12 @@ def interview(gpus: list[GpuInfo], cpus: int) -> Config:
     else:
         print(f"No GPU detected: the config runs on CPU ({cpus} cores).")
     machines = ask_int("How many machines", 1, 1)
-    multi: dict[str, object] = {}
+    multi: _Machines = {}
     if machines > 1:
         multi["machine_rank"] = ask_int("Rank of this machine (0 is the main machine)", 0, 0, machines - 1)
         multi["main_process_ip"] = ask("IP address or host name of the main machine", None, str)
         multi["main_process_port"] = ask_int("Port on the main machine", 29500, 1, 65535)
-        multi["rdzv_backend"] = ask_choice("Rendezvous backend", ["static", "c10d"], "static")
+        multi["rdzv_backend"] = ask_choice("Rendezvous backend", _RDZV_BACKENDS, "static")
     else:
         multi["main_process_port"] = ask_int("Port (0 picks a free one for each run)", 0, 0, 65535)
     gpu_ids = None
@@ -99,6 +112,5 @@ def interview(gpus: list[GpuInfo], cpus: int) -> Config:
     steps = ask_int("Gradient accumulation steps", 1, 1)
     engine, sections = ask_engine() if per_machine * machines > 1 else (None, {})
     return Config(num_processes=per_machine * machines, num_machines=machines, use_cpu=use_cpu, gpu_ids=gpu_ids,
-                  mixed_precision=mixed,  # type: ignore[arg-type]  # one of precision_choices
-                  gradient_accumulation_steps=steps, distributed_type=engine, extra=sections,
-                  **multi)  # type: ignore[arg-type]
+                  mixed_precision=mixed, gradient_accumulation_steps=steps, distributed_type=engine, extra=sections,
+                  **multi)

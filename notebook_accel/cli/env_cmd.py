@@ -19,7 +19,7 @@ __all__ = ["register", "report"]
 _PACKAGES = ("torch", "numpy", "pyyaml", "ipywidgets", "ipykernel", "matplotlib")
 
 
-def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``env`` subcommand."""
     parser = commands.add_parser(
         "env",

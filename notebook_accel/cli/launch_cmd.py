@@ -37,7 +37,7 @@ def _flag(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
     parser.add_argument(*names, dest=name, **kwargs)
 
 
-def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``launch`` subcommand."""
     parser = commands.add_parser(
         "launch",

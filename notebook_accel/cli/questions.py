@@ -10,6 +10,7 @@ from notebook_accel.cli.common import UsageError
 __all__ = ["ask", "ask_int", "ask_choice"]
 
 T = TypeVar("T")
+Choice = TypeVar("Choice", bound=str)
 _MAX_TRIES = 5
 
 
@@ -56,10 +57,10 @@ def ask_int(prompt: str, default: int | None, low: int, high: int | None = None)
     return ask(prompt, None if default is None else str(default), parse)
 
 
-def ask_choice(prompt: str, choices: Sequence[str], default: str) -> str:
-    """Ask for one of ``choices`` (case-insensitive)."""
+def ask_choice(prompt: str, choices: Sequence[Choice], default: Choice) -> Choice:
+    """Ask for one of ``choices`` (case-insensitive); the answer has their type (e.g. a ``Literal``)."""
 
-    def parse(text: str) -> str:
+    def parse(text: str) -> Choice:
         for choice in choices:
             if text.lower() == choice.lower():
                 return choice

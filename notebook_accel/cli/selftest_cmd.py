@@ -18,7 +18,7 @@ __all__ = ["register", "sanity_check"]
 SCRIPT = Path(__file__).with_name("_sanity_script.py")
 
 
-def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``test`` subcommand."""
     parser = commands.add_parser(
         "test",
@@ -28,7 +28,8 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     )
     parser.add_argument("--num_processes", "--num-processes", type=process_count, default=2, metavar="N",
                         help="processes to start (default 2)")
-    parser.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS", help="give up after (default 120)")
+    parser.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS",
+                        help="give up after (default 120)")
     parser.set_defaults(run=sanity_check)
 
 

@@ -2,8 +2,8 @@
 
 ``load_config`` / ``save_config`` read and write the file (accelerate's files load too); ``resolve_config``
 turns a ``config=`` argument (a Config, a path, a picker, or ``None`` for the default file) into a Config.
-See :mod:`notebook_accel.config.locate` for the default location and :mod:`notebook_accel.config.compat` for
-how accelerate settings are treated.
+See :mod:`notebook_accel.config.locate` for the default location and
+:mod:`notebook_accel.config.accelerate_keys` for how accelerate settings are treated.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from notebook_accel.config.compat import suggest
+from notebook_accel.config.accelerate_keys import suggest
 
 __all__ = ["Check", "run_checks", "show", "check_bool", "choice_check", "check_class_names", "optional"]
 

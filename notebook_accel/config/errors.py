@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from notebook_accel.errors import NotebookAccelError
+from notebook_accel.plugins import ConfigurationError
 
 __all__ = ["ConfigError", "ConfigWarning"]
 
 
-class ConfigError(NotebookAccelError, ValueError):
+class ConfigError(ConfigurationError):
     """A config (a file, a mapping or constructor arguments) is invalid.
 
-    Raised once with every problem found, each naming the field, the bad value and what is allowed.
+    Raised once with every problem found, each naming the field, the bad value and what is allowed. It is the
+    :class:`~notebook_accel.plugins.ConfigurationError` (a bad option) of a whole run configuration; like it, a
+    :class:`~notebook_accel.errors.NotebookAccelError` and a ``ValueError``.
 
     Attributes:
         problems: one line per problem, e.g. ``"num_processes: got 0; allowed: a whole number >= 1"``.

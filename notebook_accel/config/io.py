@@ -19,7 +19,7 @@ from typing import Any, Union
 
 import yaml
 
-from notebook_accel.config.compat import UNSUPPORTED_KEYS, coerce_yaml_values, is_inactive, unknown_key_problem
+from notebook_accel.config.accelerate_keys import UNSUPPORTED_KEYS, coerce_yaml_values, is_inactive, unknown_key_problem
 from notebook_accel.config.errors import ConfigError, ConfigWarning
 from notebook_accel.config.files import MAX_CONFIG_BYTES, config_file_path, read_regular_file
 from notebook_accel.config.model import FIELD_NAMES, OUR_FIELDS, Config

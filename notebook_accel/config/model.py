@@ -1,7 +1,7 @@
 """The config model: one frozen dataclass, validated when built.
 
 Field names are those of accelerate's config file where the two overlap, so a file written by
-``accelerate config`` loads (see :mod:`notebook_accel.config.compat`); ``gradient_accumulation_steps`` and
+``accelerate config`` loads (see :mod:`notebook_accel.config.accelerate_keys`); ``gradient_accumulation_steps`` and
 ``per_device_batch_size`` are ours. ``num_processes`` counts every process on every machine, as in accelerate;
 :attr:`Config.processes_per_machine` is the share of one machine.
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from notebook_accel.config.choices import ComputeEnvironment, DistributedType, MixedPrecision, RdzvBackend
-from notebook_accel.config.compat import UNSUPPORTED_KEYS, unknown_key_problem
+from notebook_accel.config.accelerate_keys import UNSUPPORTED_KEYS, unknown_key_problem
 from notebook_accel.config.errors import ConfigError
 from notebook_accel.config.validation import cross_problems, field_problems, parse_gpu_ids
 from notebook_accel.config import deepspeed as _deepspeed

@@ -12,7 +12,7 @@ import keyword
 from collections.abc import Callable, Mapping
 from typing import Any, get_args
 
-from notebook_accel.config.compat import suggest
+from notebook_accel.config.accelerate_keys import suggest
 from notebook_accel.errors import shown
 from notebook_accel.config.choices import (
     ComputeEnvironment,

@@ -12,7 +12,8 @@ from typing import Any
 from notebook_accel.engines.ddp import DDPEngine
 from notebook_accel.engines.protocol import Engine
 from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.plugins import ConfigurationError, DistributedDataParallelKwargs
+from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
+from notebook_accel.plugins import ConfigurationError
 from notebook_accel.precision import MixedPrecision
 from notebook_accel.state import DistributedType, GradientState, ProcessState
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from notebook_accel.config.compat import suggest
+from notebook_accel.config.accelerate_keys import suggest
 from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
 from notebook_accel.plugins import ConfigurationError
 

@@ -69,7 +69,7 @@ def _state_for(device: torch.device | str | None, num_processes: int | None,
 
 
 def prepare_data_loader(
-    dataloader: DataLoader,  # type: ignore[type-arg]
+    dataloader: DataLoader[Any],
     device: torch.device | str | None = None,
     num_processes: int | None = None,
     process_index: int | None = None,

@@ -1,20 +1,30 @@
 """Accelerator methods accelerate 1.x has that are thin over the rest: state hooks, uneven inputs, local-process
-decorators, a forced gradient sync, the profiler, and ``save_iteration``. Mixed into :class:`Accelerator`."""
+decorators, a forced gradient sync, the trigger, gradient unscaling and value clipping, ``save``, memory and seeds,
+the profiler, and the read-only settings. Mixed into :class:`~notebook_accel.Accelerator`, whose facade keeps the
+verbs that carry the training loop (prepare, backward, accumulate, collectives, checkpoints, tracking)."""
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from notebook_accel.accelerator.collectives import any_process_flagged
+from notebook_accel.accelerator.saving import save_on_main
+from notebook_accel.data import skip_first_batches
+from notebook_accel.gradient_state import GradientState
+from notebook_accel.optimizer import AcceleratedOptimizer
+from notebook_accel.plugins import DataLoaderConfiguration, ProjectConfiguration
 from notebook_accel.state import ProcessHelperError, ProcessState
+from notebook_accel.utils.random import set_seed as _set_seed
 
-__all__ = ["CompatMethods"]
+__all__ = ["AccelerateMethods"]
 
 T = TypeVar("T")
 
@@ -31,15 +41,20 @@ def _loader_samplers(loaders: list[Any]) -> list[Any]:
     return out
 
 
-class CompatMethods:
-    """The methods; the Accelerator provides ``state``, ``_models``, ``_dataloaders``, ``project_configuration``
-    and ``dataloader_config``."""
+class AccelerateMethods:
+    """The methods; the Accelerator provides the attributes declared here."""
 
     state: ProcessState
-    dataloader_config: Any
+    dataloader_config: DataLoaderConfiguration
+    project_configuration: ProjectConfiguration
+    gradient_state: GradientState
+    scaler: Any  # the engine's GradScaler, or None
+    step: int
+    _trigger: bool
     _models: list[torch.nn.Module]
+    _optimizers: list[AcceleratedOptimizer]
+    _schedulers: list[Any]
     _dataloaders: list[Any]
-    project_configuration: Any
 
     # -- state hooks --------------------------------------------------------------------------------------
     def _hooks(self, kind: str) -> OrderedDict[int, Callable[..., Any]]:
@@ -93,7 +108,8 @@ class CompatMethods:
         """Decorator: run ``function`` only on the process with this local index (others get ``None``)."""
         if local_process_index is None:
             raise ProcessHelperError(
-                "on_local_process needs local_process_index=, e.g. @accelerator.on_local_process(local_process_index=1)")
+                "on_local_process needs local_process_index=, "
+                "e.g. @accelerator.on_local_process(local_process_index=1)")
         if function is None:
             return lambda fn: self.on_local_process(fn, local_process_index)
         run = self.state.local_process_index == local_process_index
@@ -155,6 +171,55 @@ class CompatMethods:
 
         return forced()
 
+    # -- gradients ----------------------------------------------------------------------------------------
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Unscale fp16 gradients in place (on syncing batches; nothing without fp16)."""
+        if self.scaler is None or not self.gradient_state.sync_gradients:
+            return
+        targets = self._optimizers if optimizer is None else (optimizer if isinstance(optimizer, list) else [optimizer])
+        for opt in targets:
+            self.scaler.unscale_(getattr(opt, "optimizer", opt))
+
+    def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
+        """Unscale, then ``torch.nn.utils.clip_grad_value_``."""
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    # -- the trigger, saving one object, memory and seeds ----------------------------------------------------
+    def set_trigger(self) -> None:
+        """Raise a flag on this process that :meth:`check_trigger` sees on every process (e.g. early stopping)."""
+        self._trigger = True
+
+    def check_trigger(self) -> bool:
+        """True on every process when any process called :meth:`set_trigger` since the last check (collective)."""
+        flag, self._trigger = self._trigger, False
+        return any_process_flagged(flag, self.state.device)
+
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """``torch.save(obj, f)`` on the main process only; ``safe_serialization=True`` writes a dict of tensors
+        with safetensors instead."""
+        save_on_main(obj, f, safe_serialization, self.state.is_main_process)
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget every prepared object, collect garbage, empty the CUDA cache; returns ``None`` per argument."""
+        for prepared in (self._models, self._optimizers, self._schedulers, self._dataloaders):
+            prepared.clear()
+        self.step = 0
+        gc.collect()
+        if self.state.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return [None] * len(objects)
+
+    release_memory = free_memory
+
+    def set_seed(self, seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
+        """Seed every RNG (``device_specific`` adds this process's rank)."""
+        _set_seed(seed + (self.state.process_index if device_specific else 0), deterministic=deterministic)
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A loader that leaves out the first ``num_batches`` batches (resume inside an epoch)."""
+        return skip_first_batches(dataloader, num_batches)
+
     # -- profiling and naming ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def profile(self, profile_handler: Any = None) -> Iterator[Any]:
@@ -173,6 +238,36 @@ class CompatMethods:
 
     # -- read-only settings accelerate exposes -------------------------------------------------------------
     @property
+    def gradient_accumulation_steps(self) -> int:
+        """Batches per optimizer step."""
+        return self.gradient_state.num_steps
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when the fp16 scaler skipped the last optimizer step of any prepared optimizer."""
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    @property
+    def split_batches(self) -> bool:
+        """Prepared loaders slice each batch across processes."""
+        return self.dataloader_config.split_batches
+
+    @property
+    def even_batches(self) -> bool:
+        """Prepared loaders pad the last round so every process runs the same number of batches."""
+        return self.dataloader_config.even_batches
+
+    @property
+    def project_dir(self) -> str | None:
+        """Folder for checkpoints."""
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        """Folder for tracker logs."""
+        return self.project_configuration.logging_dir
+
+    @property
     def non_blocking(self) -> bool:
         """``dataloader_config.non_blocking``: batches are moved to the device with ``non_blocking=True``."""
         return bool(self.dataloader_config.non_blocking)
@@ -185,7 +280,7 @@ class CompatMethods:
     @property
     def dispatch_batches(self) -> bool | None:
         """``dataloader_config.dispatch_batches`` (any value: each process reads its own share)."""
-        return self.dataloader_config.dispatch_batches  # type: ignore[no-any-return]
+        return self.dataloader_config.dispatch_batches
 
     @property
     def use_stateful_dataloader(self) -> bool:

@@ -15,43 +15,37 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import time
-import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from notebook_accel import ops
+from notebook_accel.accelerator.accelerate_methods import AccelerateMethods
+from notebook_accel.accelerator.collectives import gather_for_metrics
+from notebook_accel.accelerator.models import user_module
+from notebook_accel.accelerator.preparing import (record_loader, record_prepared, refuse_dispatch_slicing,
+                                                  scheduler_optimizers)
+from notebook_accel.accelerator.process_facade import ProcessFacade
+from notebook_accel.accelerator.saving import announce_saved
+from notebook_accel.accelerator.tracking import open_trackers
 from notebook_accel.arguments import check_accelerator_arguments
-from notebook_accel.checks import (check_writable, checked_clip_arguments, checked_log_arguments, checked_log_kwargs,
-                                   checked_save_arguments)
-from notebook_accel.compat_methods import CompatMethods
-from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
-from notebook_accel.data.compat import mark_dispatching
+from notebook_accel.checks import checked_clip_arguments, checked_log_arguments, checked_log_kwargs
+from notebook_accel.data import PreparedDataLoader, prepare_data_loader
+from notebook_accel.data.standalone_prepare import mark_dispatching
 from notebook_accel.engine_label import report_engine
-from notebook_accel.model import unwrap_model
 from notebook_accel.monitor import steps
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.optimizer import AcceleratedOptimizer
-from notebook_accel.plugins import (
-    ProfileKwargs,
-    ConfigurationError,
-    DataLoaderConfiguration,
-    GradientAccumulationPlugin,
-    KwargsHandler,
-    ProjectConfiguration,
-    resolve_accumulation,
-    resolve_handlers,
-    resolve_loader_config,
-)
+from notebook_accel.gradient_state import GradientState
+from notebook_accel.kwargs_handlers import KwargsHandler, ProfileKwargs, resolve_handlers
+from notebook_accel.plugins import (ConfigurationError, DataLoaderConfiguration, GradientAccumulationPlugin,
+                                    ProjectConfiguration, resolve_accumulation, resolve_loader_config)
 from notebook_accel.precision import MixedPrecision, autocast_context, resolve_mixed_precision
 from notebook_accel.scheduler import AcceleratedScheduler
-from notebook_accel.state import GradientState, ProcessFacade, ProcessState
-from notebook_accel.utils.nested import is_tensor_tree, recursively_apply
-from notebook_accel.utils.random import set_seed as _set_seed
+from notebook_accel.state import ProcessState
 
 if TYPE_CHECKING:  # the FSDP and DeepSpeed modules are slow to import: loaded only when a plugin asks
     from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
@@ -63,7 +57,7 @@ __all__ = ["Accelerator"]
 _SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
-class Accelerator(CompatMethods, ProcessFacade):
+class Accelerator(AccelerateMethods, ProcessFacade):
     """Runs a PyTorch training loop on 1 or N processes, CPU or GPU, with accelerate's API.
 
     Args:
@@ -93,7 +87,8 @@ class Accelerator(CompatMethods, ProcessFacade):
 
     Process properties and helpers (``device``, ``process_index``, ``is_main_process``, ``print``,
     ``wait_for_everyone``, ``main_process_first``, ``on_main_process``, ``split_between_processes``, ...) come
-    from :class:`~notebook_accel.state.ProcessFacade`.
+    from :class:`~notebook_accel.accelerator.process_facade.ProcessFacade`; accelerate's thinner extras (hooks,
+    ``save``, ``free_memory``, ``set_seed``, the trigger, ...) from :class:`.accelerate_methods.AccelerateMethods`.
 
     Raises:
         ConfigurationError: a bad value (the message lists the allowed ones).
@@ -117,7 +112,8 @@ class Accelerator(CompatMethods, ProcessFacade):
             kwargs_handlers=kwargs_handlers, log_system_metrics=log_system_metrics)
         env = LaunchEnvironment.from_environ()
         ddp, scaler, init = resolve_handlers(kwargs_handlers)
-        self._profile_handler = next((h for h in kwargs_handlers or () if isinstance(h, ProfileKwargs)), None)  # every option is checked before the group forms
+        # every option is checked before the group forms
+        self._profile_handler = next((h for h in kwargs_handlers or () if isinstance(h, ProfileKwargs)), None)
         self._mixed_precision: MixedPrecision = resolve_mixed_precision(mixed_precision, env.mixed_precision)
         plugin = resolve_accumulation(gradient_accumulation_steps, gradient_accumulation_plugin,
                                       env.gradient_accumulation_steps)
@@ -143,12 +139,7 @@ class Accelerator(CompatMethods, ProcessFacade):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
         self._custom_objects: list[Any] = []
-        from notebook_accel.monitor.board import tracker_board
-        from notebook_accel.tracking import TrackerHub
-
-        self._trackers = TrackerHub(log_with=log_with, logging_dir=self.project_configuration.logging_dir,
-                                    is_main_process=self.is_main_process, rank=self.process_index,
-                                    system=tracker_board(log_system_metrics, self.is_main_process))
+        self._trackers = open_trackers(log_with, self.project_configuration.logging_dir, self.state, log_system_metrics)
         report_engine(self)  # the dashboard header names the engine that runs
 
     def __repr__(self) -> str:
@@ -166,31 +157,6 @@ class Accelerator(CompatMethods, ProcessFacade):
         return self.gradient_state.sync_gradients
 
     @property
-    def gradient_accumulation_steps(self) -> int:
-        """Batches per optimizer step."""
-        return self.gradient_state.num_steps
-
-    @property
-    def split_batches(self) -> bool:
-        """Prepared loaders slice each batch across processes."""
-        return self.dataloader_config.split_batches
-
-    @property
-    def even_batches(self) -> bool:
-        """Prepared loaders pad the last round so every process runs the same number of batches."""
-        return self.dataloader_config.even_batches
-
-    @property
-    def project_dir(self) -> str | None:
-        """Folder for checkpoints."""
-        return self.project_configuration.project_dir
-
-    @property
-    def logging_dir(self) -> str | None:
-        """Folder for tracker logs."""
-        return self.project_configuration.logging_dir
-
-    @property
     def trackers(self) -> list[Any]:
         """The trackers receiving :meth:`log` values now."""
         return self._trackers.trackers
@@ -200,11 +166,6 @@ class Accelerator(CompatMethods, ProcessFacade):
         """How models are distributed: the engine every engine-specific step is delegated to
         (``engine.name`` is ``"DDP"``, ``"FSDP"`` or ``"DEEPSPEED"``)."""
         return self._engine
-
-    @property
-    def optimizer_step_was_skipped(self) -> bool:
-        """True when the fp16 scaler skipped the last optimizer step of any prepared optimizer."""
-        return any(opt.step_was_skipped for opt in self._optimizers)
 
     # ---- prepare --------------------------------------------------------------------------------------------
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
@@ -235,21 +196,19 @@ class Accelerator(CompatMethods, ProcessFacade):
     def _finish(self, objects: list[Any]) -> list[Any]:
         """Let the engine finish one ``prepare`` call's objects, then record the models and optimizers."""
         done = self._engine.finish_prepare(objects, self._dataloaders)
-        for obj in done:
-            if isinstance(obj, torch.nn.Module) and not any(obj is m for m in self._models):
-                self._models.append(obj)
-            elif isinstance(obj, AcceleratedOptimizer) and not any(obj is o for o in self._optimizers):
-                self._optimizers.append(obj)
+        record_prepared(done, self._models, self._optimizers)
         return done
 
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
         """Device, mixed-precision forward and the engine's wrapper (DDP, FSDP, DeepSpeed) for one model."""
         place = self.device_placement if device_placement is None else device_placement
-        return self._finish([self._prepare_one(model, place)])[0]  # type: ignore[no-any-return]
+        prepared: torch.nn.Module = self._finish([self._prepare_one(model, place)])[0]
+        return prepared
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
         """Wrap one optimizer for accumulation and fp16 (an already wrapped one is returned as is)."""
-        return self._finish([self._prepare_one(optimizer, True)])[0]  # type: ignore[no-any-return]
+        prepared: AcceleratedOptimizer = self._finish([self._prepare_one(optimizer, True)])[0]
+        return prepared
 
     def prepare_data_loader(self, data_loader: torch.utils.data.DataLoader, device_placement: bool | None = None,
                             slice_fn_for_dispatch: Any = None) -> PreparedDataLoader:
@@ -258,17 +217,12 @@ class Accelerator(CompatMethods, ProcessFacade):
         Raises:
             DataPrepareError: ``slice_fn_for_dispatch`` is given (each process reads its own share here).
         """
-        if slice_fn_for_dispatch is not None:
-            raise DataPrepareError(f"prepare_data_loader: slice_fn_for_dispatch={slice_fn_for_dispatch!r} is not "
-                                   "supported (each process reads its own share; nothing is sliced); pass None")
+        refuse_dispatch_slicing(slice_fn_for_dispatch)
         place = self.device_placement if device_placement is None else device_placement
         prepared = mark_dispatching(prepare_data_loader(data_loader, self.state, self.gradient_state,
                                                         self.dataloader_config, place),
                                     self.dataloader_config.dispatch_batches)
-        if not any(prepared is d for d in self._dataloaders):
-            prepared.loader_index = len(self._dataloaders)
-            prepared.training_probe = _TrainingProbe(self)  # a strong one made a cycle (see _TrainingProbe)
-            self._dataloaders.append(prepared)
+        record_loader(prepared, self._dataloaders, self)
         return prepared
 
     def _models_training(self) -> bool | None:
@@ -277,9 +231,9 @@ class Accelerator(CompatMethods, ProcessFacade):
 
     def _prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         """Wrap one scheduler with the prepared optimizers it drives."""
-        mine = [o for o in self._optimizers if o.optimizer is scheduler.optimizer or o is scheduler.optimizer]
-        wrapped = AcceleratedScheduler(scheduler, mine, self.gradient_state, self.step_scheduler_with_optimizer,
-                                       self.split_batches, self.num_processes)
+        wrapped = AcceleratedScheduler(scheduler, scheduler_optimizers(scheduler, self._optimizers),
+                                       self.gradient_state, self.step_scheduler_with_optimizer, self.split_batches,
+                                       self.num_processes)
         self._schedulers.append(wrapped)
         return wrapped
 
@@ -328,14 +282,6 @@ class Accelerator(CompatMethods, ProcessFacade):
             return contextlib.nullcontext()
         return autocast_context(self._mixed_precision, self.device, getattr(autocast_handler, "cache_enabled", None))
 
-    def unscale_gradients(self, optimizer: Any = None) -> None:
-        """Unscale fp16 gradients in place (on syncing batches; nothing without fp16)."""
-        if self.scaler is None or not self.sync_gradients:
-            return
-        targets = self._optimizers if optimizer is None else (optimizer if isinstance(optimizer, list) else [optimizer])
-        for opt in targets:
-            self.scaler.unscale_(getattr(opt, "optimizer", opt))
-
     def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0,
                         ) -> torch.Tensor | None:
         """Unscale, then clip; returns the total norm (over every shard under FSDP). Under DeepSpeed the engine
@@ -343,11 +289,6 @@ class Accelerator(CompatMethods, ProcessFacade):
         parameters, max_norm, norm_type = checked_clip_arguments(parameters, max_norm, norm_type)
         self.unscale_gradients()
         return self._engine.clip_grad_norm_(parameters, max_norm, norm_type)
-
-    def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
-        """Unscale, then ``torch.nn.utils.clip_grad_value_``."""
-        self.unscale_gradients()
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
     # ---- collectives ----------------------------------------------------------------------------------------
     def gather(self, tensor: Any) -> Any:
@@ -361,31 +302,16 @@ class Accelerator(CompatMethods, ProcessFacade):
         For a loader without automatic batching (``batch_size=None``) each process's data of the last step is
         kept or dropped whole: the first ``remainder`` processes' shares are real.
         """
-        as_objects = use_gather_object or not is_tensor_tree(input_data)
-        data = ops.gather_object(input_data) if as_objects else ops.gather(input_data)
-        loaders = self.gradient_state.active_loaders
-        real = getattr(loaders[-1], "padded_real", None) if loaders else None
-        if real is None or real <= 0:
-            return data
-        loader = loaders[-1]
-
-        def kept(rows: int) -> int:
-            """Rows of the gathered data that are real: a count of items, or whole processes' shares."""
-            if getattr(loader, "batched", True):
-                return int(real)
-            return rows * int(real) // self.num_processes
-
-        if as_objects:
-            return data[:kept(len(data))] if isinstance(input_data, (list, tuple)) else data
-        return recursively_apply(lambda t: t[:kept(t.shape[0])], data)
+        return gather_for_metrics(input_data, use_gather_object, self.gradient_state.active_loaders,
+                                  self.num_processes)
 
     def gather_object(self, object: Any) -> list[Any]:  # noqa: A002 - accelerate's parameter name
         """Gather picklable objects from every process (see :func:`notebook_accel.ops.gather_object`)."""
         return ops.gather_object(object)
 
-    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+    def reduce(self, tensor: Any, reduction: ops.Reduction = "sum", scale: float = 1.0) -> Any:
         """All-reduce (nested) tensors: ``"sum"`` (default), ``"mean"`` or ``"max"``."""
-        return ops.reduce(tensor, reduction, scale)  # type: ignore[arg-type]
+        return ops.reduce(tensor, reduction, scale)
 
     def broadcast(self, tensor: Any, from_process: int = 0) -> Any:
         """Every process gets ``from_process``'s tensors."""
@@ -400,13 +326,7 @@ class Accelerator(CompatMethods, ProcessFacade):
                      keep_torch_compile: bool = True) -> torch.nn.Module:
         """The user's module inside the DDP wrapper (inside ``torch.compile``'s too with
         ``keep_torch_compile=False``; with ``True``, a compiled module is returned compiled)."""
-        model = self._engine.unwrap(model)
-        inner = unwrap_model(model, keep_fp32_wrapper)
-        if keep_torch_compile:
-            compiled = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-            if hasattr(compiled, "_orig_mod"):
-                return compiled  # type: ignore[no-any-return]
-        return inner
+        return user_module(self._engine, model, keep_fp32_wrapper, keep_torch_compile)
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
         """The unwrapped model's ``state_dict()`` (without DDP's ``module.`` prefixes).
@@ -415,30 +335,6 @@ class Accelerator(CompatMethods, ProcessFacade):
         rank 0 gets them, the other ranks an empty dict.
         """
         return self._engine.full_state_dict(model)
-
-    def set_trigger(self) -> None:
-        """Raise a flag on this process that :meth:`check_trigger` sees on every process (e.g. early stopping)."""
-        self._trigger = True
-
-    def check_trigger(self) -> bool:
-        """True on every process when any process called :meth:`set_trigger` since the last check (collective)."""
-        flag = torch.tensor([1.0 if self._trigger else 0.0], device=self.device)
-        self._trigger = False
-        return bool(ops.reduce(flag, "max").item() > 0)
-
-    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
-        """``torch.save(obj, f)`` on the main process only; ``safe_serialization=True`` writes a dict of tensors
-        with safetensors instead."""
-        checked_save_arguments(obj, f, safe_serialization)
-        if not self.is_main_process:
-            return
-        check_writable(f, "save(f=...)")
-        if safe_serialization:
-            from safetensors.torch import save_file
-
-            save_file({k: v.detach().cpu().contiguous() for k, v in obj.items()}, f, metadata={"format": "pt"})
-        else:
-            torch.save(obj, f)
 
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike[str],
                    max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> str:
@@ -450,14 +346,12 @@ class Accelerator(CompatMethods, ProcessFacade):
 
     def save_state(self, output_dir: str | None = None, **kwargs: Any) -> str:
         """Save models, optimizers, schedulers, loaders, scaler, RNGs and registered objects; returns the path."""
-        from notebook_accel import channel, checkpointing
-        from notebook_accel.events import Saved
+        from notebook_accel import checkpointing
 
         self._run_save_hooks(output_dir)
         path = checkpointing.save_state(self, output_dir)
-        writer = channel.current()
-        if writer is not None and self.is_main_process:  # the launcher restarts from here (max_restarts)
-            writer.send(Saved(self.process_index, path, self.step))
+        if self.is_main_process:  # the launcher restarts from here (max_restarts)
+            announce_saved(self.process_index, path, self.step)
         return path
 
     def load_state(self, input_dir: str | None = None, *, allow_world_size_change: bool = False,
@@ -475,20 +369,6 @@ class Accelerator(CompatMethods, ProcessFacade):
         self._run_load_hooks(source)
         return checkpointing.load_state(self, source, allow_world_size_change=allow_world_size_change)
 
-    @property
-    def restart_count(self) -> int:
-        """How many times ``notebook_launcher(max_restarts=...)`` restarted this run (0 in the first attempt)."""
-        from notebook_accel.environment import restart_state
-
-        return restart_state()[0]
-
-    @property
-    def resume_from(self) -> str | None:
-        """In a restarted run, the checkpoint the failed attempt saved last (resume with ``load_state()``)."""
-        from notebook_accel.environment import restart_state
-
-        return restart_state()[1]
-
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Include ``objects`` (with ``state_dict``/``load_state_dict``) in :meth:`save_state`."""
         from notebook_accel import checkpointing
@@ -496,26 +376,6 @@ class Accelerator(CompatMethods, ProcessFacade):
         for obj in objects:
             checkpointing.check_registrable(obj)
         self._custom_objects.extend(objects)
-
-    def free_memory(self, *objects: Any) -> list[None]:
-        """Forget every prepared object, collect garbage, empty the CUDA cache; returns ``None`` per argument."""
-        for prepared in (self._models, self._optimizers, self._schedulers, self._dataloaders):
-            prepared.clear()
-        self.step = 0
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        return [None] * len(objects)
-
-    release_memory = free_memory
-
-    def set_seed(self, seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
-        """Seed every RNG (``device_specific`` adds this process's rank)."""
-        _set_seed(seed + (self.process_index if device_specific else 0), deterministic=deterministic)
-
-    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
-        """A loader that leaves out the first ``num_batches`` batches (resume inside an epoch)."""
-        return skip_first_batches(dataloader, num_batches)
 
     # ---- tracking -------------------------------------------------------------------------------------------
     def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
@@ -537,25 +397,3 @@ class Accelerator(CompatMethods, ProcessFacade):
         self._trackers.finish()
         self.wait_for_everyone()
 
-
-class _TrainingProbe:
-    """``accelerator._models_training`` for a prepared loader, without holding ``accelerator``.
-
-    The Accelerator holds its prepared loaders; a loader holding the Accelerator back would leave a dropped pair to
-    the garbage collector, which closes a persistent-workers loader's queues before the loader's worker iterator
-    can tell its workers to stop (each then waits out torch's 5 s join timeout and is terminated). A class, not a
-    closure, so that an Accelerator with prepared loaders can still be pickled (accelerate's
-    ``test_pickle_accelerator``): pickled, it names the Accelerator, and unpickled it holds it weakly again.
-    """
-
-    def __init__(self, accelerator: Accelerator | None) -> None:
-        self._ref: Callable[[], Accelerator | None] = (
-            weakref.ref(accelerator) if accelerator is not None else (lambda: None))
-
-    def __call__(self) -> bool | None:
-        """Whether a prepared model trains (``None`` without one, or once the Accelerator is gone)."""
-        owner = self._ref()
-        return owner._models_training() if owner is not None else None
-
-    def __reduce__(self) -> tuple[type[_TrainingProbe], tuple[Accelerator | None]]:
-        return _TrainingProbe, (self._ref(),)
