@@ -27,17 +27,18 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # facts and vocabulary: no torch at import, no other unit of the package
     ("_lazy", "errors", "environment", "durations", "cell_names", "import_hooks", "nvml", "terminal", "events",
      "progress_hook"),
-    ("hardware", "metrics_batch", "channel", "checks", "arguments", "utils"),
+    ("hardware", "metrics_batch", "channel", "checks", "utils"),
     # the worker-side building blocks of an Accelerator
     ("state", "gradient_state", "kwargs_handlers", "plugins", "config", "precision", "profiling", "progress", "ops",
      "memory", "empty_weights", "scheduler", "optimizer", "model", "data", "tracking", "monitor", "integrations"),
     ("checkpointing",),
-    ("engines",),
-    ("accelerator", "compat_methods", "test_utils"),
-    # the kernel side: where events are shown, and the launch
+    ("engines", "engine_label"),
+    ("accelerator", "test_utils"),
+    # the kernel side: where events are shown (the base sink and the console, then the dashboard), and the launch
     ("display",),
+    ("widgets",),
     ("launcher",),
-    ("cli", "widgets"),
+    ("cli",),
     ("__init__",),
 )
 

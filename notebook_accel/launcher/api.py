@@ -25,11 +25,12 @@ from notebook_accel.launcher.placement.inprocess import run_in_process
 from notebook_accel.launcher.placement.local import LocalFork
 from notebook_accel.launcher.placement.protocol import Placement
 from notebook_accel.launcher.plan import Plan, function_name
+from notebook_accel.launcher.sink_choice import choose_sink
 from notebook_accel.launcher.run_resources import RunResources, open_resources
 from notebook_accel.launcher.supervision.outcome import finish_aborted
 from notebook_accel.launcher.supervision.runlogs import create_run_folder, display_path, prune_runs
 from notebook_accel.display.base import BaseSink
-from notebook_accel.display.sinks import GuardedSink, choose_sink
+from notebook_accel.display.sinks import GuardedSink
 from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.launcher.supervision.supervisor import supervise
 from notebook_accel.launcher.tracebacks import user_facing

@@ -342,10 +342,10 @@ def _readable(fd: int) -> bool:
 
 
 def supervise(
-    handles: Sequence[WorkerHandle], sink: BaseSink, timeout: float | None, start_time: float, grace: float | None = None,
-    log_dir: Path | None = None, before: Callable[[], None] | None = None, stop_fd: int | None = None,
-    elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None, board: SystemBoard | None = None,
-    placement: Placement | None = None,
+    handles: Sequence[WorkerHandle], sink: BaseSink, timeout: float | None, start_time: float,
+    grace: float | None = None, log_dir: Path | None = None, before: Callable[[], None] | None = None,
+    stop_fd: int | None = None, elsewhere: tuple[int, ...] = (), watch: PeerWatch | None = None,
+    board: SystemBoard | None = None, placement: Placement | None = None,
 ) -> Any:
     """Watch the started workers until all are reaped; call ``sink.finish``; return rank 0's value or raise.
 
@@ -365,8 +365,7 @@ def supervise(
         watch: the node's heartbeat (several nodes): a node it loses fails the run at once.
         board: the run's :class:`~notebook_accel.monitor.board.SystemBoard` (made before the workers started),
             which receives the samples and step reports for the workers' trackers; its owner closes it.
-        placement: what started the workers: signals, cleans up after and releases them (default: the local
-            fork's).
+        placement: what started the workers, which signals, cleans up after and releases them (default: local).
 
     Returns:
         Rank 0's return value (``None`` when rank 0 is on another node).
