@@ -31,7 +31,7 @@ from notebook_accel.checks import (check_writable, checked_clip_arguments, check
 from notebook_accel.compat_methods import CompatMethods
 from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
 from notebook_accel.data.compat import mark_dispatching
-from notebook_accel.engine_label import report_engine
+from notebook_accel.engines.label import report_engine
 from notebook_accel.model import unwrap_model
 from notebook_accel.monitor import steps
 from notebook_accel.environment import LaunchEnvironment

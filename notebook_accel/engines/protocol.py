@@ -10,18 +10,38 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from notebook_accel.optimizer import AcceleratedOptimizer
-from notebook_accel.state import GradientState
+from notebook_accel.plugins import DistributedDataParallelKwargs
+from notebook_accel.precision import MixedPrecision
+from notebook_accel.state import GradientState, ProcessState
 
 if TYPE_CHECKING:
     from notebook_accel.checkpointing.objects import Saved
     from notebook_accel.data import PreparedDataLoader
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "EngineParts"]
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    """What every engine is built from besides its plugin (the Accelerator's own objects).
+
+    Attributes:
+        state: this process's state.
+        mixed_precision: the Accelerator's precision.
+        ddp_handler: ``DistributedDataParallelKwargs`` for the plain engine's DDP wrapper, or ``None``.
+        gradient_state: the Accelerator's accumulation state.
+    """
+
+    state: ProcessState
+    mixed_precision: MixedPrecision
+    ddp_handler: DistributedDataParallelKwargs | None
+    gradient_state: GradientState
 
 
 class Engine(Protocol):

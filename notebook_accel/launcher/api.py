@@ -14,9 +14,8 @@ from notebook_accel.config import Config, resolve_config
 from notebook_accel.environment import restart_variables
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import RunInfo, Sink
-from notebook_accel.engines.deepspeed.plugin import deepspeed_launch_value
-from notebook_accel.engine_label import config_engine
-from notebook_accel.engines.fsdp.plugin import fsdp_launch_value
+from notebook_accel.engines.label import config_engine
+from notebook_accel.engines.registry import launch_value
 from notebook_accel.launcher import accelerate_args, preflight
 from notebook_accel.launcher.supervision.background import BackgroundRun, RecordingTee, check_can_start
 from notebook_accel.launcher.supervision.failures import WorkerError
@@ -225,8 +224,7 @@ def notebook_launcher(
     if rdzv.endpoint_port is not None and use_port is None:
         use_port = rdzv.endpoint_port
     resolved = resolve_config(config)
-    fsdp = None if resolved is None else fsdp_launch_value(resolved)  # distributed_type: FSDP reaches the workers
-    deepspeed = None if resolved is None else deepspeed_launch_value(resolved)  # likewise DEEPSPEED
+    engine = launch_value(resolved)  # distributed_type: FSDP / DEEPSPEED reaches the workers
     s = _settings(resolved, num_processes, gpu_ids, use_cpu, mixed_precision,
                   gradient_accumulation_steps, use_port, master_addr, num_nodes, node_rank)
     precision = preflight.check_mixed_precision(s.mixed_precision)
@@ -253,8 +251,8 @@ def notebook_launcher(
     if backend == "nccl" and not in_process:
         preflight.refuse_if_cuda_initialized()
     plan = Plan(function, tuple(args), devices, backend, precision, steps, node, nodes, s.master_addr, s.port,
-                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv, block, fsdp,
-                 deepspeed, config_engine(resolved, len(devices) * nodes))
+                 limit, in_process, dashboard, show_all_ranks, prefix, rdzv, block, engine,
+                 config_engine(resolved, len(devices) * nodes))
     resume: str | None = None
     for attempt in range(restarts + 1):
         try:
@@ -282,7 +280,7 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
     if attempt:
         variables.update(restart_variables(attempt, resume))
     envs = environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
-                         plan.steps, variables, plan.fsdp, plan.deepspeed)
+                         plan.steps, variables, plan.engine_launch)
     store = None if listener is None else StoreServer(listener, plan.nodes * local, plan.rdzv.join_timeout)
     guard = None if plan.in_process else KernelDeathGuard()  # ends the workers' groups if the kernel is killed
     watch = None if plan.nodes == 1 or plan.in_process else PeerWatch(  # a lost node ends the run (.heartbeat)

@@ -21,6 +21,7 @@ from notebook_accel.engines.deepspeed.auto import fill_auto
 from notebook_accel.engines.deepspeed.jit_ops import compiling_phase
 from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
 from notebook_accel.engines.ddp import DDPEngine
+from notebook_accel.engines.protocol import EngineParts
 from notebook_accel.environment import LaunchEnvironment, ensure_local_rank
 from notebook_accel.monitor import steps
 from notebook_accel.monitor.collectives import time_deepspeed_collectives
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from notebook_accel.checkpointing.objects import Saved
     from notebook_accel.data import PreparedDataLoader
 
-__all__ = ["DeepSpeedEngine", "DeepSpeedOptimizer", "resolve_deepspeed_plugin", "import_deepspeed"]
+__all__ = ["DeepSpeedEngine", "DeepSpeedOptimizer", "build", "resolve_deepspeed_plugin", "import_deepspeed"]
 
 INSTALL_HINT = "pip install notebook-accel[deepspeed]"
 
@@ -58,8 +59,9 @@ def resolve_deepspeed_plugin(plugin: Any, env: LaunchEnvironment) -> DeepSpeedPl
     Raises:
         ConfigurationError: ``plugin`` is not a :class:`DeepSpeedPlugin`.
     """
-    if plugin is None and env.deepspeed:
-        return DeepSpeedPlugin.from_json(env.deepspeed)
+    options = env.engine_options(DeepSpeedEngine.name)
+    if plugin is None and options:
+        return DeepSpeedPlugin.from_json(options)
     if not isinstance(plugin, DeepSpeedPlugin):
         raise ConfigurationError(f"deepspeed_plugin: expected a DeepSpeedPlugin, got {type(plugin).__name__}; build "
                                  "one with DeepSpeedPlugin(zero_stage=2, ...)")
@@ -275,3 +277,14 @@ class DeepSpeedEngine(DDPEngine):
         from notebook_accel.engines.deepspeed.checkpoint import optimizer_checkpoint
 
         return optimizer_checkpoint(self.wrapped, optimizer, index) if self.wrapped is not None else None
+
+
+def build(plugin: Any, env: LaunchEnvironment, parts: EngineParts) -> tuple[DeepSpeedEngine, DeepSpeedPlugin]:
+    """The engine for ``Accelerator(deepspeed_plugin=plugin)`` or the launch config's DeepSpeed settings, and the
+    plugin in use (any number of processes, as in accelerate).
+
+    Raises:
+        ConfigurationError: ``plugin`` is not a :class:`DeepSpeedPlugin`.
+    """
+    resolved = resolve_deepspeed_plugin(plugin, env)
+    return DeepSpeedEngine(resolved, parts.state, parts.mixed_precision, parts.gradient_state), resolved
