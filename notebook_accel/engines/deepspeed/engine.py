@@ -31,7 +31,7 @@ from notebook_accel.precision import MixedPrecision, wrap_forward
 from notebook_accel.state import GradientState, ProcessState
 
 if TYPE_CHECKING:
-    from notebook_accel.checkpointing.objects import Saved
+    from notebook_accel.checkpointing.saved import CheckpointContext, Saved
     from notebook_accel.data import PreparedDataLoader
 
 __all__ = ["DeepSpeedEngine", "DeepSpeedOptimizer", "build", "resolve_deepspeed_plugin", "import_deepspeed"]
@@ -265,14 +265,15 @@ class DeepSpeedEngine(DDPEngine):
         return gathered_weights(self.deepspeed, self.unwrap(model), self.state.is_main_process,
                                 self.plugin.zero_stage == 3)
 
-    def checkpoint_model(self, model: torch.nn.Module, index: int) -> Saved | None:
+    def checkpoint_model(self, index: int, context: CheckpointContext) -> Saved | None:
         """DeepSpeed's own checkpoint of the engine (model and optimizer states) inside ours."""
         from notebook_accel.engines.deepspeed.checkpoint import engine_checkpoint
 
+        model = context.prepared[index]
         return engine_checkpoint(model, index) if self._is_wrapped(model) else None
 
-    def checkpoint_optimizer(self, optimizer: torch.optim.Optimizer, models: list[torch.nn.Module],
-                             index: int) -> Saved | None:
+    def checkpoint_optimizer(self, optimizer: torch.optim.Optimizer, index: int,
+                             context: CheckpointContext) -> Saved | None:
         """The optimizer's part of DeepSpeed's checkpoint (written and loaded with the model's)."""
         from notebook_accel.engines.deepspeed.checkpoint import optimizer_checkpoint
 

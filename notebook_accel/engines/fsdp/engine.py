@@ -18,6 +18,7 @@ from torch.distributed.tensor import DTensor
 from notebook_accel.engines.ddp import DDPEngine
 from notebook_accel.engines.protocol import EngineParts
 from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.engines.fsdp.layout import FsdpLayout
 from notebook_accel.engines.fsdp.params import ParameterMap
 from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
 from notebook_accel.engines.fsdp.wrap import shard_model
@@ -69,7 +70,7 @@ class FSDPEngine(DDPEngine):
 
     def __init__(self, plugin: FullyShardedDataParallelPlugin, state: ProcessState,
                  mixed_precision: MixedPrecision) -> None:
-        super().__init__(state, mixed_precision)
+        super().__init__(state, mixed_precision, layout=FsdpLayout(plugin))
         self.plugin = plugin
         self.params = ParameterMap()
         self._optimizers: list[torch.optim.Optimizer] = []
@@ -116,5 +117,5 @@ def build(plugin: Any, env: LaunchEnvironment,
     """
     resolved = resolve_fsdp_plugin(plugin, env)
     if resolved is None or parts.state.num_processes == 1:
-        return DDPEngine(parts.state, parts.mixed_precision, parts.ddp_handler), resolved
+        return DDPEngine(parts.state, parts.mixed_precision, parts.ddp_handler, FsdpLayout(resolved)), resolved
     return FSDPEngine(resolved, parts.state, parts.mixed_precision), resolved
