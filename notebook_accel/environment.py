@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 __all__ = [
+    "EngineLaunch",
     "LaunchEnvironment",
     "CONFIG_FILE_VAR",
     "cuda_visible_devices",
@@ -37,6 +38,8 @@ MIXED_PRECISION = "NOTEBOOK_ACCEL_MIXED_PRECISION"
 GRADIENT_ACCUMULATION_STEPS = "NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS"
 FSDP = "NOTEBOOK_ACCEL_FSDP"
 DEEPSPEED = "NOTEBOOK_ACCEL_DEEPSPEED"
+ENGINE_VARIABLES: tuple[str, ...] = (FSDP, DEEPSPEED)  # NOTEBOOK_ACCEL_<engine name>: one per sharded engine
+_ENGINE_PREFIX = "NOTEBOOK_ACCEL_"
 LAUNCHED = "NOTEBOOK_ACCEL_LAUNCHED"
 CONFIG_FILE_VAR = "NOTEBOOK_ACCEL_CONFIG_FILE"
 RESTART_COUNT = "NOTEBOOK_ACCEL_RESTART_COUNT"
@@ -63,6 +66,41 @@ def _int_or(environ: Mapping[str, str], name: str, default: int | None) -> int |
 
 
 @dataclass(frozen=True)
+class EngineLaunch:
+    """The engine a launch config asks for, as it travels from the launcher to each worker's Accelerator.
+
+    Attributes:
+        name: the engine's ``distributed_type`` value (``"FSDP"``, ``"DEEPSPEED"``).
+        options: its plugin's fields as JSON (``plugin.to_json()``).
+
+    Example:
+        >>> EngineLaunch("FSDP", "{}").variable
+        'NOTEBOOK_ACCEL_FSDP'
+    """
+
+    name: str
+    options: str
+
+    @property
+    def variable(self) -> str:
+        """The variable that carries it (``NOTEBOOK_ACCEL_<name>``; torchrun launches and saved configs rely on it)."""
+        return _ENGINE_PREFIX + self.name
+
+
+def _engine_launch(environ: Mapping[str, str]) -> EngineLaunch | None:
+    """The engine variable that is set, or ``None``.
+
+    Raises:
+        ValueError: more than one is set (a run trains with one engine).
+    """
+    found = [EngineLaunch(name[len(_ENGINE_PREFIX):], environ[name]) for name in ENGINE_VARIABLES if environ.get(name)]
+    if len(found) > 1:
+        raise ValueError(f"environment variables {' and '.join(e.variable for e in found)} are both set, but a run "
+                         "trains with one engine; unset one of them")
+    return found[0] if found else None
+
+
+@dataclass(frozen=True)
 class LaunchEnvironment:
     """Who this process is in a run, as the environment says.
 
@@ -80,10 +118,8 @@ class LaunchEnvironment:
         device: the device the launcher chose (``"cpu"``, ``"cuda:1"``), ``None`` when not launched by us.
         mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"`` from the launcher or config, else ``None``.
         gradient_accumulation_steps: from the launch config, else ``None``.
-        fsdp: the FSDP plugin's fields as JSON (``FullyShardedDataParallelPlugin.to_json()``) when the launch
-            config says ``distributed_type: FSDP`` (``NOTEBOOK_ACCEL_FSDP``), else ``None``.
-        deepspeed: the DeepSpeed plugin's fields as JSON (``DeepSpeedPlugin.to_json()``) when the launch config
-            says ``distributed_type: DEEPSPEED`` (``NOTEBOOK_ACCEL_DEEPSPEED``), else ``None``.
+        engine: the sharded engine the launch config asks for and its plugin (``distributed_type: FSDP`` sets
+            ``NOTEBOOK_ACCEL_FSDP``, ``DEEPSPEED`` ``NOTEBOOK_ACCEL_DEEPSPEED``), else ``None``.
         launched: True inside a process started by :func:`notebook_accel.notebook_launcher`.
         extra_vars: more variables for a launched worker (the kernel's rendezvous
             store, the loopback interface, a restart's checkpoint), as (name, value) pairs.
@@ -103,10 +139,14 @@ class LaunchEnvironment:
     device: str | None = None
     mixed_precision: str | None = None
     gradient_accumulation_steps: int | None = None
-    fsdp: str | None = None
-    deepspeed: str | None = None
+    engine: EngineLaunch | None = None
     launched: bool = False
     extra_vars: tuple[tuple[str, str], ...] = ()
+
+    def engine_options(self, name: str) -> str | None:
+        """The plugin JSON the launch config sends for engine ``name`` (``"FSDP"``), or ``None`` when it names
+        another engine or none."""
+        return self.engine.options if self.engine is not None and self.engine.name == name else None
 
     @property
     def is_distributed(self) -> bool:
@@ -115,7 +155,11 @@ class LaunchEnvironment:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> LaunchEnvironment:
-        """Read the variables from ``environ`` (default ``os.environ``)."""
+        """Read the variables from ``environ`` (default ``os.environ``).
+
+        Raises:
+            ValueError: a variable has a value of the wrong kind, or two engine variables are set.
+        """
         env = os.environ if environ is None else environ
         world_size = _int_or(env, WORLD_SIZE, 1) or 1
         rank = _int_or(env, RANK, 0) or 0
@@ -129,8 +173,7 @@ class LaunchEnvironment:
             device=env.get(DEVICE) or None,
             mixed_precision=env.get(MIXED_PRECISION) or None,
             gradient_accumulation_steps=_int_or(env, GRADIENT_ACCUMULATION_STEPS, None),
-            fsdp=env.get(FSDP) or None,
-            deepspeed=env.get(DEEPSPEED) or None,
+            engine=_engine_launch(env),
             launched=env.get(LAUNCHED, "") == "1",
         )
 
@@ -152,10 +195,8 @@ class LaunchEnvironment:
             out[MIXED_PRECISION] = self.mixed_precision
         if self.gradient_accumulation_steps is not None:
             out[GRADIENT_ACCUMULATION_STEPS] = str(self.gradient_accumulation_steps)
-        if self.fsdp is not None:
-            out[FSDP] = self.fsdp
-        if self.deepspeed is not None:
-            out[DEEPSPEED] = self.deepspeed
+        if self.engine is not None:
+            out[self.engine.variable] = self.engine.options
         if self.launched:
             out[LAUNCHED] = "1"
         out.update(self.extra_vars)
@@ -164,8 +205,8 @@ class LaunchEnvironment:
     def apply(self, environ: MutableMapping[str, str] | None = None) -> None:
         """Write :meth:`to_environ` into ``environ`` (default ``os.environ``), removing our stale variables."""
         env = os.environ if environ is None else environ
-        for name in (MASTER_ADDR, MASTER_PORT, DEVICE, MIXED_PRECISION, GRADIENT_ACCUMULATION_STEPS, FSDP, DEEPSPEED,
-                     LAUNCHED):
+        for name in (MASTER_ADDR, MASTER_PORT, DEVICE, MIXED_PRECISION, GRADIENT_ACCUMULATION_STEPS,
+                     *ENGINE_VARIABLES, LAUNCHED):
             env.pop(name, None)
         env.update(self.to_environ())
 
@@ -237,7 +278,7 @@ def config_home(environ: Mapping[str, str] | None = None) -> str:
 
 def launch_choices(
     *, device: str | None = None, mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None,
-    fsdp: str | None = None, deepspeed: str | None = None,
+    engine: EngineLaunch | None = None,
 ) -> dict[str, str]:
     """Our variables that carry launch choices to a launched script's Accelerator (``notebook-accel launch``).
 
@@ -254,10 +295,8 @@ def launch_choices(
         out[MIXED_PRECISION] = mixed_precision
     if gradient_accumulation_steps is not None:
         out[GRADIENT_ACCUMULATION_STEPS] = str(gradient_accumulation_steps)
-    if fsdp is not None:
-        out[FSDP] = fsdp
-    if deepspeed is not None:
-        out[DEEPSPEED] = deepspeed
+    if engine is not None:
+        out[engine.variable] = engine.options
     return out
 
 

@@ -144,7 +144,7 @@ class Saved:
 @dataclass(frozen=True)
 class EngineReady:
     """The main process's Accelerator has decided how it trains: ``engine`` names it (``"DDP"``,
-    ``"FSDP FULL_SHARD"``, ``"DeepSpeed ZeRO-3 (offload: optimizer)"``; see :mod:`notebook_accel.engine_label`)."""
+    ``"FSDP FULL_SHARD"``, ``"DeepSpeed ZeRO-3 (offload: optimizer)"``; see :mod:`notebook_accel.engines.label`)."""
 
     rank: int
     engine: str

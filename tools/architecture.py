@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("state", "gradient_state", "kwargs_handlers", "plugins", "config", "precision", "profiling", "progress", "ops",
      "memory", "empty_weights", "scheduler", "optimizer", "model", "data", "tracking", "monitor", "integrations"),
     ("checkpointing",),
-    ("engines", "engine_label"),
+    ("engines",),
     ("accelerator", "test_utils"),
     # the kernel side: where events are shown (the base sink and the console, then the dashboard), and the launch
     ("display",),

@@ -35,7 +35,7 @@ from notebook_accel.accelerator.arguments import check_accelerator_arguments
 from notebook_accel.checks import checked_clip_arguments, checked_log_arguments, checked_log_kwargs
 from notebook_accel.data import PreparedDataLoader, prepare_data_loader
 from notebook_accel.data.standalone_prepare import mark_dispatching
-from notebook_accel.engine_label import report_engine
+from notebook_accel.engines.label import report_engine
 from notebook_accel.monitor import steps
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.optimizer import AcceleratedOptimizer

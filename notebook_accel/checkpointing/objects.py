@@ -12,7 +12,6 @@ epoch and shuffle state can differ between ranks, so every rank saves its own: `
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,28 +19,9 @@ import torch
 from notebook_accel.checkpointing.errors import CheckpointError, UnregistrableError
 from notebook_accel.checkpointing.manifest import Entry, Kind, Manifest
 from notebook_accel.checkpointing.rng import capture_rng_state, check_rng_state, restore_rng_state
-from notebook_accel.model import is_sharded
+from notebook_accel.checkpointing.saved import CheckpointContext, Saved
 
-__all__ = ["Saved", "check_registrable", "collect", "fsdp_layout"]
-
-
-@dataclass(frozen=True)
-class Saved:
-    """One object of a checkpoint: its manifest entry and how to get, check and set its state.
-
-    ``write``/``read``, when given, replace the plain ``torch.save``/``torch.load`` of the entry's file: they are
-    collective (every rank calls them with the checkpoint directory), as for FSDP's sharded states.
-    ``fixed_world``, when given, says why the state cannot be loaded by another number of processes than saved
-    it (DeepSpeed's ZeRO partitions), even with ``allow_world_size_change=True``.
-    """
-
-    entry: Entry
-    get: Callable[[], Any]
-    check: Callable[[Any], list[str]]
-    set: Callable[[Any], None]
-    write: Callable[[str, Any], None] | None = None
-    read: Callable[[str], Any] | None = None
-    fixed_world: str | None = None
+__all__ = ["Saved", "check_registrable", "collect"]
 
 
 def check_registrable(obj: object) -> None:
@@ -205,80 +185,27 @@ def _plain(label: str, kind: Kind, index: int, file: str, obj: Any, type_name: s
     return Saved(entry, obj.state_dict, check or _dict_check(f"{label} ({entry.type_name})"), obj.load_state_dict)
 
 
-def fsdp_layout(entry: Entry | None) -> str | None:
-    """The FSDP ``state_dict_type`` a saved model entry was written in, or ``None`` (a plain model file)."""
-    if entry is None or entry.kind != "model" or not entry.file.startswith("pytorch_model_fsdp_"):
-        return None
-    return "SHARDED_STATE_DICT" if entry.per_rank else "FULL_STATE_DICT"
-
-
-class _FsdpObjects:
-    """The checkpoint objects of models kept in the FSDP layout (and of their optimizers).
-
-    A model is saved in the FSDP layout when it is sharded or when the Accelerator has an FSDP plugin (also in
-    one process, which shards nothing), so a checkpoint's layout does not depend on the number of processes. On
-    load the checkpoint decides: a model saved in the FSDP layout is read in that layout (sharded or full), so
-    one process without a plugin can resume a sharded run.
-    """
-
-    def __init__(self, accelerator: Any, models: list[torch.nn.Module], saved: Manifest | None) -> None:
-        plugin = getattr(accelerator, "fsdp_plugin", None)
-        default = str(getattr(plugin, "state_dict_type", "SHARDED_STATE_DICT"))
-        entries = {e.index: e for e in saved.entries_of("model")} if saved is not None else {}
-        self.layouts: dict[int, str] = {}
-        for i, model in enumerate(models):
-            layout = fsdp_layout(entries.get(i))
-            if layout is None and (is_sharded(model) or plugin is not None):
-                layout = default
-            if layout is not None:
-                self.layouts[i] = layout
-        self.models = models
-        if self.layouts:
-            from notebook_accel.engines.fsdp import checkpoint  # imports FSDP: only when a model uses its layout
-
-            self.checkpoint = checkpoint
-
-    def model(self, model: torch.nn.Module, index: int) -> Saved | None:
-        """The checkpoint object of model ``index`` when it uses the FSDP layout, else ``None``."""
-        layout = self.layouts.get(index)
-        return None if layout is None else self.checkpoint.fsdp_objects(model, None, index, layout)
-
-    def optimizer(self, optimizer: Any, index: int) -> Saved | None:
-        """The checkpoint object of optimizer ``index`` when it trains a model in the FSDP layout, else ``None``."""
-        if not self.layouts:
-            return None
-        owners = [self.models[i] for i in sorted(self.layouts)]
-        owner = self.checkpoint.owning_model(optimizer, owners)
-        if owner is None:
-            return None
-        layout = self.layouts[next(i for i in self.layouts if self.models[i] is owner)]
-        return self.checkpoint.fsdp_objects(owner, optimizer, index, layout)
-
-
 def collect(accelerator: Any, saved: Manifest | None = None) -> list[Saved]:
     """Every object a checkpoint of ``accelerator`` holds, in a fixed order (RNG last, so it is restored last).
 
-    ``saved``: the manifest of the checkpoint being loaded, which decides the layout of FSDP models (see
-    :class:`_FsdpObjects`); ``None`` when saving.
+    The Accelerator's engine says how each model and optimizer is saved (its own layout, or a plain
+    ``state_dict`` file). ``saved``: the manifest of the checkpoint being loaded, whose files decide the layout
+    the engine reads them in; ``None`` when saving.
     """
     out: list[Saved] = []
     prepared = list(getattr(accelerator, "_models", []))
     models = [accelerator.unwrap_model(m) for m in prepared]
-    fsdp = _FsdpObjects(accelerator, models, saved)
+    context = CheckpointContext(prepared, models, saved)
     engine = getattr(accelerator, "engine", None)
-    for i, (model, inner) in enumerate(zip(prepared, models)):
-        own = fsdp.model(inner, i)
-        if own is None and engine is not None:
-            own = engine.checkpoint_model(model, i)  # the engine's own format (DeepSpeed's checkpoint)
+    for i, inner in enumerate(models):
+        own = None if engine is None else engine.checkpoint_model(i, context)
         if own is not None:
             out.append(own)
             continue
         entry = Entry("model", i, _indexed("pytorch_model", "bin", i), type(inner).__name__)
         out.append(Saved(entry, inner.state_dict, _model_check(inner, entry.label()), inner.load_state_dict))
     for i, opt in enumerate(getattr(accelerator, "_optimizers", [])):
-        own = fsdp.optimizer(_inner(opt, "optimizer"), i)
-        if own is None and engine is not None:
-            own = engine.checkpoint_optimizer(_inner(opt, "optimizer"), prepared, i)
+        own = None if engine is None else engine.checkpoint_optimizer(_inner(opt, "optimizer"), i, context)
         if own is not None:
             out.append(own)
             continue

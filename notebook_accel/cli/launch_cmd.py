@@ -22,8 +22,7 @@ from notebook_accel import environment
 from notebook_accel.cli.common import EXIT_FAILED, EXIT_OK, UsageError, active_config, error
 from notebook_accel.cli.process import run_child
 from notebook_accel.config import Config
-from notebook_accel.engines.deepspeed.plugin import deepspeed_launch_value
-from notebook_accel.engines.fsdp.plugin import fsdp_launch_value
+from notebook_accel.engines.registry import launch_value
 
 __all__ = ["register", "torchrun_command", "child_environment", "launch"]
 
@@ -117,8 +116,7 @@ def child_environment(config: Config) -> dict[str, str | None]:
         mixed_precision=None if config.mixed_precision == "no" else config.mixed_precision,
         gradient_accumulation_steps=None if config.gradient_accumulation_steps == 1 else
         config.gradient_accumulation_steps,
-        fsdp=fsdp_launch_value(config),
-        deepspeed=deepspeed_launch_value(config),
+        engine=launch_value(config),
     ))
     ids = config.gpu_id_list
     if ids is not None and not config.use_cpu:

@@ -22,7 +22,7 @@ import time
 from typing import Callable, Literal, TextIO
 
 from notebook_accel.durations import format_duration
-from notebook_accel.engine_label import PLAIN_ENGINES
+from notebook_accel.engines.registry import PLAIN_ENGINES
 from notebook_accel.events import (
     EngineReady,
     Event,

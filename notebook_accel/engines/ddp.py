@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from notebook_accel.engines.fsdp.layout import FsdpLayout
 from notebook_accel.model import no_sync, prepare_model, unwrap_model
 from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
@@ -18,7 +19,7 @@ from notebook_accel.precision import MixedPrecision, make_scaler
 from notebook_accel.state import GradientState, ProcessState
 
 if TYPE_CHECKING:
-    from notebook_accel.checkpointing.objects import Saved
+    from notebook_accel.checkpointing.saved import CheckpointContext, Saved
     from notebook_accel.data import PreparedDataLoader
 
 __all__ = ["DDPEngine"]
@@ -31,16 +32,19 @@ class DDPEngine:
         state: this process's state.
         mixed_precision: the Accelerator's precision.
         ddp_handler: ``DistributedDataParallelKwargs`` for the DDP wrapper, or ``None``.
+        layout: which models a checkpoint keeps in FSDP's layout (default: sharded models, and those a checkpoint
+            being loaded saved in it).
     """
 
     name = "DDP"
     plugin: Any = None
 
     def __init__(self, state: ProcessState, mixed_precision: MixedPrecision,
-                 ddp_handler: DistributedDataParallelKwargs | None = None) -> None:
+                 ddp_handler: DistributedDataParallelKwargs | None = None, layout: FsdpLayout | None = None) -> None:
         self.state = state
         self.mixed_precision = mixed_precision
         self.ddp_handler = ddp_handler
+        self.layout = layout if layout is not None else FsdpLayout()
 
     def grad_scaler(self, handler: Any) -> Any:
         """torch's ``GradScaler`` under fp16, else ``None``."""
@@ -84,11 +88,12 @@ class DDPEngine:
         """The unwrapped model's ``state_dict()`` (every process holds the full weights)."""
         return unwrap_model(model).state_dict()
 
-    def checkpoint_model(self, model: torch.nn.Module, index: int) -> Saved | None:
-        """``None``: the model's ``state_dict`` is saved as a plain file."""
-        return None
+    def checkpoint_model(self, index: int, context: CheckpointContext) -> Saved | None:
+        """FSDP's checkpoint object for a model in its layout (a sharded model, or one a checkpoint saved so, which
+        a plain run can resume); ``None`` otherwise: the model's ``state_dict`` is saved as a plain file."""
+        return self.layout.model(index, context)
 
-    def checkpoint_optimizer(self, optimizer: torch.optim.Optimizer, models: list[torch.nn.Module],
-                             index: int) -> Saved | None:
-        """``None``: the optimizer's ``state_dict`` is saved as a plain file."""
-        return None
+    def checkpoint_optimizer(self, optimizer: torch.optim.Optimizer, index: int,
+                             context: CheckpointContext) -> Saved | None:
+        """FSDP's checkpoint object for an optimizer of a model in its layout; ``None`` otherwise (a plain file)."""
+        return self.layout.optimizer(optimizer, index, context)

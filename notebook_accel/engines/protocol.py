@@ -10,18 +10,38 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from notebook_accel.optimizer import AcceleratedOptimizer
-from notebook_accel.state import GradientState
+from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
+from notebook_accel.precision import MixedPrecision
+from notebook_accel.state import GradientState, ProcessState
 
 if TYPE_CHECKING:
-    from notebook_accel.checkpointing.objects import Saved
+    from notebook_accel.checkpointing.saved import CheckpointContext, Saved
     from notebook_accel.data import PreparedDataLoader
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "EngineParts"]
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    """What every engine is built from besides its plugin (the Accelerator's own objects).
+
+    Attributes:
+        state: this process's state.
+        mixed_precision: the Accelerator's precision.
+        ddp_handler: ``DistributedDataParallelKwargs`` for the plain engine's DDP wrapper, or ``None``.
+        gradient_state: the Accelerator's accumulation state.
+    """
+
+    state: ProcessState
+    mixed_precision: MixedPrecision
+    ddp_handler: DistributedDataParallelKwargs | None
+    gradient_state: GradientState
 
 
 class Engine(Protocol):
@@ -66,9 +86,11 @@ class Engine(Protocol):
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
         """The full weights of ``model`` (collective under sharding; the main process gets them)."""
 
-    def checkpoint_model(self, model: torch.nn.Module, index: int) -> Saved | None:
-        """The checkpoint object of prepared model ``index``, or ``None`` for a plain ``state_dict`` file."""
+    def checkpoint_model(self, index: int, context: CheckpointContext) -> Saved | None:
+        """The checkpoint object of model ``index`` of ``context`` in the engine's own layout, or ``None`` for a
+        plain ``state_dict`` file; generic checkpointing asks this for every model."""
 
-    def checkpoint_optimizer(self, optimizer: torch.optim.Optimizer, models: list[torch.nn.Module],
-                             index: int) -> Saved | None:
-        """The checkpoint object of optimizer ``index``, or ``None`` for a plain ``state_dict`` file."""
+    def checkpoint_optimizer(self, optimizer: torch.optim.Optimizer, index: int,
+                             context: CheckpointContext) -> Saved | None:
+        """The checkpoint object of optimizer ``index`` (which trains models of ``context``), or ``None`` for a
+        plain ``state_dict`` file."""

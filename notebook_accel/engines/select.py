@@ -1,8 +1,9 @@
-"""Choosing the engine once, from the Accelerator's plugins and the launch config.
+"""Choosing the engine once, from the Accelerator's plugins and the launch config: the composition root.
 
-An explicit plugin wins over the launch config (``NOTEBOOK_ACCEL_FSDP`` / ``NOTEBOOK_ACCEL_DEEPSPEED``, set by the
-launcher from ``distributed_type``); asking for both FSDP and DeepSpeed is refused. The FSDP and DeepSpeed modules
-are imported only here and only when asked for (``torch.distributed.fsdp`` and ``deepspeed`` are slow to import).
+An explicit plugin wins over the launch config (``LaunchEnvironment.engine``, set by the launcher from
+``distributed_type``); asking for two sharded engines is refused. The engines are known only through
+:mod:`.registry`, and a sharded engine's modules are imported only when asked for (``torch.distributed.fsdp`` and
+``deepspeed`` are slow to import).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from notebook_accel.engines.ddp import DDPEngine
-from notebook_accel.engines.protocol import Engine
+from notebook_accel.engines.protocol import Engine, EngineParts
+from notebook_accel.engines.registry import ENGINES, FSDP, DEEPSPEED
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
 from notebook_accel.plugins import ConfigurationError
@@ -29,26 +31,21 @@ def select_engine(fsdp_plugin: Any, deepspeed_plugin: Any, env: LaunchEnvironmen
     of processes, as in accelerate. ``state.distributed_type`` is set to the engine's type.
 
     Raises:
-        ConfigurationError: both engines asked for, or a plugin of the wrong type.
+        ConfigurationError: two engines asked for, or a plugin of the wrong type.
     """
-    wants_fsdp = fsdp_plugin is not None or bool(env.fsdp)
-    wants_deepspeed = deepspeed_plugin is not None or bool(env.deepspeed)
-    if wants_fsdp and wants_deepspeed:
-        raise ConfigurationError("Accelerator: both FSDP and DeepSpeed were asked for (fsdp_plugin / deepspeed_plugin "
-                                 "or the launch config's distributed_type); pick one of them")
-    if wants_deepspeed:
-        from notebook_accel.engines.deepspeed.engine import DeepSpeedEngine, resolve_deepspeed_plugin
-
-        ds_plugin = resolve_deepspeed_plugin(deepspeed_plugin, env)
-        state.distributed_type = DistributedType.DEEPSPEED
-        return DeepSpeedEngine(ds_plugin, state, mixed_precision, gradient_state), None, ds_plugin
-    plain = DDPEngine(state, mixed_precision, ddp_handler)
-    if not wants_fsdp:
-        return plain, None, None
-    from notebook_accel.engines.fsdp.engine import FSDPEngine, resolve_fsdp_plugin
-
-    resolved = resolve_fsdp_plugin(fsdp_plugin, env)
-    if resolved is None or state.num_processes == 1:
-        return plain, resolved, None
-    state.distributed_type = DistributedType.FSDP
-    return FSDPEngine(resolved, state, mixed_precision), resolved, None
+    given = {FSDP.argument: fsdp_plugin, DEEPSPEED.argument: deepspeed_plugin}  # accelerate's argument names
+    wanted = [spec for spec in ENGINES.values()
+              if given.get(spec.argument) is not None or env.engine_options(spec.name)]
+    if len(wanted) > 1:
+        raise ConfigurationError(f"Accelerator: both {' and '.join(s.title for s in wanted)} were asked for "
+                                 f"({' / '.join(s.argument for s in wanted)} or the launch config's "
+                                 "distributed_type); pick one of them")
+    if not wanted:
+        return DDPEngine(state, mixed_precision, ddp_handler), None, None
+    spec = wanted[0]
+    plugins: dict[str, Any] = dict.fromkeys(given)
+    parts = EngineParts(state, mixed_precision, ddp_handler, gradient_state)
+    engine, plugins[spec.argument] = spec.builder()(given.get(spec.argument), env, parts)
+    if engine.name != DDPEngine.name:
+        state.distributed_type = DistributedType(engine.name)
+    return engine, plugins[FSDP.argument], plugins[DEEPSPEED.argument]

@@ -15,9 +15,8 @@ from notebook_accel import hardware
 from notebook_accel.config import Config, resolve_config
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import RunInfo, Sink
-from notebook_accel.engines.deepspeed.plugin import deepspeed_launch_value
-from notebook_accel.engine_label import config_engine
-from notebook_accel.engines.fsdp.plugin import fsdp_launch_value
+from notebook_accel.engines.label import config_engine
+from notebook_accel.engines.registry import launch_value
 from notebook_accel.launcher import accelerate_args, preflight
 from notebook_accel.launcher.supervision.background import BackgroundRun, RecordingTee, check_can_start
 from notebook_accel.launcher.supervision.failures import WorkerError
@@ -220,8 +219,7 @@ def notebook_launcher(
     if rdzv.endpoint_port is not None and use_port is None:
         use_port = rdzv.endpoint_port
     resolved = resolve_config(config)
-    fsdp = None if resolved is None else fsdp_launch_value(resolved)  # distributed_type: FSDP reaches the workers
-    deepspeed = None if resolved is None else deepspeed_launch_value(resolved)  # likewise DEEPSPEED
+    engine = launch_value(resolved)  # distributed_type: FSDP / DEEPSPEED reaches the workers
     s = _settings(resolved, num_processes, gpu_ids, use_cpu, mixed_precision,
                   gradient_accumulation_steps, use_port, master_addr, num_nodes, node_rank)
     precision = preflight.check_mixed_precision(s.mixed_precision)
@@ -249,8 +247,8 @@ def notebook_launcher(
         preflight.refuse_if_cuda_initialized()
     plan = Plan(function=function, args=tuple(args), devices=devices, backend=backend, precision=precision, steps=steps,
                 node=node, nodes=nodes, master_addr=s.master_addr, port=s.port, limit=limit, in_process=in_process,
-                dashboard=dashboard, show_all_ranks=show_all_ranks, prefix=prefix, rdzv=rdzv, block=block, fsdp=fsdp,
-                deepspeed=deepspeed, engine=config_engine(resolved, len(devices) * nodes))
+                dashboard=dashboard, show_all_ranks=show_all_ranks, prefix=prefix, rdzv=rdzv, block=block,
+                engine=engine, engine_label=config_engine(resolved, len(devices) * nodes))
     resume: str | None = None
     for attempt in range(restarts + 1):
         try:
@@ -277,7 +275,7 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
         folder = None if plan.in_process else create_run_folder(name, prune=False)  # pruned once forked
         sink.start(RunInfo(len(plan.devices), tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder),
-                           plan.engine))
+                           plan.engine_label))
         if plan.in_process:
             return run_in_process(plan.function, plan.args, resources.envs[0], sink, start)
         warming = "importing torch's distributed modules in the kernel (once)" if warming_needed(plan.backend) else ""

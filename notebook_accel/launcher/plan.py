@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.environment import EngineLaunch, LaunchEnvironment
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import Sink
 from notebook_accel.launcher import accelerate_args
@@ -37,9 +37,8 @@ class Plan:
     prefix: str | None
     rdzv: accelerate_args.Rendezvous
     block: bool
-    fsdp: str | None
-    deepspeed: str | None
-    engine: str = ""  # the engine the launch config names, for the header ("" without a config)
+    engine: EngineLaunch | None  # the sharded engine the launch config asks for, sent to every worker
+    engine_label: str = ""  # that engine as the header names it ("" without a config)
 
 
 def choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
@@ -60,7 +59,7 @@ def choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
 def environments(
     devices: Sequence[str], node_rank: int, num_nodes: int, master_addr: str, port: int,
     mixed_precision: str | None, gradient_accumulation_steps: int | None, extra_vars: dict[str, str],
-    fsdp: str | None = None, deepspeed: str | None = None,
+    engine: EngineLaunch | None = None,
 ) -> list[LaunchEnvironment]:
     """One launch environment per local worker; global rank = node_rank * local workers + local rank."""
     local = len(devices)
@@ -69,7 +68,7 @@ def environments(
             rank=node_rank * local + i, local_rank=i, world_size=num_nodes * local, local_world_size=local,
             master_addr=master_addr, master_port=port, device=device, mixed_precision=mixed_precision,
             gradient_accumulation_steps=gradient_accumulation_steps, launched=True,
-            extra_vars=tuple(extra_vars.items()), fsdp=fsdp, deepspeed=deepspeed,
+            extra_vars=tuple(extra_vars.items()), engine=engine,
         )
         for i, device in enumerate(devices)
     ]

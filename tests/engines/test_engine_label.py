@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from notebook_accel.config import Config
-from notebook_accel.engine_label import accelerator_engine, config_engine, engine_label
+from notebook_accel.engines.label import accelerator_engine, config_engine, engine_label
 
 
 @pytest.mark.parametrize(("kind", "options", "world", "label"), [

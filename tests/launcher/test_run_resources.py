@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,15 +16,13 @@ from notebook_accel.launcher.plan import Plan
 from notebook_accel.launcher.run_resources import RunResources, open_resources
 
 
-def _plan(**changes: object) -> Plan:
+def _plan(**changes: Any) -> Plan:
     """A one-machine, two-worker CPU plan (nothing is started by opening its resources)."""
-    fields: dict[str, object] = dict(
+    plan = Plan(
         function=print, args=(), devices=["cpu", "cpu"], backend="gloo", precision=None, steps=None, node=0, nodes=1,
         master_addr="127.0.0.1", port=None, limit=None, in_process=False, dashboard=False, show_all_ranks=False,
-        prefix=None, rdzv=accelerate_args.check_rendezvous("static", "", None, "none", 0.1), block=True, fsdp=None,
-        deepspeed=None)
-    fields.update(changes)
-    return Plan(**fields)  # type: ignore[arg-type]
+        prefix=None, rdzv=accelerate_args.check_rendezvous("static", "", None, "none", 0.1), block=True, engine=None)
+    return replace(plan, **changes)
 
 
 def test_closed_in_reverse_order_once() -> None:

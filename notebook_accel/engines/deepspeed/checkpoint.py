@@ -24,7 +24,7 @@ import torch
 
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Entry
-from notebook_accel.checkpointing.objects import Saved
+from notebook_accel.checkpointing.saved import Saved
 from notebook_accel.engines.deepspeed.validation import OPTIM, check_saved, model_files, world_size_reason
 
 __all__ = ["engine_checkpoint", "optimizer_checkpoint", "gathered_weights", "model_files"]

@@ -21,19 +21,20 @@ from notebook_accel.engines.deepspeed.auto import fill_auto
 from notebook_accel.engines.deepspeed.jit_ops import compiling_phase
 from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
 from notebook_accel.engines.ddp import DDPEngine
+from notebook_accel.engines.protocol import EngineParts
 from notebook_accel.environment import LaunchEnvironment, ensure_local_rank
 from notebook_accel.monitor import steps
-from notebook_accel.monitor.collectives import time_deepspeed_collectives
+from notebook_accel.engines.deepspeed.collectives import time_deepspeed_collectives
 from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.precision import MixedPrecision, wrap_forward
 from notebook_accel.state import GradientState, ProcessState
 
 if TYPE_CHECKING:
-    from notebook_accel.checkpointing.objects import Saved
+    from notebook_accel.checkpointing.saved import CheckpointContext, Saved
     from notebook_accel.data import PreparedDataLoader
 
-__all__ = ["DeepSpeedEngine", "DeepSpeedOptimizer", "resolve_deepspeed_plugin", "import_deepspeed"]
+__all__ = ["DeepSpeedEngine", "DeepSpeedOptimizer", "build", "resolve_deepspeed_plugin", "import_deepspeed"]
 
 INSTALL_HINT = "pip install notebook-accel[deepspeed]"
 
@@ -58,8 +59,9 @@ def resolve_deepspeed_plugin(plugin: Any, env: LaunchEnvironment) -> DeepSpeedPl
     Raises:
         ConfigurationError: ``plugin`` is not a :class:`DeepSpeedPlugin`.
     """
-    if plugin is None and env.deepspeed:
-        return DeepSpeedPlugin.from_json(env.deepspeed)
+    options = env.engine_options(DeepSpeedEngine.name)
+    if plugin is None and options:
+        return DeepSpeedPlugin.from_json(options)
     if not isinstance(plugin, DeepSpeedPlugin):
         raise ConfigurationError(f"deepspeed_plugin: expected a DeepSpeedPlugin, got {type(plugin).__name__}; build "
                                  "one with DeepSpeedPlugin(zero_stage=2, ...)")
@@ -263,15 +265,27 @@ class DeepSpeedEngine(DDPEngine):
         return gathered_weights(self.deepspeed, self.unwrap(model), self.state.is_main_process,
                                 self.plugin.zero_stage == 3)
 
-    def checkpoint_model(self, model: torch.nn.Module, index: int) -> Saved | None:
+    def checkpoint_model(self, index: int, context: CheckpointContext) -> Saved | None:
         """DeepSpeed's own checkpoint of the engine (model and optimizer states) inside ours."""
         from notebook_accel.engines.deepspeed.checkpoint import engine_checkpoint
 
+        model = context.prepared[index]
         return engine_checkpoint(model, index) if self._is_wrapped(model) else None
 
-    def checkpoint_optimizer(self, optimizer: torch.optim.Optimizer, models: list[torch.nn.Module],
-                             index: int) -> Saved | None:
+    def checkpoint_optimizer(self, optimizer: torch.optim.Optimizer, index: int,
+                             context: CheckpointContext) -> Saved | None:
         """The optimizer's part of DeepSpeed's checkpoint (written and loaded with the model's)."""
         from notebook_accel.engines.deepspeed.checkpoint import optimizer_checkpoint
 
         return optimizer_checkpoint(self.wrapped, optimizer, index) if self.wrapped is not None else None
+
+
+def build(plugin: Any, env: LaunchEnvironment, parts: EngineParts) -> tuple[DeepSpeedEngine, DeepSpeedPlugin]:
+    """The engine for ``Accelerator(deepspeed_plugin=plugin)`` or the launch config's DeepSpeed settings, and the
+    plugin in use (any number of processes, as in accelerate).
+
+    Raises:
+        ConfigurationError: ``plugin`` is not a :class:`DeepSpeedPlugin`.
+    """
+    resolved = resolve_deepspeed_plugin(plugin, env)
+    return DeepSpeedEngine(resolved, parts.state, parts.mixed_precision, parts.gradient_state), resolved

@@ -17,7 +17,7 @@ from notebook_accel.config import Config
 from notebook_accel.config.deepspeed import CHECKS, JSON_OWNED, check_fields, cross_field_problems, read_ds_json
 from notebook_accel.plugins import ConfigurationError, fields_from_json
 
-__all__ = ["DeepSpeedPlugin", "deepspeed_launch_value"]
+__all__ = ["DeepSpeedPlugin"]
 
 _DEFAULT_STAGE = 2
 
@@ -175,15 +175,3 @@ class DeepSpeedPlugin:
             ConfigurationError: the text is not a JSON object of plugin fields.
         """
         return cls(**fields_from_json(text, tuple(CHECKS), "DeepSpeed", "deepspeed_plugin"))
-
-
-def deepspeed_launch_value(config: Config) -> str | None:
-    """What a launcher puts in ``NOTEBOOK_ACCEL_DEEPSPEED`` for ``config``: the plugin's JSON with
-    ``distributed_type: DEEPSPEED``, else ``None`` (the variable stays unset).
-
-    Example:
-        >>> deepspeed_launch_value(Config(num_processes=2, use_cpu=True)) is None
-        True
-    """
-    plugin = DeepSpeedPlugin.from_config(config)
-    return None if plugin is None else plugin.to_json()

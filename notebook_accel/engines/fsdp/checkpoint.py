@@ -36,10 +36,10 @@ from torch.utils._pytree import tree_map_only
 from notebook_accel.checkpointing.atomic import read_torch, write_torch
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Entry
-from notebook_accel.checkpointing.objects import Saved
+from notebook_accel.checkpointing.saved import Saved
 from notebook_accel.engines.fsdp.storage import load_sharded, metadata_file, save_sharded, shard_files
 
-__all__ = ["fsdp_objects", "owning_model"]
+__all__ = ["fsdp_objects"]
 
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -52,16 +52,6 @@ def _distributed() -> bool:
 def _scatter() -> StateDictOptions:
     """Full tensors in: broadcast from rank 0 into every rank's shards, or taken as they are in one process."""
     return StateDictOptions(full_state_dict=True, broadcast_from_rank0=_distributed())
-
-
-def owning_model(optimizer: torch.optim.Optimizer, models: list[torch.nn.Module]) -> torch.nn.Module | None:
-    """The model among ``models`` (those checkpointed in the FSDP layout) whose parameters ``optimizer`` trains,
-    or ``None``."""
-    ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    for model in models:
-        if any(id(p) in ids for p in model.parameters()):
-            return model
-    return None
 
 
 def _entry(kind: Any, index: int, name: str, type_name: str) -> Entry:

@@ -16,7 +16,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor
 
 from notebook_accel.engines.ddp import DDPEngine
+from notebook_accel.engines.protocol import EngineParts
 from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.engines.fsdp.layout import FsdpLayout
 from notebook_accel.engines.fsdp.params import ParameterMap
 from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
 from notebook_accel.engines.fsdp.wrap import shard_model
@@ -26,7 +28,7 @@ from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.precision import MixedPrecision, wrap_forward
 from notebook_accel.state import GradientState, ProcessState
 
-__all__ = ["FSDPEngine", "resolve_fsdp_plugin", "full_state_dict", "plain_norm"]
+__all__ = ["FSDPEngine", "build", "resolve_fsdp_plugin", "full_state_dict", "plain_norm"]
 
 
 def resolve_fsdp_plugin(plugin: Any, env: LaunchEnvironment) -> FullyShardedDataParallelPlugin | None:
@@ -40,7 +42,8 @@ def resolve_fsdp_plugin(plugin: Any, env: LaunchEnvironment) -> FullyShardedData
             raise ConfigurationError(f"fsdp_plugin: expected a FullyShardedDataParallelPlugin, got "
                                      f"{type(plugin).__name__}; build one with FullyShardedDataParallelPlugin(...)")
         return plugin
-    return FullyShardedDataParallelPlugin.from_json(env.fsdp) if env.fsdp else None
+    options = env.engine_options(FSDPEngine.name)
+    return FullyShardedDataParallelPlugin.from_json(options) if options else None
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -67,7 +70,7 @@ class FSDPEngine(DDPEngine):
 
     def __init__(self, plugin: FullyShardedDataParallelPlugin, state: ProcessState,
                  mixed_precision: MixedPrecision) -> None:
-        super().__init__(state, mixed_precision)
+        super().__init__(state, mixed_precision, layout=FsdpLayout(plugin))
         self.plugin = plugin
         self.params = ParameterMap()
         self._optimizers: list[torch.optim.Optimizer] = []
@@ -102,3 +105,17 @@ class FSDPEngine(DDPEngine):
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
         """The full weights gathered on CPU to rank 0 (collective) for a sharded model."""
         return full_state_dict(model) if is_sharded(model) else super().full_state_dict(model)
+
+
+def build(plugin: Any, env: LaunchEnvironment,
+          parts: EngineParts) -> tuple[DDPEngine, FullyShardedDataParallelPlugin | None]:
+    """The engine for ``Accelerator(fsdp_plugin=plugin)`` or the launch config's FSDP settings, and the plugin in
+    use: one process trains plainly (nothing to shard) but keeps the plugin.
+
+    Raises:
+        ConfigurationError: ``plugin`` is not a :class:`FullyShardedDataParallelPlugin`.
+    """
+    resolved = resolve_fsdp_plugin(plugin, env)
+    if resolved is None or parts.state.num_processes == 1:
+        return DDPEngine(parts.state, parts.mixed_precision, parts.ddp_handler, FsdpLayout(resolved)), resolved
+    return FSDPEngine(resolved, parts.state, parts.mixed_precision), resolved

@@ -18,7 +18,7 @@ from notebook_accel.config import Config
 from notebook_accel.config.fsdp import CHECKS, check_fields, plugin_kwargs_from_file
 from notebook_accel.plugins import ConfigurationError, fields_from_json
 
-__all__ = ["FullyShardedDataParallelPlugin", "fsdp_launch_value"]
+__all__ = ["FullyShardedDataParallelPlugin"]
 
 _DEFAULT_MIN_PARAMS = 100_000_000
 
@@ -121,8 +121,8 @@ class FullyShardedDataParallelPlugin:
     @classmethod
     def from_config(cls, config: Config) -> FullyShardedDataParallelPlugin | None:
         """The plugin a run :class:`~notebook_accel.config.Config` asks for: ``None`` unless its
-        ``distributed_type`` is ``"FSDP"``. The launcher sends ``plugin.to_json()`` to its workers as
-        ``LaunchEnvironment(fsdp=...)``, and each worker's Accelerator builds the plugin back from it.
+        ``distributed_type`` is ``"FSDP"``. The launcher sends ``plugin.to_json()`` to its workers
+        (``LaunchEnvironment.engine``), and each worker's Accelerator builds the plugin back from it.
 
         Example:
             >>> config = Config(distributed_type="FSDP", extra={"fsdp_config": {"fsdp_sharding_strategy": 2}})
@@ -144,15 +144,3 @@ class FullyShardedDataParallelPlugin:
             ConfigurationError: the text is not a JSON object of plugin fields.
         """
         return cls(**fields_from_json(text, tuple(CHECKS), "FSDP", "fsdp_plugin"))
-
-
-def fsdp_launch_value(config: Config) -> str | None:
-    """What a launcher puts in ``NOTEBOOK_ACCEL_FSDP`` (``LaunchEnvironment(fsdp=...)``) for ``config``: the plugin's
-    JSON with ``distributed_type: FSDP``, else ``None`` (the variable stays unset).
-
-    Example:
-        >>> fsdp_launch_value(Config(num_processes=2, use_cpu=True)) is None
-        True
-    """
-    plugin = FullyShardedDataParallelPlugin.from_config(config)
-    return None if plugin is None else plugin.to_json()

@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from notebook_accel.engines.fsdp.layers import layers_to_wrap
 from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
 from notebook_accel.monitor import steps
-from notebook_accel.monitor.collectives import time_fsdp_collectives
+from notebook_accel.engines.fsdp.collectives import time_fsdp_collectives
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.state import ProcessState
 

@@ -12,7 +12,7 @@ import pytest
 from notebook_accel.config import Config
 from notebook_accel.engines.deepspeed import DeepSpeedPlugin
 from notebook_accel.engines.deepspeed.auto import fill_auto
-from notebook_accel.engines.deepspeed.plugin import deepspeed_launch_value
+from notebook_accel.engines.registry import DEEPSPEED
 from notebook_accel.plugins import ConfigurationError
 from tests.engines.deepspeed import needs_deepspeed
 
@@ -51,11 +51,12 @@ def test_the_plugin_travels_through_json_with_the_file_contents(tmp_path: Path) 
     path.write_text(json.dumps({"zero_optimization": {"stage": 3}, "gradient_clipping": 0.5}))
     config = Config(distributed_type="DEEPSPEED", num_processes=2, use_cpu=True,
                     extra={"deepspeed_config": {"deepspeed_config_file": str(path)}})
-    value = deepspeed_launch_value(config)
+    launch = DEEPSPEED.launch_value(config)
+    value = None if launch is None else launch.options
     path.unlink()  # the workers need not see the file
     plugin = DeepSpeedPlugin.from_json(value or "")
     assert plugin.zero_stage == 3 and plugin.deepspeed_config["gradient_clipping"] == 0.5
-    assert deepspeed_launch_value(Config()) is None
+    assert DEEPSPEED.launch_value(Config()) is None
     with pytest.raises(ConfigurationError, match="unknown fields"):
         DeepSpeedPlugin.from_json('{"stage": 3}')
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from notebook_accel.config import Config, ConfigError, load_config, save_config
-from notebook_accel.environment import FSDP, LaunchEnvironment, launch_choices
+from notebook_accel.environment import FSDP, EngineLaunch, LaunchEnvironment, launch_choices
 from notebook_accel.engines.fsdp import FullyShardedDataParallelPlugin
 from notebook_accel.plugins import ConfigurationError
 
@@ -133,11 +133,12 @@ def test_override_keeps_fsdp_when_the_topology_changes() -> None:
 def test_the_plugin_travels_through_the_environment() -> None:
     plugin = FullyShardedDataParallelPlugin(sharding_strategy=2, transformer_cls_names_to_wrap="Block,Head",
                                             cpu_offload=True)
-    variables = LaunchEnvironment(fsdp=plugin.to_json()).to_environ()
-    assert variables[FSDP] == plugin.to_json() == launch_choices(fsdp=plugin.to_json())[FSDP]
+    launch = EngineLaunch("FSDP", plugin.to_json())
+    variables = LaunchEnvironment(engine=launch).to_environ()
+    assert variables[FSDP] == plugin.to_json() == launch_choices(engine=launch)[FSDP]
     back = LaunchEnvironment.from_environ(variables)
-    assert back.fsdp is not None and FullyShardedDataParallelPlugin.from_json(back.fsdp) == plugin
-    assert LaunchEnvironment.from_environ({}).fsdp is None
+    assert back.engine == launch and FullyShardedDataParallelPlugin.from_json(back.engine.options) == plugin
+    assert LaunchEnvironment.from_environ({}).engine is None
     target = {FSDP: "stale"}
     LaunchEnvironment().apply(target)
     assert FSDP not in target

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from notebook_accel import Accelerator
-from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.environment import EngineLaunch, LaunchEnvironment
 from notebook_accel.engines.fsdp import FullyShardedDataParallelPlugin
 from notebook_accel.engines.fsdp.engine import resolve_fsdp_plugin
 from notebook_accel.engines.fsdp.layers import layers_to_wrap
@@ -100,7 +100,7 @@ def test_plugin_resolution_and_single_process() -> None:
     with pytest.raises(ConfigurationError, match="expected a FullyShardedDataParallelPlugin, got dict"):
         resolve_fsdp_plugin({"sharding_strategy": 1}, LaunchEnvironment())
     assert resolve_fsdp_plugin(None, LaunchEnvironment()) is None
-    env = LaunchEnvironment(fsdp=FullyShardedDataParallelPlugin(sharding_strategy=3).to_json())
+    env = LaunchEnvironment(engine=EngineLaunch("FSDP", FullyShardedDataParallelPlugin(sharding_strategy=3).to_json()))
     resolved = resolve_fsdp_plugin(None, env)
     assert resolved is not None and resolved.sharding_strategy == "NO_SHARD"
     plugin = FullyShardedDataParallelPlugin()
