@@ -20,7 +20,7 @@ from tests.engines.deepspeed import needs_deepspeed, workers
 pytestmark = needs_deepspeed
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def launch(function: Any, *args: Any, **kwargs: Any) -> Any:

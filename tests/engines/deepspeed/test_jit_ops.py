@@ -18,7 +18,7 @@ from tests.engines.deepspeed import jit_workers, needs_deepspeed
 from tests.launcher.recording import RecordingSink
 
 from notebook_accel.engines.deepspeed import jit_ops  # noqa: E402 - imports no deepspeed
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _op(tmp_path: Path) -> object:

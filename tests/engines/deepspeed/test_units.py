@@ -105,7 +105,7 @@ def test_fsdp_and_deepspeed_together_are_refused() -> None:
 
 def _one_process(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tests.engines.deepspeed.one_process", *args], capture_output=True,
-                          text=True, timeout=240, cwd=Path(__file__).resolve().parents[2])
+                          text=True, timeout=240, cwd=Path(__file__).resolve().parents[3])
 
 
 @needs_deepspeed

@@ -15,7 +15,7 @@ from notebook_accel.environment import FSDP
 from notebook_accel.engines.fsdp import FullyShardedDataParallelPlugin
 from tests.engines.fsdp.test_config import ISSUE_YAML
 
-REPO = str(Path(__file__).resolve().parents[2])
+REPO = str(Path(__file__).resolve().parents[3])
 
 
 def test_the_cli_sends_the_plugin_only_for_fsdp(tmp_path: Path) -> None:

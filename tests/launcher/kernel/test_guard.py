@@ -36,7 +36,7 @@ def test_a_killed_kernel_takes_what_the_workers_started_with_it(tmp_path: Path) 
     pattern = os.path.join(tempfile.gettempdir(), "notebook-accel-store-*")
     before = set(glob.glob(pattern))
     pid_file = tmp_path / "children"
-    kernel = subprocess.Popen([sys.executable, "-c", _KERNEL, str(pid_file)], cwd=Path(__file__).parents[2],
+    kernel = subprocess.Popen([sys.executable, "-c", _KERNEL, str(pid_file)], cwd=Path(__file__).parents[3],
                               env={**os.environ, "NOTEBOOK_ACCEL_LOG_DIR": "off"}, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:

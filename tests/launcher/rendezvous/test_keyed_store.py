@@ -129,7 +129,7 @@ def test_gloo_runs_over_the_keyed_store() -> None:
     code = ("import sys; from tests.launcher.rendezvous.test_keyed_store import _member; "
             "_member(int(sys.argv[1]), int(sys.argv[2]))")
     members = [subprocess.Popen([sys.executable, "-c", code, str(rank), str(port)],  # fresh processes: see _member
-                                cwd=Path(__file__).resolve().parents[2]) for rank in (0, 1)]
+                                cwd=Path(__file__).resolve().parents[3]) for rank in (0, 1)]
     try:
         assert [member.wait(timeout=60) for member in members] == [0, 0]
     finally:

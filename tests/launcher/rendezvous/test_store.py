@@ -268,5 +268,5 @@ def test_the_private_store_applies_when_the_worker_imports_torch_later() -> None
     import sys
 
     done = subprocess.run([sys.executable, "-c", _LATE_IMPORT], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[2], check=True)
+                          cwd=Path(__file__).resolve().parents[3], check=True)
     assert done.stdout.strip() == "private"
