@@ -70,12 +70,15 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.accelerator import Accelerator
     from notebook_accel.checkpointing import CheckpointError
+    from notebook_accel.checkpointing.weights import load_checkpoint_in_model
     from notebook_accel.config import Config, ConfigError, load_config
     from notebook_accel.data import skip_first_batches
-    from notebook_accel.errors import CudaInitializedError, LaunchError, NotebookAccelError
+    from notebook_accel.data.randomness import SeedableRandomSampler
+    from notebook_accel.data.standalone_prepare import DataLoaderDispatcher, prepare_data_loader
+    from notebook_accel.empty_weights import init_empty_weights, init_on_device
     from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
     from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
-    from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
+    from notebook_accel.errors import CudaInitializedError, LaunchError, NotebookAccelError
     from notebook_accel.gradient_state import GradientState
     from notebook_accel.kwargs_handlers import (
         AutocastKwargs,
@@ -84,15 +87,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         InitProcessGroupKwargs,
         ProfileKwargs,
     )
+    from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
+    from notebook_accel.launcher.debug import debug_launcher
+    from notebook_accel.memory import HeldMemory, find_executable_batch_size, held_memory, release_memory
     from notebook_accel.plugins import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
     from notebook_accel.progress import progress
-    from notebook_accel.checkpointing.weights import load_checkpoint_in_model
-    from notebook_accel.memory import HeldMemory, find_executable_batch_size, held_memory, release_memory
-    from notebook_accel.empty_weights import init_empty_weights, init_on_device
-    from notebook_accel.launcher.debug import debug_launcher
-    from notebook_accel.utils.random import synchronize_rng_states
     from notebook_accel.state import AcceleratorState, DistributedType, PartialState
-    from notebook_accel.data.standalone_prepare import DataLoaderDispatcher, prepare_data_loader
-    from notebook_accel.data.randomness import SeedableRandomSampler
-    from notebook_accel.utils.availability import is_rich_available
     from notebook_accel.utils import set_seed
+    from notebook_accel.utils.availability import is_rich_available
+    from notebook_accel.utils.random import synchronize_rng_states

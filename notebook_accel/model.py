@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from notebook_accel.monitor import steps
 from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
+from notebook_accel.monitor import steps
 from notebook_accel.precision import MixedPrecision, unwrap_forward, wrap_forward
 from notebook_accel.state import ProcessState
 

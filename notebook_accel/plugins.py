@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from notebook_accel.errors import NotebookAccelError, shown

@@ -14,10 +14,10 @@ from typing import Any, Literal, cast
 
 import torch
 
+from notebook_accel.errors import shown
 from notebook_accel.kwargs_handlers import GradScalerKwargs
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.utils.nested import recursively_apply
-from notebook_accel.errors import shown
 
 __all__ = ["MixedPrecision", "MIXED_PRECISION_CHOICES", "resolve_mixed_precision", "autocast_context",
            "make_scaler", "wrap_forward", "unwrap_forward"]

@@ -24,6 +24,7 @@ import torch
 
 from notebook_accel import ops
 from notebook_accel.accelerator.accelerate_methods import AccelerateMethods
+from notebook_accel.accelerator.arguments import check_accelerator_arguments
 from notebook_accel.accelerator.collectives import gather_for_metrics
 from notebook_accel.accelerator.models import user_module
 from notebook_accel.accelerator.preparing import (record_loader, record_prepared, refuse_dispatch_slicing,
@@ -31,16 +32,15 @@ from notebook_accel.accelerator.preparing import (record_loader, record_prepared
 from notebook_accel.accelerator.process_facade import ProcessFacade
 from notebook_accel.accelerator.saving import announce_saved
 from notebook_accel.accelerator.tracking import open_trackers
-from notebook_accel.accelerator.arguments import check_accelerator_arguments
 from notebook_accel.checks import checked_clip_arguments, checked_log_arguments, checked_log_kwargs
 from notebook_accel.data import PreparedDataLoader, prepare_data_loader
 from notebook_accel.data.standalone_prepare import mark_dispatching
 from notebook_accel.engines.label import report_engine
-from notebook_accel.monitor import steps
 from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.gradient_state import GradientState
 from notebook_accel.kwargs_handlers import KwargsHandler, ProfileKwargs, resolve_handlers
+from notebook_accel.monitor import steps
+from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.plugins import (ConfigurationError, DataLoaderConfiguration, GradientAccumulationPlugin,
                                     ProjectConfiguration, resolve_accumulation, resolve_loader_config)
 from notebook_accel.precision import MixedPrecision, autocast_context, resolve_mixed_precision
@@ -48,8 +48,8 @@ from notebook_accel.scheduler import AcceleratedScheduler
 from notebook_accel.state import ProcessState
 
 if TYPE_CHECKING:  # the FSDP and DeepSpeed modules are slow to import: loaded only when a plugin asks
-    from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
     from notebook_accel.engines import Engine
+    from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
     from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
 
 __all__ = ["Accelerator"]

@@ -12,9 +12,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from notebook_accel.errors import shown
 from notebook_accel.kwargs_handlers import KwargsHandler
 from notebook_accel.plugins import ConfigurationError, DataLoaderConfiguration, ProjectConfiguration
-from notebook_accel.errors import shown
 
 __all__ = ["check_accelerator_arguments", "RNG_TYPES"]
 

@@ -51,9 +51,9 @@ part of a checkpoint, as in accelerate.
 from __future__ import annotations
 
 from notebook_accel.checkpointing.errors import CheckpointError, ShardSizeError, UnregistrableError
+from notebook_accel.checkpointing.export import save_model
 from notebook_accel.checkpointing.load import load_state
 from notebook_accel.checkpointing.objects import check_registrable
-from notebook_accel.checkpointing.export import save_model
 from notebook_accel.checkpointing.save import save_state
 
 __all__ = ["CheckpointError", "ShardSizeError", "UnregistrableError", "save_state", "load_state", "check_registrable", "save_model"]

@@ -13,8 +13,8 @@ through the variables of :func:`notebook_accel.environment.launch_choices`.
 from __future__ import annotations
 
 import argparse
-import shlex
 import os
+import shlex
 import sys
 from typing import Any
 

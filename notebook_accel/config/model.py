@@ -9,16 +9,16 @@ Field names are those of accelerate's config file where the two overlap, so a fi
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from notebook_accel.config.choices import ComputeEnvironment, DistributedType, MixedPrecision, RdzvBackend
-from notebook_accel.config.accelerate_keys import UNSUPPORTED_KEYS, unknown_key_problem
-from notebook_accel.config.errors import ConfigError
-from notebook_accel.config.validation import cross_problems, field_problems, parse_gpu_ids
 from notebook_accel.config import deepspeed as _deepspeed
 from notebook_accel.config import fsdp as _fsdp
+from notebook_accel.config.accelerate_keys import UNSUPPORTED_KEYS, unknown_key_problem
+from notebook_accel.config.choices import ComputeEnvironment, DistributedType, MixedPrecision, RdzvBackend
+from notebook_accel.config.errors import ConfigError
+from notebook_accel.config.validation import cross_problems, field_problems, parse_gpu_ids
 
 __all__ = ["Config", "FIELD_NAMES", "OUR_FIELDS"]
 

@@ -7,19 +7,18 @@ line rather than a cascade. Each line names the field, the bad value and what is
 
 from __future__ import annotations
 
-
 import keyword
 from collections.abc import Callable, Mapping
 from typing import Any, get_args
 
 from notebook_accel.config.accelerate_keys import suggest
-from notebook_accel.errors import shown
 from notebook_accel.config.choices import (
     ComputeEnvironment,
     DistributedType,
     MixedPrecision,
     RdzvBackend,
 )
+from notebook_accel.errors import shown
 
 __all__ = ["field_problems", "cross_problems", "parse_gpu_ids", "BOOL_FIELDS"]
 

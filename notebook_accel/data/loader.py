@@ -33,13 +33,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from notebook_accel import progress_hook
-from notebook_accel.monitor import steps
+from notebook_accel.data.epoch_bar import epoch_loop_position
 from notebook_accel.data.iterable import ShardedIterableDataset, Tagged, TaggingCollate
+from notebook_accel.data.loader_state import check_generator_states, check_resumable
 from notebook_accel.data.randomness import SeedableRandomSampler, generators_of
 from notebook_accel.data.sharding import LastRound, ShardedBatchSampler, ShardedSampler
-from notebook_accel.data.epoch_bar import epoch_loop_position
-from notebook_accel.data.loader_state import check_generator_states, check_resumable
 from notebook_accel.data.worker_fork import check_importable, worker_context
+from notebook_accel.monitor import steps
 from notebook_accel.state import GradientState, ProcessState
 from notebook_accel.utils.nested import send_to_device
 

@@ -23,8 +23,8 @@ from notebook_accel.checks import checked_device, checked_int, checked_loader
 from notebook_accel.data import loader as _loader
 from notebook_accel.data import prepare as _prepare
 from notebook_accel.data.sharding import DataPrepareError
-from notebook_accel.plugins import DataLoaderConfiguration
 from notebook_accel.errors import shown
+from notebook_accel.plugins import DataLoaderConfiguration
 from notebook_accel.state import GradientState, ProcessState
 
 __all__ = ["DataLoaderDispatcher", "mark_dispatching", "prepare_data_loader"]

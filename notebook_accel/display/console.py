@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Callable, Literal, TextIO
 
+from notebook_accel.display.base import BaseSink
+from notebook_accel.display.flush import flush_soon
 from notebook_accel.durations import format_duration
 from notebook_accel.engines.registry import PLAIN_ENGINES
 from notebook_accel.events import (
@@ -34,8 +36,6 @@ from notebook_accel.events import (
     StepTimes,
     SystemSample,
 )
-from notebook_accel.display.base import BaseSink
-from notebook_accel.display.flush import flush_soon
 from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.monitor.summary import SystemSummary, sample_line
 from notebook_accel.monitor.verdict import StepBreakdown, verdict

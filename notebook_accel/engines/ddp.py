@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from notebook_accel.engines.fsdp.layout import FsdpLayout
+from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
 from notebook_accel.model import no_sync, prepare_model, unwrap_model
 from notebook_accel.optimizer import AcceleratedOptimizer
-from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
 from notebook_accel.precision import MixedPrecision, make_scaler
 from notebook_accel.state import GradientState, ProcessState
 

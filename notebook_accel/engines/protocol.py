@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
+from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.precision import MixedPrecision
 from notebook_accel.state import GradientState, ProcessState
 

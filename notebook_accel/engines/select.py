@@ -12,7 +12,7 @@ from typing import Any
 
 from notebook_accel.engines.ddp import DDPEngine
 from notebook_accel.engines.protocol import Engine, EngineParts
-from notebook_accel.engines.registry import ENGINES, FSDP, DEEPSPEED
+from notebook_accel.engines.registry import DEEPSPEED, ENGINES, FSDP
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
 from notebook_accel.plugins import ConfigurationError

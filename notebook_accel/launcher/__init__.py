@@ -9,8 +9,8 @@ and shows the run through a sink (:mod:`.console`, or the dashboard; chosen in :
 from __future__ import annotations
 
 from notebook_accel.launcher.api import notebook_launcher
-from notebook_accel.launcher.supervision.failures import LaunchTimeoutError, WorkerError, WorkerFailure
 from notebook_accel.launcher.kernel.warmup import start_early
+from notebook_accel.launcher.supervision.failures import LaunchTimeoutError, WorkerError, WorkerFailure
 
 __all__ = ["notebook_launcher", "WorkerError", "WorkerFailure", "LaunchTimeoutError"]
 

@@ -13,28 +13,28 @@ from typing import Any, Callable
 
 from notebook_accel import hardware
 from notebook_accel.config import Config, resolve_config
-from notebook_accel.errors import LaunchError, shown
-from notebook_accel.events import RunInfo, Sink
+from notebook_accel.display.base import BaseSink
+from notebook_accel.display.phases import launch_phase
+from notebook_accel.display.sinks import GuardedSink
 from notebook_accel.engines.label import config_engine
 from notebook_accel.engines.registry import launch_value
+from notebook_accel.errors import LaunchError, shown
+from notebook_accel.events import RunInfo, Sink
 from notebook_accel.launcher import accelerate_args, preflight
-from notebook_accel.launcher.supervision.background import BackgroundRun, RecordingTee, check_can_start
-from notebook_accel.launcher.supervision.failures import WorkerError
+from notebook_accel.launcher.kernel.warmup import warm_kernel, warming_needed
 from notebook_accel.launcher.placement.inprocess import run_in_process
 from notebook_accel.launcher.placement.local import LocalFork
 from notebook_accel.launcher.placement.protocol import Placement
+from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.launcher.plan import Plan, function_name
-from notebook_accel.launcher.sink_choice import choose_sink
 from notebook_accel.launcher.run_resources import RunResources, open_resources
+from notebook_accel.launcher.sink_choice import choose_sink
+from notebook_accel.launcher.supervision.background import BackgroundRun, RecordingTee, check_can_start
+from notebook_accel.launcher.supervision.failures import WorkerError
 from notebook_accel.launcher.supervision.outcome import finish_aborted
 from notebook_accel.launcher.supervision.runlogs import create_run_folder, display_path, prune_runs
-from notebook_accel.display.base import BaseSink
-from notebook_accel.display.sinks import GuardedSink
-from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.launcher.supervision.supervisor import supervise
 from notebook_accel.launcher.tracebacks import user_facing
-from notebook_accel.display.phases import launch_phase
-from notebook_accel.launcher.kernel.warmup import warm_kernel, warming_needed
 
 __all__ = ["notebook_launcher"]
 

@@ -8,8 +8,8 @@ The launcher samples in the kernel (:class:`~notebook_accel.monitor.sampler.Syst
 from __future__ import annotations
 
 from notebook_accel.monitor.host import TreeMeter, machine_memory
-from notebook_accel.nvml import GpuReading, Nvml
 from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
+from notebook_accel.nvml import GpuReading, Nvml
 
 __all__ = ["GpuReading", "Nvml", "SystemSampler", "TreeMeter", "device_memory_note", "machine_memory",
            "memory_death_note"]

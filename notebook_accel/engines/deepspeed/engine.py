@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from notebook_accel.engines.ddp import DDPEngine
 from notebook_accel.engines.deepspeed.auto import fill_auto
+from notebook_accel.engines.deepspeed.collectives import time_deepspeed_collectives
 from notebook_accel.engines.deepspeed.jit_ops import compiling_phase
 from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
-from notebook_accel.engines.ddp import DDPEngine
 from notebook_accel.engines.protocol import EngineParts
 from notebook_accel.environment import LaunchEnvironment, ensure_local_rank
 from notebook_accel.monitor import steps
-from notebook_accel.engines.deepspeed.collectives import time_deepspeed_collectives
 from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.precision import MixedPrecision, wrap_forward

@@ -94,10 +94,9 @@ def cpu_jit_ops() -> list[JitOp]:
     a CPU accelerator, unless deepspeed was installed with it prebuilt or this machine cannot build it. A deepspeed
     whose internals differ from what this expects gives none (DeepSpeed then builds as it would anyway)."""
     try:
+        import deepspeed.ops
         from deepspeed.accelerator import get_accelerator
         from deepspeed.git_version_info import installed_ops
-
-        import deepspeed.ops
 
         builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
         if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):

@@ -16,15 +16,15 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor
 
 from notebook_accel.engines.ddp import DDPEngine
-from notebook_accel.engines.protocol import EngineParts
-from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.engines.fsdp.layout import FsdpLayout
 from notebook_accel.engines.fsdp.params import ParameterMap
 from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
 from notebook_accel.engines.fsdp.wrap import shard_model
+from notebook_accel.engines.protocol import EngineParts
+from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.model import is_sharded
-from notebook_accel.plugins import ConfigurationError
 from notebook_accel.optimizer import AcceleratedOptimizer
+from notebook_accel.plugins import ConfigurationError
 from notebook_accel.precision import MixedPrecision, wrap_forward
 from notebook_accel.state import GradientState, ProcessState
 

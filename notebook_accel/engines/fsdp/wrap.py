@@ -23,14 +23,14 @@ from typing import Any, cast
 
 import torch
 from torch.distributed._composable import checkpoint
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
-from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+from notebook_accel.engines.fsdp.collectives import time_fsdp_collectives
 from notebook_accel.engines.fsdp.layers import layers_to_wrap
 from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
 from notebook_accel.monitor import steps
-from notebook_accel.engines.fsdp.collectives import time_fsdp_collectives
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.state import ProcessState
 

@@ -28,10 +28,10 @@ from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Failed, Finished
 from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.child.detach import detach_from_kernel
-from notebook_accel.launcher.rendezvous.store import use_keyed_store, use_private_store
-from notebook_accel.launcher.kernel.fds import Inherited, close_inherited
 from notebook_accel.launcher.child.streams import FramedWriter
 from notebook_accel.launcher.child.user_frames import library_call, user_traceback
+from notebook_accel.launcher.kernel.fds import Inherited, close_inherited
+from notebook_accel.launcher.rendezvous.store import use_keyed_store, use_private_store
 from notebook_accel.monitor import steps
 from notebook_accel.monitor.board import SystemBoard, use_in_worker
 

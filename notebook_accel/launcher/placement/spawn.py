@@ -20,18 +20,18 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import FrameType
 from multiprocessing import popen_fork
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkProcess
 from multiprocessing.process import BaseProcess
+from types import FrameType
 from typing import Any, Callable
 
-from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.launcher.kernel import fds as kernel_fds
 from notebook_accel.display.flush import flush_soon
-from notebook_accel.launcher.placement.processes import end_groups, exit_fd, signal_worker
+from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.launcher.child.main import KernelState, WorkerSpec, survey_kernel, worker_main
+from notebook_accel.launcher.kernel import fds as kernel_fds
+from notebook_accel.launcher.placement.processes import end_groups, exit_fd, signal_worker
 from notebook_accel.monitor.board import SystemBoard
 
 __all__ = ["WorkerHandle", "start_workers", "close_handles", "interrupts_held"]

@@ -33,17 +33,17 @@ from notebook_accel.cell_names import cell_names
 from notebook_accel.channel import decode
 from notebook_accel.display.base import BaseSink
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, Saved, Started, StepTimes
-from notebook_accel.launcher.supervision.failures import WorkerFailure, death_message
-from notebook_accel.launcher.rendezvous.heartbeat import PeerWatch
-from notebook_accel.launcher.supervision.messages import MessageReader
-from notebook_accel.launcher.supervision.outcome import finish_aborted, run_outcome, signal_name, unloadable_message
-from notebook_accel.launcher.supervision.output import RankOutput
-from notebook_accel.launcher.supervision.stopping import StopSchedule, sigint_ignored
 from notebook_accel.launcher.placement.local import LocalFork
 from notebook_accel.launcher.placement.processes import oom_kills
 from notebook_accel.launcher.placement.protocol import Placement
-from notebook_accel.launcher.supervision.runlogs import rank_log
 from notebook_accel.launcher.placement.spawn import WorkerHandle
+from notebook_accel.launcher.rendezvous.heartbeat import PeerWatch
+from notebook_accel.launcher.supervision.failures import WorkerFailure, death_message
+from notebook_accel.launcher.supervision.messages import MessageReader
+from notebook_accel.launcher.supervision.outcome import finish_aborted, run_outcome, signal_name, unloadable_message
+from notebook_accel.launcher.supervision.output import RankOutput
+from notebook_accel.launcher.supervision.runlogs import rank_log
+from notebook_accel.launcher.supervision.stopping import StopSchedule, sigint_ignored
 from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.monitor.board import SystemBoard
 from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
