@@ -27,7 +27,7 @@ from notebook_accel.events import Event, Metrics, RunInfo, RunOutcome, Started
 from notebook_accel.tracking import LiveTracker, TrackerHub
 from notebook_accel.widgets.dashboard import Dashboard
 from notebook_accel.widgets.plots import CurvePlot
-from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.run_model import RunState
 
 INFO = RunInfo(2, ("cpu", "cpu"), "gloo", "bench")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from notebook_accel.checks import checked_device
+from notebook_accel.argument_checks import checked_device
 
 __all__ = ["init_empty_weights", "init_on_device"]
 

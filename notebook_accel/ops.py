@@ -17,7 +17,7 @@ from typing import Any, Literal, cast
 import torch
 import torch.distributed as dist
 
-from notebook_accel.checks import checked_number
+from notebook_accel.argument_checks import checked_number
 from notebook_accel.errors import NotebookAccelError, shown
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.utils.nested import recursively_apply, tensors_of

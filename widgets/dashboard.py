@@ -13,7 +13,7 @@ Cost: the first frame is plain HTML (:meth:`Dashboard._frame`, no widget and no 
 seconds, so a launch that ends sooner costs the kernel two display messages and builds no widget.
 
 Timing: ``handle`` runs on the launcher's loop in the kernel's main thread and updates the pure-Python
-:class:`~notebook_accel.widgets.state.RunState` (O(1) per event); the widgets are refreshed at most every
+:class:`~notebook_accel.widgets.run_model.RunState` (O(1) per event); the widgets are refreshed at most every
 ``refresh_interval`` seconds (at once for status changes). Between events the launcher calls :meth:`tick`
 at least every :data:`~notebook_accel.events.TICK_SECONDS`: it moves the clock (elapsed, rate, ETA) and shows
 every value held back by the throttle, so nothing waits for the next event (:attr:`needs_tick`). (A timer thread
@@ -47,7 +47,7 @@ from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.widgets import views
 from notebook_accel.widgets.live_view import LiveView
 from notebook_accel.widgets.snapshot import StaticResult, Summary
-from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.run_model import RunState
 from notebook_accel.widgets.svg import curves_svg
 from notebook_accel.widgets.system_panel import SystemPanel, panel_height
 

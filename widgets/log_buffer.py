@@ -1,7 +1,7 @@
 """What a log pane holds: a worker's output as lines, the final ones bounded, the live ones (a tqdm bar) last.
 
 Pure Python, fed by :class:`~notebook_accel.events.Log` events, part of the run model
-(:class:`~notebook_accel.widgets.state.RunState` keeps one buffer for the main rank and one for all ranks).
+(:class:`~notebook_accel.widgets.run_model.RunState` keeps one buffer for the main rank and one for all ranks).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from matplotlib.lines import Line2D
 from PIL import Image as PILImage
 
 from notebook_accel.widgets.series import Series
-from notebook_accel.widgets.state import group_of, label_of
+from notebook_accel.widgets.run_model import group_of, label_of
 
 __all__ = ["CurvePlot"]
 

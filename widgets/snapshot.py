@@ -15,7 +15,7 @@ import base64
 import html
 
 from notebook_accel.durations import format_duration
-from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.run_model import RunState
 from notebook_accel.widgets.system_panel import panel_html
 
 SNAPSHOT_LOG_LINES = 20  # the main process's last output lines in the plain-text summary

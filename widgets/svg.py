@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 
 from notebook_accel.widgets.series import Series
-from notebook_accel.widgets.state import group_of, label_of
+from notebook_accel.widgets.run_model import group_of, label_of
 
 __all__ = ["curves_svg", "nice_ticks", "COLORS"]
 

@@ -24,7 +24,7 @@ from notebook_accel.events import RankSystem
 from notebook_accel.monitor.summary import gib
 from notebook_accel.monitor.verdict import RankSteps
 from notebook_accel.widgets.series import Series
-from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.run_model import RunState
 from notebook_accel.widgets.system_state import RankFigures, SystemState
 
 __all__ = ["SystemPanel", "panel_html", "panel_height", "sparkline_svg", "step_bar_html", "PARTS"]
@@ -198,7 +198,7 @@ class SystemPanel:
 
     Example:
         >>> from notebook_accel.events import RunInfo
-        >>> from notebook_accel.widgets.state import RunState
+        >>> from notebook_accel.widgets.run_model import RunState
         >>> import ipywidgets as w
         >>> panel, box = SystemPanel(), w.VBox()
         >>> panel.update(RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "train")), box)

@@ -1,4 +1,4 @@
-"""HTML fragments the dashboard shows, built from a :class:`~notebook_accel.widgets.state.RunState`.
+"""HTML fragments the dashboard shows, built from a :class:`~notebook_accel.widgets.run_model.RunState`.
 
 Pure functions (no widgets), so they are cheap to test and the dashboard only decides *when* to call them.
 """
@@ -12,7 +12,7 @@ from notebook_accel.terminal import ansi_to_html
 from notebook_accel.widgets.log_style import line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.log_buffer import LogLine
-from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.run_model import RunState
 
 __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
            "error_html", "bar_row_html", "first_frame_html", "part_html", "STATUS_COLORS", "LOG_HEIGHT",

@@ -32,7 +32,7 @@ from notebook_accel.accelerator.preparing import (record_loader, record_prepared
 from notebook_accel.accelerator.process_facade import ProcessFacade
 from notebook_accel.accelerator.saving import announce_saved
 from notebook_accel.accelerator.tracking import open_trackers
-from notebook_accel.checks import checked_clip_arguments, checked_log_arguments, checked_log_kwargs
+from notebook_accel.argument_checks import checked_clip_arguments, checked_log_arguments, checked_log_kwargs
 from notebook_accel.data import PreparedDataLoader, prepare_data_loader
 from notebook_accel.data.standalone_prepare import mark_dispatching
 from notebook_accel.engines.label import report_engine

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from notebook_accel.checks import check_writable, checked_save_arguments
+from notebook_accel.argument_checks import check_writable, checked_save_arguments
 
 __all__ = ["announce_saved", "save_on_main"]
 

@@ -26,7 +26,7 @@ from notebook_accel.checkpointing.agreement import agree
 from notebook_accel.checkpointing.atomic import fsync_dir, make_dir, remove_dir, temp_sibling, write_bytes, write_torch
 from notebook_accel.checkpointing.save import error_text
 from notebook_accel.checkpointing.shards import ShardPlan, for_safetensors, parse_size, plan_shards, weights_name
-from notebook_accel.checks import checked_folder
+from notebook_accel.argument_checks import checked_folder
 from notebook_accel.errors import shown
 
 __all__ = ["save_model"]

@@ -25,7 +25,7 @@ from notebook_accel.checkpointing.naming import checkpoints_root, complete_check
 from notebook_accel.checkpointing.objects import Saved, collect
 from notebook_accel.checkpointing.recovery import recovery_candidate
 from notebook_accel.checkpointing.save import automatic_naming, error_text, project_dir_of
-from notebook_accel.checks import checked_folder
+from notebook_accel.argument_checks import checked_folder
 from notebook_accel.errors import shown
 
 __all__ = ["load_state", "compare"]

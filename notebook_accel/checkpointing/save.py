@@ -33,7 +33,7 @@ from notebook_accel.checkpointing.naming import (
 )
 from notebook_accel.checkpointing.objects import Saved, collect
 from notebook_accel.checkpointing.recovery import recover
-from notebook_accel.checks import checked_folder
+from notebook_accel.argument_checks import checked_folder
 
 __all__ = ["save_state", "error_text", "automatic_naming", "project_dir_of"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from notebook_accel.config.errors import ConfigError, ConfigWarning
 from notebook_accel.config.io import load_config, save_config
 from notebook_accel.config.locate import default_config_path, find_config_file, resolve_config
-from notebook_accel.config.model import Config
+from notebook_accel.config.schema import Config
 
 __all__ = [
     "Config",

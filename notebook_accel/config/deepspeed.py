@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from notebook_accel.config.accelerate_keys import suggest
-from notebook_accel.config.checks import Check, check_bool, check_class_names, choice_check, optional, run_checks, show
+from notebook_accel.config.value_checks import (
+    Check,
+    check_bool,
+    check_class_names,
+    choice_check,
+    optional,
+    run_checks,
+    show,
+)
 from notebook_accel.config.files import read_regular_file
 
 __all__ = [

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from notebook_accel.config.accelerate_keys import suggest
-from notebook_accel.config.checks import Check, check_bool, check_class_names, choice_check, run_checks, show
+from notebook_accel.config.value_checks import Check, check_bool, check_class_names, choice_check, run_checks, show
 
 __all__ = [
     "SHARDING_STRATEGIES",

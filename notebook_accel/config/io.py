@@ -22,7 +22,7 @@ import yaml
 from notebook_accel.config.accelerate_keys import UNSUPPORTED_KEYS, coerce_yaml_values, is_inactive, unknown_key_problem
 from notebook_accel.config.errors import ConfigError, ConfigWarning
 from notebook_accel.config.files import MAX_CONFIG_BYTES, config_file_path, read_regular_file
-from notebook_accel.config.model import FIELD_NAMES, OUR_FIELDS, Config
+from notebook_accel.config.schema import FIELD_NAMES, OUR_FIELDS, Config
 from notebook_accel.config.validation import BOOL_FIELDS
 from notebook_accel.errors import shown
 

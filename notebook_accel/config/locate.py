@@ -23,7 +23,7 @@ from notebook_accel import environment
 from notebook_accel.config.errors import ConfigError
 from notebook_accel.config.files import config_file_path
 from notebook_accel.config.io import load_config
-from notebook_accel.config.model import Config
+from notebook_accel.config.schema import Config
 
 __all__ = ["default_config_path", "accelerate_config_path", "find_config_file", "resolve_config"]
 

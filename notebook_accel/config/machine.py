@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from notebook_accel.config.choices import MixedPrecision
 from notebook_accel.config.errors import ConfigError
-from notebook_accel.config.model import Config
+from notebook_accel.config.schema import Config
 from notebook_accel.hardware import GpuInfo, supports_bf16
 
 __all__ = ["precision_choices", "config_for_machine"]

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Sampler
 
-from notebook_accel.checks import checked_loader
+from notebook_accel.argument_checks import checked_loader
 from notebook_accel.data.loader import PreparedDataLoader
 from notebook_accel.data.prepare import loader_options
 from notebook_accel.data.sharding import DataPrepareError

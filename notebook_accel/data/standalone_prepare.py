@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from notebook_accel.checks import checked_device, checked_int, checked_loader
+from notebook_accel.argument_checks import checked_device, checked_int, checked_loader
 from notebook_accel.data import loader as _loader
 from notebook_accel.data import prepare as _prepare
 from notebook_accel.data.sharding import DataPrepareError

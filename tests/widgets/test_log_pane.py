@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from notebook_accel.events import Log, RunInfo, RunOutcome
 from notebook_accel.widgets.snapshot import summary_html, summary_text
-from notebook_accel.widgets.state import LogBuffer, RunState
+from notebook_accel.widgets.run_model import LogBuffer, RunState
 from notebook_accel.widgets.views import logs_html
 
 

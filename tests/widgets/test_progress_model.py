@@ -6,7 +6,7 @@ import pytest
 
 from notebook_accel.events import Log, Metrics, Progress, RunInfo
 from notebook_accel.widgets import views
-from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.run_model import RunState
 
 
 def _state() -> RunState:

@@ -7,7 +7,7 @@ import base64
 from notebook_accel.events import EngineReady, Failed, Log, Metrics, RunInfo, RunOutcome, Started
 from notebook_accel.widgets import views
 from notebook_accel.widgets.snapshot import StaticResult, format_duration, summary_html, summary_text
-from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.run_model import RunState
 
 
 def _finished_state() -> RunState:

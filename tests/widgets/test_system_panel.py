@@ -9,7 +9,7 @@ import ipywidgets as w
 from notebook_accel.events import Log, Metrics, RankSystem, RunInfo, RunOutcome, Started, StepTimes, SystemSample
 from notebook_accel.widgets import Dashboard
 from notebook_accel.widgets.snapshot import StaticResult
-from notebook_accel.widgets.state import RunState
+from notebook_accel.widgets.run_model import RunState
 from notebook_accel.widgets.system_panel import panel_height, panel_html
 from notebook_accel.widgets.system_state import SPARK_BUDGET, SystemState
 

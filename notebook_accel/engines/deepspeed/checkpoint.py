@@ -8,7 +8,7 @@
   recovery scripts ``zero_to_fp32.py``/``zero_to_torch.py`` (rank 0).
 
 Before anything changes, ``load_state`` checks the manifest (files, sizes, checksums), refuses a ZeRO checkpoint of
-another number of processes (DeepSpeed cannot repartition it), and :mod:`.validation` reads every DeepSpeed file
+another number of processes (DeepSpeed cannot repartition it), and :mod:`.load_checks` reads every DeepSpeed file
 this rank's ``load_checkpoint`` reads with ``torch.load(weights_only=True)`` (allowing only the three small
 DeepSpeed classes its files hold) and checks the saved ZeRO stage, weights and partition layout against this run;
 only then does DeepSpeed's own ``load_checkpoint`` (which unpickles without that restriction) restore model and
@@ -25,7 +25,7 @@ import torch
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Entry
 from notebook_accel.checkpointing.saved import Saved
-from notebook_accel.engines.deepspeed.validation import OPTIM, check_saved, model_files, world_size_reason
+from notebook_accel.engines.deepspeed.load_checks import OPTIM, check_saved, model_files, world_size_reason
 
 __all__ = ["engine_checkpoint", "optimizer_checkpoint", "gathered_weights", "model_files"]
 

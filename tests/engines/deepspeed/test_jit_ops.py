@@ -101,7 +101,7 @@ def test_the_phase_is_announced_while_an_op_builds_and_cleared_after(
 
 
 def test_the_dashboard_shows_the_phase_instead_of_no_progress_yet() -> None:
-    from notebook_accel.widgets.state import RunState
+    from notebook_accel.widgets.run_model import RunState
     from notebook_accel.widgets.views import progress_text, ranks_html
 
     state = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "train"))

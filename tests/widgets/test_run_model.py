@@ -1,11 +1,11 @@
-"""Tests for notebook_accel.widgets.state: the run model fed by events, without widgets."""
+"""Tests for notebook_accel.widgets.run_model: the run model fed by events, without widgets."""
 
 from __future__ import annotations
 
 import pytest
 
 from notebook_accel.events import Exited, Failed, Finished, Log, Metrics, Progress, RunInfo, RunOutcome, Started
-from notebook_accel.widgets.state import RunState, group_of, label_of
+from notebook_accel.widgets.run_model import RunState, group_of, label_of
 
 
 def _state(n: int = 2, **kw: int) -> RunState:
