@@ -37,7 +37,7 @@ def rename_cells(text: str, name_of: Callable[[str], tuple[str, str] | None]) ->
 def cell_names(text: str) -> str:
     """``text`` with the frames of notebook cells named as IPython names them (unchanged outside IPython)."""
     getipython = sys.modules.get("IPython.core.getipython")
-    shell = getipython.get_ipython() if getipython is not None else None  # type: ignore[attr-defined]
+    shell = getipython.get_ipython() if getipython is not None else None
     name_of = getattr(getattr(shell, "compile", None), "format_code_name", None)
     if name_of is None:
         return text

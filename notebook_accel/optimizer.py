@@ -43,7 +43,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._skipped = False
 
     @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+    def param_groups(self) -> list[dict[str, Any]]:
         """The user's optimizer's parameter groups."""
         return self.optimizer.param_groups
 
@@ -52,7 +52,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.param_groups = value
 
     @property
-    def state(self) -> Any:  # type: ignore[override]
+    def state(self) -> Any:
         """The user's optimizer's per-parameter state."""
         return self.optimizer.state
 
@@ -61,7 +61,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.state = value
 
     @property
-    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+    def defaults(self) -> dict[str, Any]:
         """The user's optimizer's defaults."""
         return self.optimizer.defaults
 
@@ -74,7 +74,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         """True when the last real step was skipped by the fp16 scaler (inf/nan gradients)."""
         return self._skipped
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Step the user's optimizer when gradients sync (through the scaler under fp16); else nothing."""
         if not self.gradient_state.sync_gradients:
             return None

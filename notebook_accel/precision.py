@@ -92,7 +92,7 @@ def wrap_forward(model: torch.nn.Module, mode: MixedPrecision, device: torch.dev
         return recursively_apply(_to_fp32, out)
 
     model._notebook_accel_original_forward = original  # type: ignore[assignment]
-    model.forward = types.MethodType(forward, model)  # type: ignore[method-assign]
+    model.forward = types.MethodType(forward, model)
 
 
 def unwrap_forward(model: torch.nn.Module) -> None:

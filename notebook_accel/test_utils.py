@@ -115,7 +115,7 @@ def assert_exception(exception_class: type[BaseException], msg: str | None = Non
 
 def _skip_unless(condition: bool, reason: str) -> Callable[[F], F]:
     """``unittest.skipUnless`` (pytest honours it too), typed for decorators."""
-    return unittest.skipUnless(condition, reason)  # type: ignore[return-value]
+    return unittest.skipUnless(condition, reason)
 
 
 def require_bnb(test: F) -> F:

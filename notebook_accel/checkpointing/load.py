@@ -78,7 +78,7 @@ def compare(manifest: Manifest, objects: list[Saved], world_size: int, skipped: 
     here = Counter(s.entry.kind for s in objects if s.entry.kind not in skipped)
     for kind in sorted(set(saved) | set(here)):
         ours = [s.entry.type_name for s in objects if s.entry.kind == kind]
-        theirs = [e.type_name for e in manifest.entries_of(kind)]  # type: ignore[arg-type]
+        theirs = [e.type_name for e in manifest.entries_of(kind)]
         if saved[kind] != here[kind]:
             problems.append(
                 f"the checkpoint has {_describe(theirs)} {kind} object(s), this Accelerator has {_describe(ours)}; "

@@ -35,7 +35,7 @@ def capture_rng_state() -> dict[str, Any]:
         True
     """
     version, internal, gauss = random.getstate()
-    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)  # type: ignore[misc]
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
     cuda: list[torch.Tensor] | None = None
     if torch.cuda.is_available():
         cuda = [t.clone() for t in torch.cuda.get_rng_state_all()]

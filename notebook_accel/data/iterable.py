@@ -66,7 +66,7 @@ def is_stateful(dataset: Any) -> bool:
     return callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))
 
 
-class ShardedIterableDataset(IterableDataset):  # type: ignore[type-arg]
+class ShardedIterableDataset(IterableDataset):
     """This rank's items of ``dataset``; batch them with ``batch_size=per_process_batch``.
 
     Args:

@@ -57,7 +57,7 @@ def _worker_parts(dataset: Any, options: dict[str, Any]) -> dict[str, Any]:
             "worker_init_fn": options.get("worker_init_fn")}
 
 
-class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
+class PreparedDataLoader(DataLoader):
     """A DataLoader over this rank's shard; see the module docstring. Built by :func:`prepare_data_loader`.
 
     Attributes:

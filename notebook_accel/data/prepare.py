@@ -31,7 +31,7 @@ from notebook_accel.state import GradientState, ProcessState
 __all__ = ["loader_options", "prepare_data_loader"]
 
 
-def loader_options(loader: DataLoader) -> dict[str, Any]:  # type: ignore[type-arg]
+def loader_options(loader: DataLoader) -> dict[str, Any]:
     """The options of ``loader`` a rebuilt DataLoader must keep (workers, collate, pinning, ...)."""
     options: dict[str, Any] = {
         "num_workers": loader.num_workers, "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory,
@@ -84,7 +84,7 @@ def _remainder(length: int | None, global_batch: int | None, drop_last: bool, co
     return length % global_batch
 
 
-def prepare_data_loader(loader: DataLoader, state: ProcessState,  # type: ignore[type-arg]
+def prepare_data_loader(loader: DataLoader, state: ProcessState,
                         gradient_state: GradientState, config: DataLoaderConfiguration,
                         device_placement: bool = True) -> PreparedDataLoader:
     """This rank's sharded, device-placing, resumable version of ``loader``.
@@ -136,7 +136,7 @@ def _length(dataset: Any) -> int | None:
         return None
 
 
-def _prepare_iterable(loader: DataLoader, n: int, rank: int, config: DataLoaderConfiguration,  # type: ignore[type-arg]
+def _prepare_iterable(loader: DataLoader, n: int, rank: int, config: DataLoaderConfiguration,
                       common: dict[str, Any]) -> PreparedDataLoader:
     """An IterableDataset loader: deal the items (whole items when the loader does not batch), batch per process."""
     batched = loader.batch_size is not None
@@ -160,7 +160,7 @@ def _prepare_iterable(loader: DataLoader, n: int, rank: int, config: DataLoaderC
                               remainder=remainder, **common)
 
 
-def _prepare_map(loader: DataLoader, n: int, rank: int, config: DataLoaderConfiguration,  # type: ignore[type-arg]
+def _prepare_map(loader: DataLoader, n: int, rank: int, config: DataLoaderConfiguration,
                  common: dict[str, Any]) -> PreparedDataLoader:
     """A map-style loader: deal its batch sampler's batches (its sampler's keys when it does not batch)."""
     base: Any = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler

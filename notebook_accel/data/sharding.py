@@ -285,6 +285,6 @@ class ShardedSampler(ShardedBatchSampler):
         inner = sampler if isinstance(sampler, _Singletons) else _Singletons(sampler)
         super().__init__(inner, rank, num_processes, False, even_batches, skip, isolate_seed)
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # keys, not lists of keys
+    def __iter__(self) -> Iterator[Any]:
         for batch in super().__iter__():
             yield batch[0]

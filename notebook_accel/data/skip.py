@@ -31,7 +31,7 @@ class SkipBatchSampler(Sampler[list[int]]):
         return max(0, len(self.batch_sampler) - self.skip)
 
 
-def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:  # type: ignore[type-arg]
+def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
     """A loader like ``dataloader`` whose iterations start after ``num_batches`` batches.
 
     Prepared loaders skip this rank's batches by index (nothing is loaded for the skipped ones); plain loaders

@@ -62,7 +62,7 @@ def metric_names(logs: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-class DashboardCallback(TrainerCallback):  # type: ignore[misc]  # transformers is untyped for mypy here
+class DashboardCallback(TrainerCallback):
     """Forwards a ``Trainer``'s logged values and progress to the ``notebook_launcher`` dashboard or console.
 
     Added automatically to every ``Trainer`` made inside ``notebook_launcher``; by hand elsewhere:

@@ -29,7 +29,7 @@ def _dashboard(show_all_ranks: bool) -> Sink:
     """A live dashboard, imported only now (the core package never loads UI code); raises ImportError."""
     from notebook_accel.widgets.dashboard import Dashboard
 
-    return Dashboard(show_all_ranks=show_all_ranks)  # type: ignore[no-any-return]
+    return Dashboard(show_all_ranks=show_all_ranks)
 
 
 def choose_sink(

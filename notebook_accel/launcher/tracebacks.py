@@ -87,7 +87,7 @@ class _IPythonTraceback:
         if exc is None or shell is None:
             raise LookupError("no exception or no IPython shell to render with")
         tb = without_launcher_frames(exc.__traceback__)
-        return shell.InteractiveTB.structured_traceback(type(exc), exc, tb)  # type: ignore[no-any-return]
+        return shell.InteractiveTB.structured_traceback(type(exc), exc, tb)
 
     def __reduce__(self) -> tuple[type[_IPythonTraceback], tuple[()]]:
         """Pickled without the exception (which holds this object)."""

@@ -27,7 +27,7 @@ def _timed_classes() -> tuple[type, type] | None:
     except ImportError:
         return None
 
-    class TimedAllGather(DefaultAllGather):  # type: ignore[misc, valid-type]
+    class TimedAllGather(DefaultAllGather):
         """torch's default FSDP all-gather, timed."""
 
         def __init__(self, timer: CommTimer) -> None:
@@ -37,7 +37,7 @@ def _timed_classes() -> tuple[type, type] | None:
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
             return timed_call(self.timer, super().__call__, args, kwargs)
 
-    class TimedReduceScatter(DefaultReduceScatter):  # type: ignore[misc, valid-type]
+    class TimedReduceScatter(DefaultReduceScatter):
         """torch's default FSDP reduce-scatter, timed."""
 
         def __init__(self, timer: CommTimer) -> None:

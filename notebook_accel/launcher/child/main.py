@@ -79,7 +79,7 @@ class WorkerSpec:
 def _libc_function(name: str) -> Callable[..., int] | None:
     """A libc function, looked up once in the kernel (not in every child); ``None`` where there is none."""
     try:
-        return getattr(ctypes.CDLL(None), name)  # type: ignore[no-any-return]
+        return getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
         return None
 

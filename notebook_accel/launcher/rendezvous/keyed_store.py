@@ -63,7 +63,7 @@ def aead_class() -> Any:
     return AESGCM
 
 
-class KeyedStore(Store):  # type: ignore[misc]  # torch's Store has no type information for subclassing
+class KeyedStore(Store):
     """``store`` seen through keyed names and authenticated, encrypted values (see the module docstring).
 
     Args:

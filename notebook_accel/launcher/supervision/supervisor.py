@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from notebook_accel.cell_names import cell_names
 from notebook_accel.channel import decode
@@ -313,7 +313,7 @@ class _Supervisor:
             deadline = time.monotonic() + self.stop.grace
             while self.sentinels and time.monotonic() < deadline:
                 for sentinel in wait(list(self.sentinels), deadline - time.monotonic()):
-                    self.sentinels.pop(sentinel).reap()  # type: ignore[call-overload,arg-type]
+                    self.sentinels.pop(cast(int, sentinel)).reap()  # wait() gives back what it was given
             for handle in self.handles:
                 self.placement.signal(handle, signal.SIGKILL)
             for handle in self.handles:
