@@ -1,8 +1,8 @@
 """Live curves: matplotlib (Agg, no pyplot) drawn into PNG bytes for an ``ipywidgets.Image``.
 
 One panel per metric group (the part of the name after the last ``/``: ``train/loss`` and ``eval/loss``
-share the ``loss`` panel, with one line each), x = step. The figure and its lines are built once and rebuilt only when a new metric
-appears; a redraw only swaps the lines' data (already downsampled to a fixed budget by
+share the ``loss`` panel, with one line each), x = step. The figure and its lines are built once and rebuilt only when
+a new metric appears; a redraw only swaps the lines' data (already downsampled to a fixed budget by
 :class:`~notebook_accel.widgets.series.Series`), so its cost does not grow with the number of logged steps.
 """
 

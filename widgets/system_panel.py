@@ -8,8 +8,8 @@ the rows the machine's free memory, below them the verdict line.
 
 Cost and layout: :func:`panel_html` is a pure function of :class:`~notebook_accel.widgets.system_state.SystemState`
 (7 kB and 0.2 ms of kernel CPU for two CPU ranks, 46 kB and 1.6 ms for eight GPU ranks, after an hour of
-samples: the sparklines keep a fixed number of points); :class:`SystemPanel` creates its one ``HTML`` widget only when the
-first sample or step report arrives (a run without them costs no widget), appends it at the bottom of the
+samples: the sparklines keep a fixed number of points); :class:`SystemPanel` creates its one ``HTML`` widget only when
+the first sample or step report arrives (a run without them costs no widget), appends it at the bottom of the
 dashboard in the room kept free for it from the first frame (so its arrival moves nothing), and redraws it only
 when the state changed. Its lines have fixed heights, so step reports and a verdict arriving later do not make
 it grow; a row wider than the cell scrolls sideways instead of wrapping.

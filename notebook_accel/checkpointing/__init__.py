@@ -35,9 +35,10 @@ mid-save leaves the previous checkpoint intact); a failure on any rank raises :c
 Loading validates everything on every rank before modifying anything.
 
 Every file is read with ``torch.load(weights_only=True)`` (RNG states are stored as tensors and plain numbers), so a
-checkpoint from elsewhere cannot run code when loaded (DeepSpeed's files are read that way first, then by DeepSpeed). The one limit: a scheduler or ``register_for_checkpointing``
-object whose ``state_dict()`` holds arbitrary Python objects (a lambda, a custom class) cannot be loaded that way;
-load_state then raises a CheckpointError saying so. Keep such state to tensors, numbers, strings, lists and dicts.
+checkpoint from elsewhere cannot run code when loaded (DeepSpeed's files are read that way first, then by DeepSpeed).
+The one limit: a scheduler or ``register_for_checkpointing`` object whose ``state_dict()`` holds arbitrary Python
+objects (a lambda, a custom class) cannot be loaded that way; load_state then raises a CheckpointError saying so. Keep
+such state to tensors, numbers, strings, lists and dicts.
 
 Exact resume: the RNG of every rank and every prepared loader's state (epoch, shuffle seed, batches already
 yielded) are saved, so after ``load_state`` the next ``iter(loader)`` yields exactly the batches the uninterrupted

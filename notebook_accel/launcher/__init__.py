@@ -1,9 +1,11 @@
-"""Forking training workers from a live Jupyter kernel (or a script) and supervising them.
+"""Starting training workers from a live Jupyter kernel (or a script) and supervising them.
 
-``notebook_launcher`` checks everything before the fork (:mod:`.preflight`, :mod:`.ports`), forks one worker
-per device (:mod:`.spawn`, whose children run :mod:`.worker`), watches them in one loop (:mod:`.supervisor`)
-and shows the run through a sink (:mod:`.console`, or the dashboard; chosen in :mod:`.sinks`).
-``num_processes=1`` runs in the kernel itself (:mod:`.inprocess`).
+``notebook_launcher`` (:mod:`.api`) checks everything before anything starts (:mod:`.preflight`,
+:mod:`.accelerate_args`), builds a :class:`~.plan.Plan`, opens the run's resources in one owner
+(:mod:`.run_resources`: the rendezvous of :mod:`.rendezvous`, the kernel-side guards of :mod:`.kernel`), chooses
+the sink (:mod:`.sink_choice`), starts the workers through a placement (:mod:`.placement`; each forked child runs
+:mod:`.child`), and watches them in one loop (:mod:`.supervision`). ``num_processes=1`` runs in the kernel itself
+(:mod:`.placement.inprocess`). docs/ARCHITECTURE.md gives the whole picture.
 """
 
 from __future__ import annotations

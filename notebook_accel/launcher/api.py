@@ -173,8 +173,8 @@ def notebook_launcher(
             ``True``, ``False`` (console), or any :class:`~notebook_accel.events.Sink`.
         show_all_ranks: show every rank's output, not only the main process's (others' errors always show).
         use_cpu: run on CPU with gloo even when GPUs are visible.
-        block: ``False`` returns a :class:`~notebook_accel.launcher.supervision.background.BackgroundRun` at once while the
-            run goes on (the dashboard keeps updating; other cells run): ``run.status``, ``run.wait()``,
+        block: ``False`` returns a :class:`~notebook_accel.launcher.supervision.background.BackgroundRun` at once
+            while the run goes on (the dashboard keeps updating; other cells run): ``run.status``, ``run.wait()``,
             ``run.result()``, ``run.stop()``, ``run.metrics``, ``run.output``, ``await run``.
         concurrent: allow this launch while a background run is still going (one at a time otherwise).
 
@@ -303,8 +303,8 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
 
 def _start_workers(plan: Plan, resources: RunResources, placement: Placement, sink: BaseSink, folder: Path | None,
                    start: float) -> list[WorkerHandle]:
-    """Start the workers (in the thread that will watch them: see .background), then guard them; tell ``sink``
-    when they could not be started."""
+    """Start the workers (in the thread that will watch them: see supervision/background.py), then guard them; tell
+    ``sink`` when they could not be started."""
     envs = resources.envs
     try:
         board = resources.open_board([env.rank for env in envs])  # before the fork: the workers inherit it

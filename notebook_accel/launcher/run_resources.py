@@ -156,7 +156,7 @@ def _open(res: RunResources, plan: Plan, attempt: int, resume: str | None) -> No
     """The opening steps of :func:`open_resources`, each resource entered as soon as it exists."""
     local = len(plan.devices)
     res.secret = store_secret() if plan.nodes > 1 else None  # several machines: keyed names, sealed values
-    # Node 0 of a forked run serves the rendezvous store itself, bound to master_addr only (.rendezvous); one
+    # Node 0 of a forked run serves the rendezvous store itself, bound to master_addr only (rendezvous/store.py); one
     # machine: the port is held, not served (below).
     listener = res.enter(bind_listener(plan.master_addr, plan.port, listen=plan.nodes > 1),
                          lambda s: s.close()) if plan.node == 0 and not plan.in_process else None
@@ -171,17 +171,18 @@ def _open(res: RunResources, plan: Plan, attempt: int, resume: str | None) -> No
         res.store = res.enter(StoreServer(listener, plan.nodes * local, plan.rdzv.join_timeout), StoreServer.close)
     if not plan.in_process:  # ends the workers' groups if the kernel is killed
         res.guard = res.enter(KernelDeathGuard(), KernelDeathGuard.close)
-    if plan.nodes > 1 and not plan.in_process:  # a lost node ends the run (.heartbeat)
+    if plan.nodes > 1 and not plan.in_process:  # a lost node ends the run (rendezvous/heartbeat.py)
         res.watch = res.enter(PeerWatch(plan.master_addr, int(port), plan.node, plan.nodes, local,
                                         plan.rdzv.keep_alive_interval, plan.rdzv.keep_alive_max_attempt,
                                         plan.rdzv.join_timeout, res.secret), PeerWatch.close)
-    # One machine: the workers rendezvous in a FileStore only this user can open, not on the TCP port (.rendezvous);
-    # the port stays bound (MASTER_PORT names it) but is not served: starting a TCP store costs a launch 2-4 ms.
+    # One machine: the workers rendezvous in a FileStore only this user can open, not on the TCP port
+    # (rendezvous/store.py); the port stays bound (MASTER_PORT names it) but is not served: starting a TCP store
+    # costs a launch 2-4 ms.
     if res.store is not None and plan.nodes == 1:
         res.private = res.enter(new_store_folder(), remove_store_folder)
         if res.guard is not None:
             res.guard.remove_on_death(res.private)  # a killed kernel leaves no folder behind
-    # What this run holds open in the kernel: the workers of every later fork close it (.kernel_fds).
+    # What this run holds open in the kernel: the workers of every later fork close it (kernel/fds.py).
     store, guard, watch = res.store, res.guard, res.watch
     res.descriptors = res.enter(RunDescriptors([lambda: (store.fd if store else -1, guard.fd if guard else -1),
                                                 lambda: watch.descriptors() if watch else ()],

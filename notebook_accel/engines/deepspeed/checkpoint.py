@@ -3,7 +3,8 @@
 ``save_state`` asks DeepSpeed's engine to ``save_checkpoint`` straight into our temporary checkpoint folder
 (``tag="."``), so its files sit beside ours and the atomic commit, sizes and SHA-256 checks cover them:
 
-* ZeRO 0-2: ``mp_rank_00_model_states.pt`` (rank 0, full weights), ZeRO-3: ``zero_pp_rank_<r>_mp_rank_00_model_states.pt``;
+* ZeRO 0-2: ``mp_rank_00_model_states.pt`` (rank 0, full weights), ZeRO-3:
+  ``zero_pp_rank_<r>_mp_rank_00_model_states.pt``;
 * ZeRO 1-3: ``zero_pp_rank_<r>_mp_rank_00_optim_states.pt`` (each rank's optimizer partition) and DeepSpeed's
   recovery scripts ``zero_to_fp32.py``/``zero_to_torch.py`` (rank 0).
 

@@ -10,8 +10,9 @@ kernel restart) never removes it, and every later launch then waits forever.
 So, before DeepSpeed sets up its group, each worker:
 
 - refuses a lock that no process holds open (checked twice, a moment apart, through ``/proc/*/fd``), whether or not
-  the op was built before (torch takes the lock on every load, to see whether to rebuild): the launch fails at once with :class:`StaleBuildLockError`, naming the file and how to remove it. A lock some process holds
-  is a build in progress (another rank, another run), and is waited for as torch does;
+  the op was built before (torch takes the lock on every load, to see whether to rebuild): the launch fails at once
+  with :class:`StaleBuildLockError`, naming the file and how to remove it. A lock some process holds is a build in
+  progress (another rank, another run), and is waited for as torch does;
 - posts a :class:`~notebook_accel.events.Phase` saying that DeepSpeed is compiling (or waiting for another
   process's build) when the op is not built yet, shown by the dashboard and the console, and clears it after.
 

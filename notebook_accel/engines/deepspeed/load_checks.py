@@ -4,9 +4,9 @@ DeepSpeed loads the module's weights, then the optimizer partitions, and only on
 fit (another number of processes, an extra layer, another partition layout): by then the model has changed. So
 before it is called, each rank reads its own DeepSpeed files (together, the ranks read every file DeepSpeed's
 ``load_checkpoint`` will read) with ``torch.load(weights_only=True)`` (DeepSpeed itself unpickles them in full, so
-a file that could run code is refused here) and compares them with the live engine: the ZeRO stage, the number of processes, the keys and full
-shapes of the weights (from ``param_shapes`` under ZeRO-3, whose saved module holds empty partitions), and the
-ZeRO partition layout (partition counts, alignment paddings, the size of each flat fp32 partition).
+a file that could run code is refused here) and compares them with the live engine: the ZeRO stage, the number of
+processes, the keys and full shapes of the weights (from ``param_shapes`` under ZeRO-3, whose saved module holds empty
+partitions), and the ZeRO partition layout (partition counts, alignment paddings, the size of each flat fp32 partition).
 """
 
 from __future__ import annotations

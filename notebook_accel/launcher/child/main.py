@@ -2,10 +2,10 @@
 
 Order matters. The child first forgets what it inherited from the kernel (the kernel's event channel, an
 initialised torch.distributed group, ipykernel's streams, signal handlers and IPython shell:
-:mod:`.kernel_detach`), then points fd 1 and 2 at its own pipes (so C-level output is captured too) with
+:mod:`.detach`), then points fd 1 and 2 at its own pipes (so C-level output is captured too) with
 ``sys.stderr`` writing frames into the stdout pipe (so the order of stdout and stderr is kept:
-:mod:`.streams`), sets its rank environment and thread count, installs its event writer (and the dashboard callback of any
-``transformers.Trainer``: :mod:`notebook_accel.integrations`), runs the user's
+:mod:`.streams`), sets its rank environment and thread count, installs its event writer (and the dashboard callback of
+any ``transformers.Trainer``: :mod:`notebook_accel.integrations`), runs the user's
 function, reports the result or the failure, and leaves with ``os._exit`` so none of the kernel's atexit
 handlers or finalizers run in a child.
 """
@@ -56,7 +56,8 @@ class WorkerSpec:
         stderr_fd: write end of the fd-2 pipe (C-level stderr only).
         close_fds: the launcher's descriptors inherited by the fork (this run's and every other run's of the
             kernel), closed at once in the child.
-        store_folder: the run's private store folder (see :mod:`.rendezvous`; passed in memory, never in the
+        store_folder: the run's private store folder (see :mod:`notebook_accel.launcher.rendezvous.store`; passed in
+        memory, never in the
             environment or ``argv``), or ``None``: the kernel's TCP store.
         store_secret: the run's shared store secret (several machines), or ``None``: keys and values in clear.
         close_ports: the ports of the kernel's rendezvous stores: inherited sockets on them are closed too.

@@ -2,12 +2,12 @@
 
 Each worker dies with the kernel (``PR_SET_PDEATHSIG``), but what a worker started (a ``subprocess.Popen``, a
 helper process) is not its child in the kernel's sense and would live on, orphaned, after a SIGKILLed or
-crashed kernel: nobody is left to end its process group. A tiny guard process (a POSIX shell script), started fresh (not forked, so
-it holds none of the kernel's memory) in a session of its own (the stop button, which signals the kernel's
-process group, does not reach it), is told the workers' group ids over a pipe. When that pipe reaches end of
+crashed kernel: nobody is left to end its process group. A tiny guard process (a POSIX shell script), started fresh
+(not forked, so it holds none of the kernel's memory) in a session of its own (the stop button, which signals the
+kernel's process group, does not reach it), is told the workers' group ids over a pipe. When that pipe reaches end of
 file without the guard having been stopped, the kernel is gone: the guard sends SIGKILL to every group and
-exits, after removing the run's private store folder (see :mod:`.rendezvous`), if it was told one. When the run
-ends normally the launcher kills the guard first and then closes the pipe.
+exits, after removing the run's private store folder (see :mod:`notebook_accel.launcher.rendezvous.store`), if it was
+told one. When the run ends normally the launcher kills the guard first and then closes the pipe.
 """
 
 from __future__ import annotations

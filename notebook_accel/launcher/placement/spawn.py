@@ -4,7 +4,7 @@ Pipes are made just before each fork and the kernel closes the write ends right 
 write end lives only in its worker (and in whatever the worker forks). The worker's end is learnt from a
 pidfd (:mod:`.processes`), not from a pipe, so a child the worker leaves behind cannot hide it. The
 kernel's descriptors that a later fork inherits (read ends, pidfds, the rendezvous listener, and those of
-every other run of this kernel: :mod:`.kernel_fds`) are closed first thing in that child
+every other run of this kernel: :mod:`notebook_accel.launcher.kernel.fds`) are closed first thing in that child
 (``WorkerSpec.close_fds``); one run forks at a time. An interrupt (the stop button) that arrives while
 the workers are being forked is held until every fork has been recorded, then raised, so no worker is
 started without the kernel knowing its pid.
@@ -93,7 +93,8 @@ class WorkerHandle:
         return self.exit_code
 
     def open_fds(self) -> list[int]:
-        """The kernel's descriptors of this worker that are still open (for :mod:`.kernel_fds`)."""
+        """The kernel's descriptors of this worker that are still open (for
+        :mod:`notebook_accel.launcher.kernel.fds`)."""
         events = -1 if self.events.closed else self.events.fileno()
         return [events, self.stdout_fd, self.stderr_fd, self.exit_fd, self.sentinel]
 
@@ -157,8 +158,9 @@ def start_workers(
         inherited_fds: more of the kernel's descriptors each worker must close at once (the rendezvous
             listener).
         store_folder: the run's private store folder, handed to each worker through the fork (see
-            :mod:`.rendezvous`); ``None``: the workers use the kernel's TCP store.
-        store_secret: the run's shared store secret (several machines; see :mod:`.keyed_store`), or ``None``.
+            :mod:`notebook_accel.launcher.rendezvous.store`); ``None``: the workers use the kernel's TCP store.
+        store_secret: the run's shared store secret (several machines; see
+            :mod:`notebook_accel.launcher.rendezvous.keyed_store`), or ``None``.
         descriptors: the run's registered descriptors: the workers' pipes and pidfds are added to them, so
             that the workers of runs started later close them.
         board: the run's system board, made before the fork so that every worker shares it (``None``: none).

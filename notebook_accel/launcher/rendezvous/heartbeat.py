@@ -74,7 +74,7 @@ class PeerWatch:
         return self._read
 
     def descriptors(self) -> tuple[int, int]:
-        """The pipe's two ends while open (for :mod:`.kernel_fds`)."""
+        """The pipe's two ends while open (for :mod:`notebook_accel.launcher.kernel.fds`)."""
         return self._read, self._write
 
     def start(self) -> None:

@@ -20,9 +20,9 @@ another user can open neither the folder nor the file, so cannot read, write or 
 With several machines the workers of the other nodes are not forks of this kernel and need node 0's TCP store.
 There, when every node's launcher has the same secret in ``NOTEBOOK_ACCEL_STORE_SECRET`` (:func:`store_secret`),
 each worker's ``env://`` rendezvous and the nodes' heartbeat see the store through a
-:class:`~notebook_accel.launcher.rendezvous.keyed_store.KeyedStore` (:func:`use_keyed_store`): key names are keyed hashes
-and values are encrypted and authenticated, so an outsider who reaches the port learns nothing from a listing or a
-read, and a value it writes is refused. Without the secret a run of several machines is not protected.
+:class:`~notebook_accel.launcher.rendezvous.keyed_store.KeyedStore` (:func:`use_keyed_store`): key names are keyed
+hashes and values are encrypted and authenticated, so an outsider who reaches the port learns nothing from a listing or
+a read, and a value it writes is refused. Without the secret a run of several machines is not protected.
 
 On a single machine with a loopback ``master_addr`` the collectives' own sockets stay on loopback too
 (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` set to the loopback interface unless the user set them).

@@ -242,7 +242,7 @@ class BackgroundRun:
                 pass
 
     def descriptors(self) -> tuple[int, int]:
-        """The stop pipe's ends while the run goes on (for :mod:`.kernel_fds`)."""
+        """The stop pipe's ends while the run goes on (for :mod:`notebook_accel.launcher.kernel.fds`)."""
         return self._stop_read, self._stop_write
 
     @property

@@ -1,9 +1,9 @@
 """A worker's output as the launcher passes it on: terminal-replayed lines, live partial lines, and a log file.
 
 The supervisor hands each :class:`RankOutput` the bytes it reads from the worker's ordered pipe (stdout and
-framed stderr, :mod:`.streams`) and from its fd-2 pipe (C-level stderr). Each stream is replayed by a
-:class:`~notebook_accel.terminal.Screen`, so a tqdm bar's ``\\r`` redraws, cursor movements and colours come out
-as a terminal shows them, and becomes :class:`~notebook_accel.events.Log` events:
+framed stderr, :mod:`notebook_accel.launcher.child.streams`) and from its fd-2 pipe (C-level stderr). Each stream is
+replayed by a :class:`~notebook_accel.terminal.Screen`, so a tqdm bar's ``\\r`` redraws, cursor movements and colours
+come out as a terminal shows them, and becomes :class:`~notebook_accel.events.Log` events:
 
 - final lines at once (``Log(rank, stream, "line 1\\nline 2")``), each also appended, without colours, to the
   rank's log file ``rank<N>.log`` in the run's folder, so the whole output stays reachable;

@@ -1,17 +1,17 @@
 """Watching the workers: one loop over their event pipes, output pipes and exit descriptors (pidfds).
 
 ``multiprocessing.connection.wait`` wakes the loop for whichever comes first: an event, output bytes, or a
-worker's death (its pidfd: a child the worker left behind cannot hide it, see :mod:`.processes`), so a
-crash is noticed at once, a large return value is read while it is being written (no
-deadlock), and nothing sleeps on the success path. The first failure (a ``Failed`` event, or a worker ending
-badly) starts the stop: a short settle (``SETTLE_SECONDS``) so that ranks failing at the same moment still
+worker's death (its pidfd: a child the worker left behind cannot hide it, see
+:mod:`notebook_accel.launcher.placement.processes`), so a crash is noticed at once, a large return value is read while
+it is being written (no deadlock), and nothing sleeps on the success path. The first failure (a ``Failed`` event, or a
+worker ending badly) starts the stop: a short settle (``SETTLE_SECONDS``) so that ranks failing at the same moment still
 report their own exception rather than being killed mid-report, then SIGTERM to the others, a grace
 (``GRACE_SECONDS``) in which their events are still collected, then SIGKILL, and every worker is reaped (the
 timing: :class:`~.stopping.StopSchedule`). A timeout stops the run the same way, without the settle; an interrupt
 (the notebook's stop button) or an error in the launcher itself sends SIGTERM at once, SIGKILL after the grace,
-reaps, and re-raises. Workers are reached only through their handles and their placement (:mod:`.protocol`): a
-signal goes to a worker and what it started (the local fork: its process group), and when the run ends, whatever
-they started and left behind is ended too.
+reaps, and re-raises. Workers are reached only through their handles and their placement
+(:mod:`notebook_accel.launcher.placement.protocol`): a signal goes to a worker and what it started (the local fork: its
+process group), and when the run ends, whatever they started and left behind is ended too.
 
 Output bytes go to each rank's :class:`~notebook_accel.launcher.supervision.output.RankOutput`, which turns them into
 ``Log`` events as a terminal shows them and keeps them in the run's log files; the loop also wakes when an
