@@ -58,3 +58,11 @@ def test_patched_environ_restores() -> None:
         assert "NA_TEST_X" not in os.environ and os.environ["NA_TEST_Y"] == "keep"
     finally:
         os.environ.pop("NA_TEST_Y", None)
+
+
+def test_one_engine_variable_becomes_the_engine_and_two_are_refused_naming_both() -> None:
+    env = LaunchEnvironment.from_environ({"NOTEBOOK_ACCEL_FSDP": '{"sharding_strategy": "FULL_SHARD"}'})
+    assert env.engine is not None and env.engine.name == "FSDP" and env.engine.variable == "NOTEBOOK_ACCEL_FSDP"
+    assert LaunchEnvironment.from_environ(env.to_environ()) == env
+    with pytest.raises(ValueError, match="NOTEBOOK_ACCEL_FSDP and NOTEBOOK_ACCEL_DEEPSPEED are both set"):
+        LaunchEnvironment.from_environ({"NOTEBOOK_ACCEL_FSDP": "{}", "NOTEBOOK_ACCEL_DEEPSPEED": "{}"})
