@@ -67,6 +67,20 @@ def _pip(python: Path, args: list[str], wheels: Path | None) -> int:
     return subprocess.run(cmd, cwd=ROOT, check=False).returncode
 
 
+def _see_parent_venv(python: Path) -> None:
+    """Make ``.venv-gpu`` see the packages of the venv running this (GPU images often ship torch in one).
+
+    ``system_site_packages`` only reaches the *base* interpreter's site-packages; when this Python is itself a
+    venv, its own site-packages (where the CUDA torch lives) needs a ``.pth`` line.
+    """
+    import site
+
+    theirs = [p for p in site.getsitepackages() if p.startswith(sys.prefix)]
+    ours = _probe(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    if theirs and ours:
+        (Path(ours) / "_parent_venv.pth").write_text("\n".join(theirs) + "\n")
+
+
 def ensure_gpu_venv(wheels: Path | None) -> Path:
     """``.venv-gpu`` with a CUDA torch, this package and the suite's needs; returns its python."""
     python = GPU_VENV / "bin" / "python"
@@ -74,6 +88,8 @@ def ensure_gpu_venv(wheels: Path | None) -> Path:
         shared = bool(_cuda_torch(sys.executable))
         print(f"[dev] creating {GPU_VENV}" + (" (sharing this Python's CUDA torch)" if shared else ""), flush=True)
         venv.EnvBuilder(with_pip=True, system_site_packages=shared).create(GPU_VENV)
+        if shared and sys.prefix != sys.base_prefix:
+            _see_parent_venv(python)
     if not _cuda_torch(python):
         if _pip(python, ["torch>=2.2,<3"], wheels) != 0 or not _cuda_torch(python):
             raise SystemExit("[dev] could not install a CUDA build of torch into .venv-gpu; install one there by "

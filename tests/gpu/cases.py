@@ -211,7 +211,7 @@ def physical_gpus() -> dict[str, Any]:
 
     gpus = hardware.detect_gpus()
     return {"uuids": [g.uuid for g in gpus], "names": [g.name for g in gpus],
-            "visible": hardware.visible_gpu_count(), "bf16": hardware.supports_bf16(),
+            "visible": hardware.visible_gpu_count(), "bf16": hardware.supports_bf16(gpus),
             "torch_initialized": torch.cuda.is_initialized(), **_kernel_cuda_state()}
 
 

@@ -82,3 +82,21 @@ def test_device_agnostic_cases_pass_on_the_cpu() -> None:
     tail = proc.stdout[-3000:]
     assert proc.returncode == 0, tail
     assert " passed" in tail and " failed" not in tail
+
+
+def test_a_venv_made_from_a_venv_sees_the_parent_venvs_packages(tmp_path: Path) -> None:
+    """GPU images ship torch inside a venv (``/opt/torch/.venv``); ``system_site_packages`` alone misses it."""
+    import venv
+
+    assert sys.prefix != sys.base_prefix, "the test suite runs in .venv, a venv"
+    gpu_env = _gpu_env()
+    child = tmp_path / "child"
+    venv.EnvBuilder(with_pip=False, system_site_packages=True).create(child)
+    python = child / "bin" / "python"
+    probe = [str(python), "-c", "import yaml; print(yaml.__file__)"]
+    before = subprocess.run(probe, capture_output=True, text=True, check=False)
+    gpu_env._see_parent_venv(python)
+    after = subprocess.run(probe, capture_output=True, text=True, check=False)
+    assert after.returncode == 0 and after.stdout.startswith(sys.prefix), after.stderr
+    if before.returncode == 0:  # the base Python has its own yaml: the .pth must still reach the parent venv's
+        assert not before.stdout.startswith(sys.prefix)
