@@ -59,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "NotebookAccelError": "notebook_accel.errors",
     "LaunchError": "notebook_accel.errors",
     "CudaInitializedError": "notebook_accel.errors",
+    "RayCluster": "notebook_accel.cluster",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -71,6 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.accelerator import Accelerator
     from notebook_accel.checkpointing import CheckpointError
     from notebook_accel.checkpointing.weights import load_checkpoint_in_model
+    from notebook_accel.cluster import RayCluster
     from notebook_accel.config import Config, ConfigError, load_config
     from notebook_accel.data import skip_first_batches
     from notebook_accel.data.randomness import SeedableRandomSampler

@@ -232,6 +232,7 @@ class RunInfo:
     start_time: float = 0.0
     log_dir: str = ""  # the folder with every rank's full output (``rank<N>.log``); "" when not kept
     engine: str = ""  # what the launch config asks for ("DDP", "FSDP FULL_SHARD"...); "" when it says nothing
+    cluster: str = ""  # where the workers run when not on this machine ("Ray cluster 10.0.0.1:6379"); "" here
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,11 @@ os.environ["HF_HOME"] = os.path.join(_ISOLATED_HOME, "hf")
 os.environ.pop("NOTEBOOK_ACCEL_CONFIG_FILE", None)
 # Launches keep every rank's output in a run folder: the tests' go to the same temporary place, not ./runs.
 os.environ["NOTEBOOK_ACCEL_LOG_DIR"] = os.path.join(_ISOLATED_HOME, "runs")
+# The processes the suite starts (kernels, the notebooks' kernels, Ray's nodes) skip a 4.3 s grammar compile at
+# import: see tests/fast_imports/rfc3987_syntax. Without it a local Ray head misses its agents' fixed 15 s start.
+_FAST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_imports")
+if _FAST not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_FAST, os.environ.get("PYTHONPATH", "")) if p)
 
 
 _IGNORED_VARS = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}  # torch sets the latter on first optimizer use

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # facts and vocabulary: no torch at import, no other unit of the package
     ("_lazy", "errors", "environment", "durations", "cell_names", "import_hooks", "nvml", "terminal", "events",
      "progress_hook"),
-    ("hardware", "metrics_batch", "channel", "argument_checks", "utils"),
+    ("hardware", "metrics_batch", "channel", "argument_checks", "utils", "cluster"),
     # the worker-side building blocks of an Accelerator
     ("state", "gradient_state", "kwargs_handlers", "plugins", "config", "precision", "profiling", "progress", "ops",
      "memory", "empty_weights", "scheduler", "optimizer", "model", "data", "tracking", "monitor", "integrations"),

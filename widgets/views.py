@@ -58,6 +58,8 @@ def header_html(state: RunState, elapsed: float) -> str:
         f"{info.num_processes} {noun}",
         html.escape(info.backend),
     ]
+    if info.cluster:
+        bits.append(html.escape(info.cluster))
     if state.engine:
         bits.append(f"<b>{html.escape(state.engine)}</b>")
     if info.mixed_precision not in ("no", ""):

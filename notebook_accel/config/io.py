@@ -22,7 +22,7 @@ import yaml
 from notebook_accel.config.accelerate_keys import UNSUPPORTED_KEYS, coerce_yaml_values, is_inactive, unknown_key_problem
 from notebook_accel.config.errors import ConfigError, ConfigWarning
 from notebook_accel.config.files import MAX_CONFIG_BYTES, config_file_path, read_regular_file
-from notebook_accel.config.schema import FIELD_NAMES, OUR_FIELDS, Config
+from notebook_accel.config.schema import FIELD_NAMES, OUR_FIELDS, OWN_SECTIONS, Config
 from notebook_accel.config.validation import BOOL_FIELDS
 from notebook_accel.errors import shown
 
@@ -148,6 +148,8 @@ def config_from_mapping(data: Any, source: str | None = None) -> Config:
     for key, value in data.items():
         if key in FIELD_NAMES:
             ours[key] = value
+        elif key in OWN_SECTIONS:  # ours (cluster:), kept with the file's other sections
+            extra[key] = value
         elif key in UNSUPPORTED_KEYS:
             extra[key] = value
             bits = _huge_integer(value)
@@ -163,6 +165,7 @@ def config_from_mapping(data: Any, source: str | None = None) -> Config:
     if problems:
         raise ConfigError(problems, source)
     used = {"FSDP": ("fsdp_config",), "DEEPSPEED": ("deepspeed_config",)}.get(str(config.distributed_type), ())
+    used = (*used, *OWN_SECTIONS)
     _warn_unsupported({k: v for k, v in config.extra.items() if k not in used}, source)
     return config
 

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from notebook_accel.cluster import RayCluster, check_cluster
 from notebook_accel.config import deepspeed as _deepspeed
 from notebook_accel.config import fsdp as _fsdp
 from notebook_accel.config.accelerate_keys import UNSUPPORTED_KEYS, unknown_key_problem
 from notebook_accel.config.choices import ComputeEnvironment, DistributedType, MixedPrecision, RdzvBackend
 from notebook_accel.config.errors import ConfigError
 from notebook_accel.config.validation import cross_problems, field_problems, parse_gpu_ids
+from notebook_accel.errors import LaunchError
 
 __all__ = ["Config", "FIELD_NAMES", "OUR_FIELDS"]
 
@@ -29,7 +31,7 @@ OUR_FIELDS = ("gradient_accumulation_steps", "per_device_batch_size")
 _TOPOLOGY = ("num_processes", "num_machines", "use_cpu")
 
 #: distributed types that name an engine -> (their accelerate section, its checker returning (kwargs, problems)).
-_ENGINE_SECTIONS: dict[str, tuple[str, Callable[[Any], tuple[dict[str, Any], list[str]]]]] = {
+_ENGINEOWN_SECTIONS: dict[str, tuple[str, Callable[[Any], tuple[dict[str, Any], list[str]]]]] = {
     "FSDP": ("fsdp_config", _fsdp.plugin_kwargs_from_file),
     "DEEPSPEED": ("deepspeed_config", _deepspeed.plugin_kwargs_from_file),
 }
@@ -116,7 +118,7 @@ class Config:
             bad.add("distributed_type")
         found = list(problems.values()) + cross_problems(values, bad)
         found += _extra_problems(self.extra)
-        section = _ENGINE_SECTIONS.get(self.distributed_type) if isinstance(self.distributed_type, str) else None
+        section = _ENGINEOWN_SECTIONS.get(self.distributed_type) if isinstance(self.distributed_type, str) else None
         if section is not None and isinstance(self.extra, dict):
             found += section[1](self.extra.get(section[0]))[1]
         if found:
@@ -156,6 +158,12 @@ class Config:
             return None
         return _deepspeed.plugin_kwargs_from_file(self.extra.get("deepspeed_config"))[0]
 
+    @property
+    def cluster(self) -> RayCluster | None:
+        """Where the workers run when not on this machine: the ``cluster:`` section (``kind: ray``, ``address``,
+        ``resources_per_worker``, ``placement``, ...), checked; ``None`` without one (ours; accelerate has none)."""
+        return check_cluster(self.extra.get("cluster"))
+
     def override(self, **changes: Any) -> Config:
         """A copy with the given fields changed; a ``None`` value means "not given" and keeps the current value.
 
@@ -172,12 +180,13 @@ class Config:
             raise ConfigError(unknown)
         given = {k: v for k, v in changes.items() if v is not None}
         if "distributed_type" not in given and given.keys() & set(_TOPOLOGY) \
-                and self.distributed_type not in _ENGINE_SECTIONS:
+                and self.distributed_type not in _ENGINEOWN_SECTIONS:
             given["distributed_type"] = None  # use_cpu still says whether a MULTI_CPU config stays on CPU
         return dataclasses.replace(self, **given)
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config) if f.name != "extra")
+OWN_SECTIONS = ("cluster",)  # our own sections of the file, kept in ``extra`` (accelerate ignores them)
 
 
 def _normalise_gpu_ids(value: Any) -> Any:
@@ -202,9 +211,15 @@ def _extra_problems(extra: Any) -> list[str]:
     """Problems with ``extra``: it must map known accelerate setting names to plain YAML values."""
     if not isinstance(extra, dict):
         return [f"extra: got {type(extra).__name__}; allowed: a dict of accelerate settings"]
-    out = [unknown_key_problem(k, FIELD_NAMES) for k in extra if k not in UNSUPPORTED_KEYS]
+    out = [unknown_key_problem(k, (*FIELD_NAMES, *OWN_SECTIONS)) for k in extra
+           if k not in UNSUPPORTED_KEYS and k not in OWN_SECTIONS]
     out += [f"{k}: value {type(v).__name__} cannot be saved to YAML; use plain values" for k, v in extra.items()
-            if k in UNSUPPORTED_KEYS and not _plain(v)]
+            if (k in UNSUPPORTED_KEYS or k in OWN_SECTIONS) and not _plain(v)]
+    if "cluster" in extra:
+        try:
+            check_cluster(extra["cluster"])
+        except LaunchError as e:
+            out.append(f"cluster: {e}")
     return out
 
 

@@ -56,10 +56,14 @@ def describe_launch(info: RunInfo) -> str:
         'Launching 2 processes on 2 GPUs [0, 1] (nccl), mixed precision bf16'
         >>> describe_launch(RunInfo(2, ("cpu", "cpu"), "gloo", "train", engine="FSDP FULL_SHARD"))
         'Launching 2 processes on CPU (gloo), FSDP FULL_SHARD'
+        >>> describe_launch(RunInfo(2, ("cuda:0", "cuda:0"), "nccl", "train", cluster="Ray cluster 10.0.0.1:6379"))
+        'Launching 2 processes on 2 GPUs of the Ray cluster 10.0.0.1:6379 (nccl)'
     """
     count = f"{info.num_processes} process" + ("es" if info.num_processes != 1 else "")
     gpus = [int(d.split(":")[1]) for d in info.devices if d.startswith("cuda:")]
     where = f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} {gpus}" if gpus else "CPU"
+    if info.cluster:  # each worker's device is its own node's: the indices say nothing
+        where = (f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}" if gpus else "CPU") + f" of the {info.cluster}"
     if info.num_processes == 1 and info.backend == "none":
         text = f"Running {info.function_name} in this process on {where} (num_processes=1: no fork)"
     else:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from notebook_accel import hardware
+from notebook_accel.cluster import RayCluster, check_cluster
 from notebook_accel.config import Config, resolve_config
 from notebook_accel.display.base import BaseSink
 from notebook_accel.display.phases import launch_phase
@@ -26,7 +27,7 @@ from notebook_accel.launcher.placement.inprocess import run_in_process
 from notebook_accel.launcher.placement.local import LocalFork
 from notebook_accel.launcher.placement.protocol import Placement
 from notebook_accel.launcher.placement.spawn import WorkerHandle
-from notebook_accel.launcher.plan import Plan, function_name
+from notebook_accel.launcher.plan import Plan, cluster_devices, cluster_label, function_name
 from notebook_accel.launcher.run_resources import RunResources, open_resources
 from notebook_accel.launcher.sink_choice import choose_sink
 from notebook_accel.launcher.supervision.background import BackgroundRun, RecordingTee, check_can_start
@@ -119,6 +120,7 @@ def notebook_launcher(
     use_cpu: bool | None = None,
     block: bool = True,
     concurrent: bool = False,
+    cluster: str | RayCluster | None = None,
 ) -> Any:
     """Run ``function(*args)`` on every device of this machine, forked from the live kernel; return rank 0's value.
 
@@ -177,6 +179,11 @@ def notebook_launcher(
             while the run goes on (the dashboard keeps updating; other cells run): ``run.status``, ``run.wait()``,
             ``run.result()``, ``run.stop()``, ``run.metrics``, ``run.output``, ``await run``.
         concurrent: allow this launch while a background run is still going (one at a time otherwise).
+        cluster: run the workers on a Ray cluster instead of forking them here: ``"ray"`` (the cluster this machine
+            belongs to, or the one the kernel joined with ``ray.init``) or a
+            :class:`~notebook_accel.cluster.RayCluster` (address, resources per worker, placement);
+            ``num_processes`` workers are reserved at once, ranks numbered node by node. ``None``: the config's
+            ``cluster:``, else this machine.
 
     Returns:
         What ``function`` returned on rank 0 (``None`` on other nodes than node 0); with ``block=False``, the
@@ -239,16 +246,22 @@ def notebook_launcher(
             "this launcher does not coordinate; use max_restarts=0 here, or torchrun's elastic launch "
             "(notebook-accel launch --max_restarts) for several machines"
         )
-    devices, backend = preflight.resolve_devices(s.num_processes, s.gpu_ids, s.use_cpu)
-    # A timeout (or a restart) bounds a single process by running it in one forked worker: stopping a forked
-    # process is safe, while interrupting the kernel's own thread could land inside an import and break it.
-    in_process = len(devices) == 1 and nodes == 1 and limit is None and not restarts and block
-    if backend == "nccl" and not in_process:
-        preflight.refuse_if_cuda_initialized()
+    where = check_cluster(cluster if cluster is not None else getattr(resolved, "cluster", None))
+    if where is not None:
+        # gpu_ids and use_cpu as given: the config's describe this machine's devices
+        devices, backend = cluster_devices(where, s.num_processes, gpu_ids, use_cpu, nodes)
+        in_process = False
+    else:
+        devices, backend = preflight.resolve_devices(s.num_processes, s.gpu_ids, s.use_cpu)
+        # A timeout (or a restart) bounds a single process by running it in one forked worker: stopping a forked
+        # process is safe, while interrupting the kernel's own thread could land inside an import and break it.
+        in_process = len(devices) == 1 and nodes == 1 and limit is None and not restarts and block
+        if backend == "nccl" and not in_process:
+            preflight.refuse_if_cuda_initialized()
     plan = Plan(function=function, args=tuple(args), devices=devices, backend=backend, precision=precision, steps=steps,
                 node=node, nodes=nodes, master_addr=s.master_addr, port=s.port, limit=limit, in_process=in_process,
                 dashboard=dashboard, show_all_ranks=show_all_ranks, prefix=prefix, rdzv=rdzv, block=block,
-                engine=engine, engine_label=config_engine(resolved, len(devices) * nodes))
+                engine=engine, engine_label=config_engine(resolved, len(devices) * nodes), cluster=where)
     resume: str | None = None
     for attempt in range(restarts + 1):
         try:
@@ -275,15 +288,10 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
         folder = None if plan.in_process else create_run_folder(name, prune=False)  # pruned once forked
         sink.start(RunInfo(len(plan.devices), tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder),
-                           plan.engine_label))
+                           plan.engine_label, cluster_label(plan.cluster)))
         if plan.in_process:
             return run_in_process(plan.function, plan.args, resources.envs[0], sink, start)
-        warming = "importing torch's distributed modules in the kernel (once)" if warming_needed(plan.backend) else ""
-        with launch_phase(sink, warming, ticking=True) if warming else nullcontext():
-            warm_kernel(plan.backend, store=resources.store is not None)
-        placement = LocalFork(threads=max(1, hardware.cpu_count() // len(plan.devices)),
-                              inherited_fds=resources.inherited_fds(), store_folder=resources.private,
-                              descriptors=resources.descriptors, store_secret=resources.secret)
+        placement = _placement(plan, resources, sink)
         launch = functools.partial(_start_workers, plan, resources, placement, sink, folder, start)
         local = len(plan.devices)
         supervising = functools.partial(
@@ -301,6 +309,19 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
         return run
 
 
+def _placement(plan: Plan, resources: RunResources, sink: BaseSink) -> Placement:
+    """Where the plan's workers run: forked here (after warming the kernel once), or on the plan's Ray cluster."""
+    if plan.cluster is not None:
+        from notebook_accel.launcher.placement.ray.placement import RayPlacement  # imports no Ray until started
+
+        return RayPlacement(plan.cluster, resources.descriptors)
+    warming = "importing torch's distributed modules in the kernel (once)" if warming_needed(plan.backend) else ""
+    with launch_phase(sink, warming, ticking=True) if warming else nullcontext():
+        warm_kernel(plan.backend, store=resources.store is not None)
+    return LocalFork(threads=max(1, hardware.cpu_count() // len(plan.devices)), inherited_fds=resources.inherited_fds(),
+                     store_folder=resources.private, descriptors=resources.descriptors, store_secret=resources.secret)
+
+
 def _start_workers(plan: Plan, resources: RunResources, placement: Placement, sink: BaseSink, folder: Path | None,
                    start: float) -> list[WorkerHandle]:
     """Start the workers (in the thread that will watch them: see supervision/background.py), then guard them; tell
@@ -309,7 +330,8 @@ def _start_workers(plan: Plan, resources: RunResources, placement: Placement, si
     try:
         board = resources.open_board([env.rank for env in envs])  # before the fork: the workers inherit it
         noun = "process" if len(envs) == 1 else "processes"
-        with launch_phase(sink, f"starting {len(envs)} worker {noun}"):
+        where = " on the Ray cluster (reserving, then starting)" if plan.cluster is not None else ""
+        with launch_phase(sink, f"starting {len(envs)} worker {noun}{where}"):
             handles = placement.start(envs, plan.function, plan.args, board)
     except BaseException as e:
         finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")

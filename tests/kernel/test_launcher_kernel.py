@@ -94,10 +94,11 @@ def execute(kc: Any, code: str, timeout: float = 60.0, on_output: Any = None) ->
 
 
 @contextmanager
-def running_kernel() -> Iterator[tuple[Any, Any]]:
-    """A kernel started in the repository root, ready, and always shut down: (manager, client)."""
+def running_kernel(env: dict[str, str] | None = None) -> Iterator[tuple[Any, Any]]:
+    """A kernel started in the repository root (with ``env`` as its environment when given), ready, and always shut
+    down: (manager, client)."""
     km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(ROOT))
+    km.start_kernel(cwd=str(ROOT), **({} if env is None else {"env": env}))
     kc = km.client()
     try:
         kc.start_channels()

@@ -35,7 +35,7 @@ from notebook_accel.launcher.rendezvous.store import use_keyed_store, use_privat
 from notebook_accel.monitor import steps
 from notebook_accel.monitor.board import SystemBoard, use_in_worker
 
-__all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main"]
+__all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main", "redirect_output", "run_and_report"]
 
 _PR_SET_PDEATHSIG = 1
 _ORPHANED = 75  # EX_TEMPFAIL: the kernel died before this worker was set up
@@ -166,8 +166,9 @@ def _forget_process_group() -> None:
     world.group_count = 0
 
 
-def _redirect_output(stdout_fd: int, stderr_fd: int, kernel: KernelState) -> None:
-    """Point fd 1/2 at the launcher's pipes and rebuild ``sys.stdout``/``sys.stderr`` on them, line-buffered.
+def redirect_output(stdout_fd: int, stderr_fd: int, kernel: KernelState) -> None:
+    """In a worker: point fd 1/2 at the launcher's pipes (or sockets) and rebuild ``sys.stdout``/``sys.stderr`` on
+    them, line-buffered.
 
     ``sys.stderr`` writes frames into the ordered pipe through a private duplicate of it (see
     :mod:`.streams`), so stdout and stderr arrive in the order written; its ``fileno()`` is still 2.
@@ -202,8 +203,10 @@ def _failed(rank: int, exc: BaseException) -> Failed:
     return Failed(rank, type(exc).__name__, str(exc), user_traceback(exc), library_call(exc.__traceback__))
 
 
-def _run(writer: channel.EventWriter, rank: int, function: Callable[..., Any], args: tuple[Any, ...]) -> int:
-    """Run the function and report; returns the exit code."""
+def run_and_report(writer: channel.EventWriter, rank: int, function: Callable[..., Any], args: tuple[Any, ...]) -> int:
+    """Run ``function(*args)`` and report its end to the kernel through ``writer`` (``Finished`` with rank 0's value,
+    or ``Failed`` with the user's frames); returns the exit code (0, or 1 after a failure). Every placement's worker
+    ends with this."""
     try:
         value = function(*args)
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the kernel
@@ -253,7 +256,7 @@ def worker_main(
         if kernel.process_group:
             _forget_process_group()
         detach_from_kernel()
-        _redirect_output(spec.stdout_fd, spec.stderr_fd, kernel)
+        redirect_output(spec.stdout_fd, spec.stderr_fd, kernel)
         ours = (sys.stdout, sys.stderr)
         spec.env.apply()
         use_in_worker(spec.board)
@@ -265,7 +268,7 @@ def worker_main(
         writer = channel.EventWriter(spec.events)
         channel.install(writer)
         add_trainer_callback(in_worker=True)  # a transformers Trainer made in the function reports to the dashboard
-        code = _run(writer, spec.env.rank, function, args)
+        code = run_and_report(writer, spec.env.rank, function, args)
         channel.uninstall()
         writer.close()
     except BaseException:  # noqa: BLE001 - set-up failed or the kernel went away: say why on stderr, then exit

@@ -13,6 +13,7 @@ from notebook_accel.launcher.kernel.fds import RunDescriptors
 from notebook_accel.launcher.placement.processes import end_groups, signal_worker
 from notebook_accel.launcher.placement.spawn import WorkerHandle, close_handles, start_workers
 from notebook_accel.monitor.board import SystemBoard
+from notebook_accel.monitor.sampler import SystemSampler
 
 __all__ = ["LocalFork", "LEFTOVER_GRACE_SECONDS"]
 
@@ -54,6 +55,13 @@ class LocalFork:
     def end_leftovers(self, handles: Sequence[WorkerHandle]) -> None:
         """End what the reaped workers started and left running; their process groups share their pids."""
         end_groups([h.pid for h in handles if h.pid > 0], LEFTOVER_GRACE_SECONDS)
+
+    def sampler(self, handles: Sequence[WorkerHandle]) -> SystemSampler | None:
+        """A sampler of the forked workers' process trees and GPUs, or ``None`` when one cannot be made here."""
+        try:
+            return SystemSampler({h.rank: h.pid for h in handles}, {h.rank: h.device for h in handles}, fresh=True)
+        except Exception:  # noqa: BLE001 - monitoring is a convenience: psutil or NVML trouble must not stop a launch
+            return None
 
     def release(self, handles: Sequence[WorkerHandle]) -> None:
         """Reap every worker and close the kernel's ends of its pipes (:func:`~.spawn.close_handles`)."""

@@ -18,10 +18,31 @@ from collections.abc import Sequence
 from typing import Any, Callable, Protocol
 
 from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.events import SystemSample
 from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.monitor.board import SystemBoard
 
-__all__ = ["Placement"]
+__all__ = ["Placement", "Sampler"]
+
+
+class Sampler(Protocol):
+    """What the supervisor asks of a placement's system sampler (the local one reads the workers' processes; a
+    cluster's gathers what each node's workers report)."""
+
+    last: SystemSample | None
+    next_due: float
+
+    def due(self, now: float) -> bool:
+        """Whether a sample is due at ``now`` (``time.monotonic()``)."""
+        ...
+
+    def sample(self) -> SystemSample:
+        """Every worker's figures now (remembered as :attr:`last`)."""
+        ...
+
+    def close(self) -> None:
+        """Stop sampling; :attr:`last` stays."""
+        ...
 
 
 class Placement(Protocol):
@@ -57,6 +78,10 @@ class Placement(Protocol):
     def end_leftovers(self, handles: Sequence[WorkerHandle]) -> None:
         """End what the workers (reaped: call after :meth:`release` or once each has exited) started and left
         running."""
+        ...
+
+    def sampler(self, handles: Sequence[WorkerHandle]) -> Sampler | None:
+        """The system sampler of the started workers, or ``None`` when none can be made (never raises)."""
         ...
 
     def release(self, handles: Sequence[WorkerHandle]) -> None:

@@ -65,11 +65,19 @@ class WorkerHandle:
     """The kernel's view of one started worker: its process, the read ends of its pipes, and the descriptor
     that becomes readable when it exits (a pidfd; multiprocessing's sentinel where there is none).
 
-    The worker leads its own process group, whose id is its pid (``pid``, 0 until it was started).
+    The worker leads its own process group, whose id is its pid (``pid``, 0 until it was started). Another
+    placement's handle (a Ray actor's: :mod:`.ray.handles`) has no local process and overrides :meth:`reap`.
+
+    Attributes:
+        node: the address of the machine the worker runs on, where it is another machine (``""``: this one).
+        death_reason: why the worker ended without a result, where the placement knows better than an exit code
+            (a lost node); the supervisor reports it instead of the exit code's meaning.
+        drain_seconds: how long the supervisor waits for a dead worker's last bytes (0: a pipe already holds them;
+            a socket's may still be on the way).
     """
 
     rank: int
-    process: BaseProcess
+    process: BaseProcess | None
     events: Connection
     stdout_fd: int
     stderr_fd: int
@@ -79,10 +87,13 @@ class WorkerHandle:
     pidfd: bool = False
     pid: int = 0
     sentinel: int = -1
+    node: str = ""
+    death_reason: str | None = None
+    drain_seconds: float = 0.0
 
     def reap(self) -> int:
         """Wait for the process to end (call once it has ended or was killed) and return its exit code."""
-        if self.exit_code is None:
+        if self.exit_code is None and self.process is not None:
             self.process.join()
             self.exit_code = self.process.exitcode if self.process.exitcode is not None else -1
             self.process.close()
@@ -90,7 +101,7 @@ class WorkerHandle:
         if self.pidfd and self.exit_fd >= 0:
             os.close(self.exit_fd)
             self.exit_fd = -1
-        return self.exit_code
+        return -1 if self.exit_code is None else self.exit_code
 
     def open_fds(self) -> list[int]:
         """The kernel's descriptors of this worker that are still open (for

@@ -46,7 +46,7 @@ from notebook_accel.launcher.supervision.runlogs import rank_log
 from notebook_accel.launcher.supervision.stopping import StopSchedule, sigint_ignored
 from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.monitor.board import SystemBoard
-from notebook_accel.monitor.sampler import SystemSampler, device_memory_note, memory_death_note
+from notebook_accel.monitor.sampler import device_memory_note, memory_death_note
 
 __all__ = ["supervise", "signal_name", "GRACE_SECONDS", "StopRequested"]
 
@@ -89,7 +89,7 @@ class _Supervisor:
         self.timed_out = False
         self.next_tick = 0.0
         self.saved: str | None = None  # the last checkpoint the run committed (a restart resumes from it)
-        self.sampler = _sampler(handles)
+        self.sampler = self.placement.sampler(handles)
         self.board = board  # the figures the workers' trackers may read (monitor.board)
         self.oom_kills = oom_kills()  # the system's count at the start: a SIGKILL blames the OOM killer on evidence
 
@@ -131,6 +131,8 @@ class _Supervisor:
             if event.exc_type == "OutOfMemoryError" or "out of memory" in message.lower():
                 last = self.sampler.last if self.sampler is not None else None
                 message = f"{message}\n{device_memory_note(last, event.rank)}"
+            node = next((h.node for h in self.handles if h.rank == event.rank), "")
+            message = f"{message}\n(rank {event.rank} ran on node {node})" if node else message
             self.failures[event.rank] = WorkerFailure(event.rank, None, None, event.exc_type, message,
                                                       event.traceback, event.call)
             self.begin_stop()
@@ -175,12 +177,19 @@ class _Supervisor:
         us: at most ``_DRAIN_BYTES`` are read per pipe (more than a pipe holds), however fast it keeps writing,
         and a message it never completes is dropped."""
         conn = handle.events
+        until = time.monotonic() + handle.drain_seconds  # a socket's last bytes may still be on the way
+        reader = self.readers[handle.rank]
+        while not conn.closed and not reader.eof and time.monotonic() < until \
+                and wait([conn], until - time.monotonic()):
+            self.on_conn(conn)
         if not conn.closed:
             self.on_conn(conn, _DRAIN_BYTES)  # a partial message left by a killed worker is dropped
         self.conns.pop(conn, None)
         if not conn.closed:
             conn.close()
         for fd in (handle.stdout_fd, handle.stderr_fd):
+            while fd in self.fds and time.monotonic() < until and wait([fd], until - time.monotonic()):
+                self.on_fd(fd)  # to its end of file (which removes it), or until the bound
             for _ in range(_DRAIN_BYTES // _READ_SIZE):
                 if fd not in self.fds or not _readable(fd):
                     break
@@ -214,8 +223,8 @@ class _Supervisor:
             return  # stopped by us because another rank failed
         else:
             note = memory_death_note(self.sampler.last, handle.rank) if self.sampler is not None else None
-            self.failures[handle.rank] = WorkerFailure(
-                handle.rank, code, name, "", death_message(code, name, self.oom_kills, oom_kills(), note), "")
+            message = handle.death_reason or death_message(code, name, self.oom_kills, oom_kills(), note)
+            self.failures[handle.rank] = WorkerFailure(handle.rank, code, name, "", message, "")
             self.begin_stop()
 
     def on_lost_node(self, watch: PeerWatch) -> None:
@@ -327,15 +336,6 @@ class _Supervisor:
                 self.emit(output.close())
 
 
-def _sampler(handles: Sequence[WorkerHandle]) -> SystemSampler | None:
-    """A system sampler for the started workers, or ``None`` when one cannot be made here."""
-    try:
-        return SystemSampler({h.rank: h.pid or h.process.pid or 0 for h in handles}, {h.rank: h.device for h in handles},
-                             fresh=True)
-    except Exception:  # noqa: BLE001 - monitoring is a convenience: psutil or NVML trouble must not stop a launch
-        return None
-
-
 def _readable(fd: int) -> bool:
     """Whether ``fd`` has data (or end of file) right now."""
     return bool(wait([fd], 0))
@@ -378,7 +378,7 @@ def supervise(
     state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere, watch,
                         placement, board)
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
-        sink.handle(Started(handle.rank, handle.process.pid or 0, handle.device))
+        sink.handle(Started(handle.rank, handle.pid, handle.device))
     try:
         if before is not None:
             before()

@@ -85,6 +85,9 @@ class _Threadless:
     def end_leftovers(self, handles: Sequence[WorkerHandle]) -> None:
         self.leftovers_ended = True
 
+    def sampler(self, handles: Sequence[WorkerHandle]) -> None:
+        return None  # no figures: the supervisor runs without a system panel
+
     def release(self, handles: Sequence[WorkerHandle]) -> None:
         self.released = True
         for handle in handles:

@@ -1,0 +1,157 @@
+"""A run on a Ray cluster: time from the call to the first training step, and the step time, against Ray Train's
+``TorchTrainer`` (the anchor: what Ray users run today) and a local fork launch (the step-time limit).
+
+The same function trains the same DDP model in every contender: 2 workers x 1 CPU, gloo, a 256-512-512-256 MLP,
+batch 64, ``--steps`` steps; it records the wall-clock time at the end of its first step and the per-step times after
+a warm-up. ``TorchTrainer`` makes the process group itself; under ``notebook_launcher`` the function makes it (the
+one line that differs). Contenders run in rotating order, each round:
+
+- ``ray_ours``: ``notebook_launcher(train, num_processes=2, cluster=RayCluster(...))`` in this process;
+- ``ray_ours_again``: the same (an A/A control: how much two identical runs differ here);
+- ``torchtrainer``: ``TorchTrainer(train, scaling_config=ScalingConfig(num_workers=2))`` in this process;
+- ``local_fork``: ``notebook_launcher(train, num_processes=2)`` in a fresh Python (a process that joined Ray must
+  not fork).
+
+Prints each contender's median first-step time and step time, and the ratios. Needs ``ray[train]`` (the
+benchmark only: the ``ray`` extra installs Ray core). Starts a local Ray with ``num_cpus=2`` unless ``--address``.
+
+Usage: ``python benchmarks/ray_launch.py [--rounds N] [--steps N] [--address ADDR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def train(config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train the MLP; the first step's end (wall clock) and the steps' durations (ms) after the warm-up."""
+    import torch
+    import torch.distributed as dist
+
+    steps = int((config or {}).get("steps", 60))
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
+        torch.nn.Linear(512, 256)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(64, 256), torch.randn(64, 256)
+    first = 0.0
+    durations = []
+    for step in range(steps):
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        if step == 0:
+            first = time.time()
+        elif step >= 5:
+            durations.append((time.perf_counter() - start) * 1000)
+    result = {"first_step_at": first, "step_ms": statistics.median(durations)}
+    if (config or {}).get("report"):
+        import ray.train
+
+        ray.train.report(result)
+    return result
+
+
+def ours(cluster: Any, steps: int) -> dict[str, float]:
+    """``notebook_launcher`` on the cluster."""
+    from notebook_accel import notebook_launcher
+
+    called = time.time()
+    result = notebook_launcher(train, args=({"steps": steps},), num_processes=2, cluster=cluster, dashboard=False)
+    return {"first_step_s": result["first_step_at"] - called, "step_ms": result["step_ms"]}
+
+
+def torchtrainer(steps: int, storage: str) -> dict[str, float]:
+    """Ray Train's ``TorchTrainer`` with the same function and workers."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    called = time.time()
+    trainer = TorchTrainer(train, train_loop_config={"steps": steps, "report": True},
+                           scaling_config=ScalingConfig(num_workers=2, use_gpu=False,
+                                                        resources_per_worker={"CPU": 1}),
+                           run_config=RunConfig(storage_path=storage, name=f"bench{time.time_ns()}"))
+    metrics = trainer.fit().metrics
+    return {"first_step_s": metrics["first_step_at"] - called, "step_ms": metrics["step_ms"]}
+
+
+def local_fork(steps: int) -> dict[str, float]:
+    """``notebook_launcher`` forking 2 workers here, in a fresh Python."""
+    code = ("import json, sys, time; sys.path.insert(0, sys.argv[1]); from benchmarks.ray_launch import train; "
+            "from notebook_accel import notebook_launcher; t = time.time(); "
+            "r = notebook_launcher(train, args=({'steps': int(sys.argv[2])},), num_processes=2, dashboard=False); "
+            "print('RESULT', json.dumps({'first_step_s': r['first_step_at'] - t, 'step_ms': r['step_ms']}))")
+    env = {**os.environ, "NOTEBOOK_ACCEL_LOG_DIR": "off"}
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(steps)], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    return dict(json.loads(next(x for x in out.splitlines() if x.startswith("RESULT "))[7:]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--address", default=None, help="a running cluster (default: a local Ray, num_cpus=2)")
+    args = parser.parse_args()
+    try:
+        import ray
+        import ray.train  # noqa: F401
+    except ImportError:
+        print("needs ray[train] (pip install 'ray[train]'): the anchor is Ray Train's TorchTrainer; nothing measured")
+        return 0
+    from notebook_accel import RayCluster
+
+    os.environ.setdefault("NOTEBOOK_ACCEL_LOG_DIR", "off")
+    if args.address:
+        ray.init(address=args.address, log_to_driver=False, configure_logging=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT))}})
+    else:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT))}})
+    cluster = RayCluster(resources_per_worker={"CPU": 1}, placement="spread" if args.address else "pack")
+    storage = tempfile.mkdtemp(prefix="ray-bench-")
+    contenders = {
+        "ray_ours": lambda: ours(cluster, args.steps),
+        "ray_ours_again": lambda: ours(cluster, args.steps),
+        "torchtrainer": lambda: torchtrainer(args.steps, storage),
+        "local_fork": lambda: local_fork(args.steps),
+    }
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            results[name].append(contenders[name]())
+            print(f"round {r} {name:15s} first step {results[name][-1]['first_step_s']:6.2f} s, "
+                  f"step {results[name][-1]['step_ms']:6.2f} ms", flush=True)
+    med = {n: {k: statistics.median(x[k] for x in v) for k in ("first_step_s", "step_ms")} for n, v in results.items()}
+    for name, m in med.items():
+        print(f"{name:15s} median first step {m['first_step_s']:6.2f} s, step {m['step_ms']:6.2f} ms "
+              f"({args.rounds} rounds of {args.steps} steps)")
+    first = med["ray_ours"]["first_step_s"] / med["torchtrainer"]["first_step_s"]
+    print(f"first step: ours / TorchTrainer {first:.2f}x"
+          f" (A/A {med['ray_ours_again']['first_step_s'] / med['ray_ours']['first_step_s']:.2f}x)")
+    print(f"step time: ours on Ray / local fork {med['ray_ours']['step_ms'] / med['local_fork']['step_ms']:.3f}x, "
+          f"TorchTrainer / local fork {med['torchtrainer']['step_ms'] / med['local_fork']['step_ms']:.3f}x "
+          f"(A/A {med['ray_ours_again']['step_ms'] / med['ray_ours']['step_ms']:.3f}x)")
+    ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

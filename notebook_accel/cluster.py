@@ -1,0 +1,130 @@
+"""Where a run's workers are placed when they do not all run on this machine: :class:`RayCluster`.
+
+``notebook_launcher(..., cluster="ray")`` (or ``cluster=RayCluster(...)``, or ``cluster:`` in the YAML config) runs
+the workers as actors of a Ray cluster instead of forking them here. This module only describes the request and
+checks it; it imports neither Ray nor torch (the config and the picker read it too). The placement itself is
+:mod:`notebook_accel.launcher.placement.ray`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from notebook_accel.errors import LaunchError, shown
+
+__all__ = ["RayCluster", "Strategy", "check_cluster"]
+
+Strategy = Literal["pack", "spread", "strict_pack", "strict_spread"]
+_STRATEGIES: tuple[str, ...] = get_args(Strategy)
+_FIELDS = ("address", "resources_per_worker", "placement", "reserve_timeout", "node_timeout", "runtime_env")
+
+
+@dataclass(frozen=True)
+class RayCluster:
+    """A Ray cluster to run the workers on: one actor per rank, all reserved at once (a placement group).
+
+    Args:
+        address: the cluster: ``"auto"`` (the one this machine belongs to, or the one the kernel already joined with
+            ``ray.init``), ``"ray://head:10001"`` (Ray Client), ``"host:6379"`` (the head's GCS), or ``"local"``
+            (start a one-machine Ray in this kernel: for trying it out).
+        resources_per_worker: what each worker reserves, e.g. ``{"GPU": 1, "CPU": 8}``; default ``{"CPU": 1}``,
+            plus ``{"GPU": 1}`` when ``use_gpu`` is asked for by :func:`notebook_launcher` (GPUs are used when
+            the resources name them).
+        placement: ``"pack"`` (as few nodes as possible), ``"spread"`` (as many as possible), or their strict
+            forms, which fail instead of bending.
+        reserve_timeout: seconds to wait for the whole reservation before giving up with what the cluster has.
+        node_timeout: seconds a worker may stay silent (no heartbeat: its node lost, its network cut, or the
+            process frozen) before the run fails naming its node.
+        runtime_env: Ray's ``runtime_env`` for the worker actors (``{"pip": [...]}``, ``{"env_vars": {...}}``,
+            ``{"working_dir": "."}``); ``None``: the nodes' own environment.
+
+    Example:
+        >>> RayCluster(resources_per_worker={"GPU": 1, "CPU": 8}, placement="spread").uses_gpu
+        True
+    """
+
+    address: str = "auto"
+    resources_per_worker: Mapping[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+    placement: Strategy = "pack"
+    reserve_timeout: float = 120.0
+    node_timeout: float = 15.0
+    runtime_env: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _check_text("address", self.address)
+        _check_resources(self.resources_per_worker)
+        if self.placement not in _STRATEGIES:
+            raise LaunchError(f"RayCluster(placement={shown(self.placement)}) is not allowed; use one of "
+                              f"{list(_STRATEGIES)}: 'pack' puts workers on as few nodes as possible")
+        for name in ("reserve_timeout", "node_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not 1.0 <= value <= 86400.0:
+                raise LaunchError(f"RayCluster({name}={shown(value)}) is not allowed; give seconds from 1 to 86400")
+        if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
+            raise LaunchError(f"RayCluster(runtime_env={shown(self.runtime_env)}) is not allowed; give a dict such "
+                              "as {'env_vars': {'HF_HOME': '/data/hf'}} or None")
+
+    @property
+    def uses_gpu(self) -> bool:
+        """Whether each worker reserves GPUs (then it trains on its GPU with nccl; else on CPU with gloo)."""
+        return float(self.resources_per_worker.get("GPU", 0)) > 0
+
+    def describe(self) -> str:
+        """``Ray cluster auto, 2 x {'CPU': 1.0} (pack)``-style words for the header and errors."""
+        return f"Ray cluster {self.address}, each worker {dict(self.resources_per_worker)} ({self.placement})"
+
+
+def _check_text(name: str, value: object) -> None:
+    """A non-empty string without spaces."""
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+        raise LaunchError(f"RayCluster({name}={shown(value)}) is not allowed; give 'auto', 'local', "
+                          "'ray://head:10001' or 'head:6379'")
+
+
+def _check_resources(resources: object) -> None:
+    """A mapping of resource names to positive amounts, with at least some CPU or GPU."""
+    if not isinstance(resources, Mapping) or not resources:
+        raise LaunchError(f"RayCluster(resources_per_worker={shown(resources)}) is not allowed; give a dict such as "
+                          "{'GPU': 1, 'CPU': 8}")
+    for key, amount in resources.items():
+        if not isinstance(key, str) or isinstance(amount, bool) or not isinstance(amount, (int, float)) \
+                or not math.isfinite(amount) or amount < 0:
+            raise LaunchError(f"RayCluster(resources_per_worker={shown(resources)}): {shown(key)}: {shown(amount)} is "
+                              "not allowed; each amount is a number >= 0, e.g. {'GPU': 1, 'CPU': 8}")
+    if float(resources.get("GPU", 0)) > 0 and float(resources["GPU"]) != 1:
+        raise LaunchError(f"RayCluster(resources_per_worker={shown(resources)}): each worker drives one GPU here "
+                          "(one process per device); use {'GPU': 1, ...} and more workers")
+
+
+def check_cluster(value: object) -> RayCluster | None:
+    """The cluster that ``notebook_launcher(cluster=...)`` or a config's ``cluster:`` names, checked.
+
+    ``None`` (this machine), ``"ray"`` (``RayCluster()``: the cluster this machine belongs to), a
+    :class:`RayCluster`, or a mapping of its fields with ``kind: ray`` (the YAML form).
+
+    Raises:
+        LaunchError: anything else, naming the value and the allowed forms.
+
+    Example:
+        >>> check_cluster({"kind": "ray", "address": "ray://head:10001", "placement": "spread"}).placement
+        'spread'
+    """
+    if value is None or isinstance(value, RayCluster):
+        return value
+    if isinstance(value, str) and value.lower() == "ray":
+        return RayCluster()
+    if isinstance(value, Mapping):
+        fields = dict(value)
+        kind = fields.pop("kind", "ray")
+        if kind != "ray":
+            raise LaunchError(f"cluster kind {shown(kind)} is not supported; use kind: ray")
+        unknown = sorted(set(fields) - set(_FIELDS))
+        if unknown:
+            raise LaunchError(f"cluster: unknown keys {unknown}; the keys are kind, {', '.join(_FIELDS)}")
+        return RayCluster(**fields)
+    raise LaunchError(f"cluster={shown(value)} is not allowed; use None (this machine), 'ray', or "
+                      "RayCluster(address=..., resources_per_worker=..., placement=...)")

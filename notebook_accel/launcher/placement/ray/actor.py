@@ -1,0 +1,174 @@
+"""The worker's side of a Ray run: one :class:`RankWorker` actor per rank, running the local worker's runtime.
+
+The actor is a fresh process on a cluster node, so there is nothing of a kernel to forget (compare
+:mod:`notebook_accel.launcher.child.main`): it leads its own process group (the kernel's stop signals reach the
+worker and whatever it started), dials the kernel four times (:mod:`.link`), points fd 1 and 2 at its output streams
+as a forked child points them at its pipes, sets its launch environment, and runs the user's function through the same
+:func:`~notebook_accel.launcher.child.main.run_and_report`. A daemon thread sends a heartbeat every
+``beat_seconds`` and this process's system sample every ``sample_seconds`` on the control stream, and obeys the stop
+signals that come back on it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from notebook_accel import channel, environment
+from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.integrations import add_trainer_callback
+from notebook_accel.launcher.child.main import redirect_output, run_and_report, survey_kernel
+from notebook_accel.launcher.placement.ray.link import connect_back, send_frame
+
+__all__ = ["RankSetup", "RankWorker", "SIGNALS"]
+
+SIGNALS = {b"T": signal.SIGTERM, b"K": signal.SIGKILL}  # the kernel's stop signals on the control stream
+_SETUP_FAILED = 70  # EX_SOFTWARE, as a forked worker's
+
+
+@dataclass(frozen=True)
+class RankSetup:
+    """What one actor needs besides the function: who it is, where the kernel listens, and the run's secret.
+
+    Attributes:
+        env: the rank's launch environment (rank, local rank, world, rendezvous on rank 0's node, device).
+        kernel: the kernel's back-channel address; ``secret``: the run's 32-byte secret.
+        threads: intra-op threads (the CPUs the actor reserved).
+        beat_seconds, sample_seconds: heartbeat and system-sample periods.
+    """
+
+    env: LaunchEnvironment
+    kernel: tuple[str, int]
+    secret: bytes
+    threads: int
+    beat_seconds: float = 0.5
+    sample_seconds: float = 1.0
+
+
+def _interface_of(address: str) -> str | None:
+    """The network interface holding ``address`` (gloo binds to it), or ``None``."""
+    try:
+        import psutil
+
+        for name, addresses in psutil.net_if_addrs().items():
+            if any(a.address == address for a in addresses):
+                return name
+    except Exception:  # noqa: BLE001 - gloo's own choice remains
+        return None
+    return None
+
+
+class RankWorker:
+    """A Ray actor that runs one rank (made remote by :mod:`.placement` with ``ray.remote``)."""
+
+    def where(self, want_port: bool) -> dict[str, Any]:
+        """Where this actor runs: node address and id, pid, Ray's GPUs, and (``want_port``) a free port there."""
+        import ray
+
+        address = ray.util.get_node_ip_address()
+        port = 0
+        if want_port:
+            with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
+                probe.bind((address, 0))
+                port = int(probe.getsockname()[1])
+        return {"address": address, "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                "gpus": [str(g) for g in ray.get_gpu_ids()], "port": port}
+
+    def run(self, setup: RankSetup, function: Callable[..., Any], args: list[Any]) -> int:
+        """Run the rank: connect back, redirect output, run ``function(*args)``, report; return the exit code."""
+        import ray
+
+        try:
+            os.setsid()  # the kernel's signals go to this group: the worker and what it starts
+        except OSError:
+            pass
+        rank = setup.env.rank
+        streams = {kind: connect_back(setup.kernel, setup.secret, rank, kind) for kind in (b"C", b"E", b"O", b"2")}
+        _Control(streams[b"C"], setup).start()
+        values = ray.get(list(args)) if args else []  # the object store delivers each argument once per node
+        events = streams[b"E"]
+        redirect_output(streams[b"O"].detach(), streams[b"2"].detach(), survey_kernel())
+        setup.env.apply()
+        interface = _interface_of(setup.env.master_addr or "") if setup.env.world_size > 1 else None
+        if interface is not None and not environment.get("GLOO_SOCKET_IFNAME"):
+            environment.set_var("GLOO_SOCKET_IFNAME", interface)
+        if not environment.get(environment.OMP_NUM_THREADS):
+            environment.set_var(environment.OMP_NUM_THREADS, str(setup.threads))
+        from multiprocessing.connection import Connection
+
+        writer = channel.EventWriter(Connection(events.detach()))
+        code = _SETUP_FAILED
+        try:
+            channel.install(writer)
+            add_trainer_callback(in_worker=True)
+            code = run_and_report(writer, rank, function, tuple(values))
+        finally:
+            channel.uninstall()
+            writer.close()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001 - the kernel may be gone
+                    pass
+            _end_output()
+        return code
+
+
+def _end_output() -> None:
+    """Send end of file on the output streams (fd 1 and 2 are the sockets): the kernel then knows it has it all."""
+    for fd in (1, 2):
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+
+class _Control(threading.Thread):
+    """Heartbeats and samples to the kernel, stop signals from it (a daemon: it ends with the actor)."""
+
+    def __init__(self, sock: socket.socket, setup: RankSetup) -> None:
+        super().__init__(name="notebook-accel-control", daemon=True)
+        self.sock = sock
+        self.setup = setup
+
+    def run(self) -> None:
+        """Beat, sample, and obey until the kernel goes away."""
+        from notebook_accel.monitor.sampler import SystemSampler
+
+        env = self.setup.env
+        try:
+            sampler: SystemSampler | None = SystemSampler({env.rank: os.getpid()}, {env.rank: env.device or "cpu"},
+                                                          interval=self.setup.sample_seconds)
+        except Exception:  # noqa: BLE001 - no figures, but heartbeats still go
+            sampler = None
+        while True:
+            try:
+                now = time.monotonic()
+                if sampler is not None and sampler.due(now):
+                    send_frame(self.sock, ("sample", sampler.sample()))
+                else:
+                    send_frame(self.sock, ("beat", None))
+                ready, _, _ = select.select([self.sock], [], [], self.setup.beat_seconds)
+                if ready:
+                    data = self.sock.recv(16)
+                    if not data:
+                        return  # the kernel went away: Ray ends this actor with its owner
+                    for byte in data:
+                        sig = SIGNALS.get(bytes([byte]))
+                        if sig is not None:
+                            os.killpg(os.getpgid(0), sig)
+            except OSError:
+                return

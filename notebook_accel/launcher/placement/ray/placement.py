@@ -1,0 +1,250 @@
+"""The Ray placement (a :class:`~notebook_accel.launcher.placement.protocol.Placement`): one actor per rank.
+
+:meth:`RayPlacement.start`, in order, so that a mistake costs nothing on the cluster: join the cluster, put the
+function and each argument in Ray's object store (an argument that cannot be pickled is named before anything is
+reserved; a large one travels once per node, not once per worker), reserve every worker at once, start the actors
+and ask where each landed, number the ranks node by node (so ``LOCAL_RANK`` is right; rank 0's node hosts the
+rendezvous on a port free there), start each rank, and accept its four back-channel streams. On any failure the
+actors and the reservation are released before the error is raised.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+from notebook_accel.cluster import RayCluster
+from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.errors import LaunchError, shown
+from notebook_accel.launcher.kernel.fds import RunDescriptors
+from notebook_accel.launcher.placement.ray import reserve
+from notebook_accel.launcher.placement.ray.actor import RankSetup, RankWorker
+from notebook_accel.launcher.placement.ray.handles import DRAIN_SECONDS, RayWorkerHandle
+from notebook_accel.launcher.placement.ray.link import BackChannel, Dialed, detach_fd
+from notebook_accel.launcher.placement.ray.watch import RemoteSampler, RunWatch
+from notebook_accel.launcher.placement.spawn import WorkerHandle
+from notebook_accel.monitor.board import SystemBoard
+
+__all__ = ["RayPlacement", "CONNECT_SECONDS"]
+
+CONNECT_SECONDS = 120.0  # from the actors' start to their four streams each (a cold node imports torch first)
+
+
+class RayPlacement:
+    """Run the workers as actors of the Ray cluster ``cluster`` describes.
+
+    Args:
+        cluster: the cluster, the resources of each worker and how to spread them.
+        descriptors: the run's registered descriptors (the back-channel sockets join them, so that a local run
+            forked meanwhile does not inherit them).
+    """
+
+    def __init__(self, cluster: RayCluster, descriptors: RunDescriptors | None = None) -> None:
+        self.cluster = cluster
+        self.descriptors = descriptors
+        self.ray: Any = None
+        self.group: Any = None
+        self.actors: list[Any] = []
+        self.watch: RunWatch | None = None
+        self.channel: BackChannel | None = None
+        self.handles: list[RayWorkerHandle] = []
+
+    def start(self, envs: Sequence[LaunchEnvironment], function: Callable[..., Any], args: tuple[Any, ...],
+              board: SystemBoard | None) -> list[WorkerHandle]:
+        """Place one actor per environment (their local ranks and rendezvous are set here); ``board`` is not used:
+        the workers' trackers read no figures across machines."""
+        self.ray = ray = reserve.require_ray()
+        reserve.connect(ray, self.cluster)
+        function_ref, arg_refs = _put(ray, function, args)
+        try:
+            self.group = reserve.reserve(ray, self.cluster, len(envs))
+            self._start_actors(len(envs))
+            places = ray.get([actor.where.remote(i == 0) for i, actor in enumerate(self.actors)],
+                             timeout=CONNECT_SECONDS)
+            order = _rank_order(places)
+            self.channel = BackChannel(reserve.kernel_address(ray, self.cluster))
+            if self.descriptors is not None:
+                self.descriptors.sources.append(lambda: [fd for h in self.handles for fd in h.open_fds()])
+            threads = max(1, int(float(self.cluster.resources_per_worker.get("CPU", 1))))
+            self._run_ranks(envs, order, places, function_ref, arg_refs, threads)
+            self._accept(len(envs))
+        except BaseException:
+            self.release(self.handles)
+            raise
+        self.watch = RunWatch(ray, self.handles, self.cluster.node_timeout)
+        self.watch.start()
+        return list(self.handles)
+
+    def _start_actors(self, count: int) -> None:
+        """One actor per bundle of the placement group, never restarted (a dead rank ends the run)."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        resources = dict(self.cluster.resources_per_worker)
+        cpus, gpus = float(resources.pop("CPU", 0)), float(resources.pop("GPU", 0))
+        remote = self.ray.remote(RankWorker)
+        for index in range(count):
+            options: dict[str, Any] = {
+                "num_cpus": cpus, "num_gpus": gpus, "resources": resources, "max_restarts": 0,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
+            }
+            if self.cluster.runtime_env is not None:
+                options["runtime_env"] = dict(self.cluster.runtime_env)
+            self.actors.append(remote.options(**options).remote())
+
+    def _run_ranks(self, envs: Sequence[LaunchEnvironment], order: list[int], places: list[dict[str, Any]],
+                   function_ref: Any, arg_refs: list[Any], threads: int) -> None:
+        """Start ``run`` on every actor with its rank's environment; make the handles (streams come next)."""
+        assert self.channel is not None
+        master = places[order[0]]
+        nodes = [places[i]["node_id"] for i in order]
+        for rank, index in enumerate(order):
+            node = places[index]["node_id"]
+            local_rank = nodes[:rank].count(node)
+            env = replace(envs[rank], rank=rank, local_rank=local_rank, local_world_size=nodes.count(node),
+                          world_size=len(order), master_addr=master["address"], master_port=master["port"],
+                          device="cuda:0" if self.cluster.uses_gpu else "cpu")
+            setup = RankSetup(env, self.channel.address, self.channel.secret, threads)
+            ref = self.actors[index].run.remote(setup, function_ref, arg_refs)
+            reader, writer = os.pipe()
+            self.handles.append(RayWorkerHandle(
+                rank=rank, process=None, events=_unset_connection(), stdout_fd=-1, stderr_fd=-1,
+                device=env.device or "cpu", exit_fd=reader,
+                pid=int(places[index]["pid"]), node=str(places[index]["address"]), drain_seconds=DRAIN_SECONDS,
+                actor=self.actors[index], ref=ref, node_id=str(node), exit_writer=writer))
+
+    def _accept(self, count: int) -> None:
+        """Wait for every rank's four streams; a rank whose ``run`` ended first (it could not connect) fails it."""
+        assert self.channel is not None
+        by_rank = {h.rank: h for h in self.handles}
+
+        def alive() -> None:
+            done, _ = self.ray.wait([h.ref for h in self.handles], num_returns=len(self.handles), timeout=0)
+            if done:
+                handle = next(h for h in self.handles if h.ref in done)
+                try:
+                    self.ray.get(handle.ref)
+                    error = "it ended before connecting"
+                except Exception as e:  # noqa: BLE001 - the worker's own error says why
+                    error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+                raise LaunchError(f"rank {handle.rank} on node {handle.node} could not start: {error}")
+
+        try:
+            for dialed in self.channel.accept(4 * count, time.monotonic() + CONNECT_SECONDS, alive):
+                _attach(by_rank[dialed.rank], dialed)
+        except TimeoutError as e:
+            raise LaunchError(f"the Ray workers did not connect back to this kernel at {self.channel.address[0]}:"
+                              f"{self.channel.address[1]} within {CONNECT_SECONDS:.0f} s ({e}); the cluster's nodes "
+                              "must be able to reach the notebook's machine") from e
+        finally:
+            self.channel.close()
+
+    def signal(self, handle: WorkerHandle, sig: signal.Signals) -> None:
+        """Send ``sig`` to the rank's process group; SIGKILL also asks Ray to kill the actor (a node that does not
+        answer any more cannot obey)."""
+        if not isinstance(handle, RayWorkerHandle):
+            return
+        handle.send_signal(sig)
+        if sig == signal.SIGKILL and handle.actor is not None:
+            _kill(self.ray, handle.actor)
+
+    def end_leftovers(self, handles: Sequence[WorkerHandle]) -> None:
+        """Nothing: a rank's process group ends with it (:meth:`signal`), and :meth:`release` kills the actors."""
+
+    def sampler(self, handles: Sequence[WorkerHandle]) -> RemoteSampler | None:
+        """The figures each rank's node sends (``None`` before the start)."""
+        return None if self.watch is None else RemoteSampler(self.watch)
+
+    def release(self, handles: Sequence[WorkerHandle]) -> None:
+        """Kill every actor and its process group, free the reservation, close the streams. Idempotent."""
+        for handle in self.handles:
+            if not handle.ended.is_set():
+                handle.send_signal(signal.SIGKILL)
+        for actor in self.actors:
+            _kill(self.ray, actor)
+        self.actors = []
+        if self.watch is not None:
+            self.watch.stop()
+        if self.group is not None:
+            reserve.release_group(self.ray, self.group)
+            self.group = None
+        if self.channel is not None:
+            self.channel.close()
+        for handle in self.handles:
+            handle.end(-int(handle.signalled or signal.SIGKILL))
+            handle.reap()
+            _close(handle)
+
+
+def _unset_connection() -> Connection:
+    """A placeholder events connection (closed), replaced when the rank's event stream arrives."""
+    reader, writer = os.pipe()
+    os.close(writer)
+    conn = Connection(reader, writable=False)
+    conn.close()
+    return conn
+
+
+def _attach(handle: RayWorkerHandle, dialed: Dialed) -> None:
+    """Give the handle one of its authenticated streams."""
+    if dialed.kind == b"E":
+        handle.events = Connection(detach_fd(dialed.sock, blocking=True), writable=False)
+    elif dialed.kind == b"O":
+        handle.stdout_fd = detach_fd(dialed.sock, blocking=False)
+    elif dialed.kind == b"2":
+        handle.stderr_fd = detach_fd(dialed.sock, blocking=False)
+    else:
+        dialed.sock.setblocking(False)
+        handle.control = dialed.sock
+
+
+def _close(handle: RayWorkerHandle) -> None:
+    """Close the kernel's ends of the rank's streams."""
+    if not handle.events.closed:
+        handle.events.close()
+    handle.close_stream(handle.stdout_fd)
+    handle.close_stream(handle.stderr_fd)
+    if handle.control is not None:
+        handle.control.close()
+        handle.control = None
+
+
+def _kill(ray: Any, actor: Any) -> None:
+    """Ask Ray to kill an actor (gone already, or the cluster unreachable, is fine)."""
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _put(ray: Any, function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, list[Any]]:
+    """The function and each argument in the object store; one that cannot be pickled is named."""
+    try:
+        function_ref = ray.put(function)
+    except Exception as e:  # noqa: BLE001 - cloudpickle raises many kinds
+        raise LaunchError(f"the function {shown(function, 60)} cannot be sent to the Ray workers ({type(e).__name__}: "
+                          f"{e}); it must be picklable by cloudpickle (functions, classes and closures of the notebook "
+                          "are; open files, locks and sockets are not)") from e
+    refs = []
+    for index, value in enumerate(args):
+        try:
+            refs.append(ray.put(value))
+        except Exception as e:  # noqa: BLE001
+            raise LaunchError(f"args[{index}] ({type(value).__name__}: {shown(value, 60)}) cannot be sent to the Ray "
+                              f"workers ({type(e).__name__}: {e}); pass data the workers can unpickle, or make it "
+                              "inside the function (open files, locks, sockets and live connections do not "
+                              "travel)") from e
+    return function_ref, refs
+
+
+def _rank_order(places: list[dict[str, Any]]) -> list[int]:
+    """Actor indices in rank order: node by node (the node of actor 0 first, then in order of first appearance)."""
+    nodes: list[str] = []
+    for place in places:
+        if place["node_id"] not in nodes:
+            nodes.append(place["node_id"])
+    return [i for node in nodes for i, place in enumerate(places) if place["node_id"] == node]

@@ -1,0 +1,128 @@
+"""Connecting to a Ray cluster and reserving a run's workers all at once (a placement group), within a bound.
+
+A run that cannot fit the cluster at all fails at once, saying what the cluster has; one that fits but finds the
+resources busy waits up to ``reserve_timeout`` and then fails the same way. Nothing stays reserved after a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from notebook_accel.cluster import RayCluster
+from notebook_accel.errors import LaunchError
+
+__all__ = ["require_ray", "connect", "kernel_address", "inventory", "reserve", "release_group"]
+
+_STRATEGY = {"pack": "PACK", "spread": "SPREAD", "strict_pack": "STRICT_PACK", "strict_spread": "STRICT_SPREAD"}
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or a :class:`LaunchError` that says how to install it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise LaunchError("cluster='ray' needs Ray in this kernel and on every node: pip install "
+                          "'notebook-accel[ray]' (Ray core), then restart the kernel") from e
+    return ray
+
+
+def connect(ray: Any, cluster: RayCluster) -> None:
+    """Join the cluster ``cluster.address`` names, unless this kernel already joined one with ``ray.init``.
+
+    Raises:
+        LaunchError: no cluster answers at that address, with how to start one.
+    """
+    if ray.is_initialized():
+        return
+    options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    if cluster.runtime_env is not None:
+        options["runtime_env"] = dict(cluster.runtime_env)
+    try:
+        if cluster.address == "local":
+            ray.init(include_dashboard=False, **options)
+        else:
+            ray.init(address=cluster.address, **options)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise LaunchError(
+            f"no Ray cluster answers at address={cluster.address!r} ({type(e).__name__}: {e}). Start one with "
+            "`ray start --head` on the head machine and `ray start --address=<head>:6379` on the others, or connect "
+            "first with ray.init(...) in the notebook; to try it on this machine alone, use "
+            "RayCluster(address='local')") from e
+
+
+def kernel_address(ray: Any, cluster: RayCluster) -> str:
+    """This kernel's address as the cluster's nodes reach it (the workers dial it back)."""
+    if cluster.address.startswith("ray://"):
+        head = urlsplit(cluster.address).hostname or "127.0.0.1"
+        with socket.socket(socket.AF_INET6 if ":" in head else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((head, 9))  # no packet is sent: this only asks the routing table
+            return str(probe.getsockname()[0])
+    return str(ray.util.get_node_ip_address())
+
+
+def inventory(ray: Any) -> str:
+    """``"2 nodes with 1 free CPU and 0 free GPUs (of 2 CPUs, 0 GPUs)"``: what the cluster has now."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    free = ray.available_resources()
+    total = ray.cluster_resources()
+
+    def count(pool: Mapping[str, float], key: str) -> str:
+        return f"{pool.get(key, 0):g}"
+
+    return (f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} with {count(free, 'CPU')} free CPUs and "
+            f"{count(free, 'GPU')} free GPUs (of {count(total, 'CPU')} CPUs, {count(total, 'GPU')} GPUs)")
+
+
+def _fits(ray: Any, workers: int, per_worker: Mapping[str, float], strategy: str) -> bool:
+    """Whether the cluster's alive nodes could ever hold the run (ignoring what is busy now)."""
+    capacity = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        have = node.get("Resources", {})
+        fits = [math.floor(have.get(k, 0) / v + 1e-9) for k, v in per_worker.items() if v > 0]
+        capacity.append(min(fits) if fits else workers)
+    if strategy == "strict_pack":
+        return any(c >= workers for c in capacity)
+    if strategy == "strict_spread":
+        return sum(1 for c in capacity if c >= 1) >= workers
+    return sum(capacity) >= workers
+
+
+def reserve(ray: Any, cluster: RayCluster, workers: int) -> Any:
+    """A ready placement group of ``workers`` bundles of ``cluster.resources_per_worker``.
+
+    Raises:
+        LaunchError: the cluster cannot hold the run, or the reservation was not ready within
+            ``cluster.reserve_timeout`` seconds (nothing stays reserved).
+    """
+    per_worker = {k: float(v) for k, v in cluster.resources_per_worker.items() if float(v) > 0}
+    asked = f"the run asks for {workers} x {per_worker} ({cluster.placement})"
+    if not _fits(ray, workers, per_worker, cluster.placement):
+        raise LaunchError(f"the Ray cluster cannot hold this run: it has {inventory(ray)}; {asked}. Use fewer "
+                          "processes, smaller resources_per_worker, placement='pack', or add nodes")
+    from ray.util.placement_group import placement_group
+
+    group = placement_group([dict(per_worker) for _ in range(workers)], strategy=_STRATEGY[cluster.placement])
+    ready, _ = ray.wait([group.ready()], timeout=cluster.reserve_timeout)
+    if not ready:
+        have = inventory(ray)
+        release_group(ray, group)
+        raise LaunchError(f"the Ray cluster could not reserve the run within reserve_timeout="
+                          f"{cluster.reserve_timeout:g} s: it has {have}; {asked}. Other jobs hold the rest: wait, or "
+                          "ask for less")
+    return group
+
+
+def release_group(ray: Any, group: Any) -> None:
+    """Free a placement group (gone already is fine)."""
+    try:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(group)
+    except Exception:  # noqa: BLE001 - the cluster or the group is gone: nothing is held
+        pass

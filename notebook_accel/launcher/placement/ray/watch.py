@@ -1,0 +1,179 @@
+"""The kernel's watch over a Ray run's workers: one thread that decides when each rank has ended, and why.
+
+A rank ends when its ``run`` call's result arrives (its exit code; an error: its process died or could not start),
+when its control stream closes with no result following within :data:`CLOSED_GRACE` (its process, or its node's Ray,
+was killed), or when it has been silent for ``node_timeout`` seconds (its node lost, its network cut: no result and
+no end of file will ever come, so a silence bound is the only bound). Each verdict closes the rank's exit pipe, which
+wakes the supervisor as a local worker's pidfd would. The same thread keeps the latest system sample of each rank;
+:class:`RemoteSampler` hands them to the supervisor as one sample.
+"""
+
+from __future__ import annotations
+
+import select
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from notebook_accel.events import RankSystem, SystemSample
+from notebook_accel.launcher.placement.ray.handles import RayWorkerHandle
+from notebook_accel.launcher.placement.ray.link import FrameReader
+
+__all__ = ["RunWatch", "RemoteSampler", "CLOSED_GRACE"]
+
+CLOSED_GRACE = 3.0  # seconds between a control stream's end and a verdict, for the run's result to arrive first
+_POLL = 0.2
+
+
+class RunWatch(threading.Thread):
+    """Watches the handles' control streams and results until every rank has ended (or :meth:`stop`)."""
+
+    def __init__(self, ray: Any, handles: Sequence[RayWorkerHandle], node_timeout: float) -> None:
+        super().__init__(name="notebook-accel-ray-watch", daemon=True)
+        self.ray = ray
+        self.handles = list(handles)
+        self.node_timeout = node_timeout
+        self.samples: dict[int, SystemSample] = {}
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        now = time.monotonic()
+        self._seen = {h.rank: now for h in handles}
+        self._closed: dict[int, float] = {}
+        self._readers = {h.rank: FrameReader(h.control) for h in handles if h.control is not None}
+
+    def stop(self) -> None:
+        """End the watch (the run is over); waits for the thread."""
+        self._halt.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=5.0)
+
+    def latest(self) -> dict[int, SystemSample]:
+        """The last sample each rank sent."""
+        with self._lock:
+            return dict(self.samples)
+
+    def run(self) -> None:
+        """The watch's loop."""
+        while not self._halt.is_set():
+            live = [h for h in self.handles if not h.ended.is_set()]
+            if not live:
+                return
+            self._read_controls(live)
+            self._collect_results(live)
+            self._judge_silence(live)
+
+    def _read_controls(self, live: list[RayWorkerHandle]) -> None:
+        """Heartbeats and samples; a closed stream starts its grace."""
+        readers = {h.control: (h, self._readers[h.rank]) for h in live
+                   if h.control is not None and h.rank not in self._closed}
+        try:
+            ready, _, _ = select.select(list(readers), [], [], _POLL) if readers else ([], [], [])
+        except (OSError, ValueError):
+            ready = []
+        if not readers:
+            time.sleep(_POLL)
+        now = time.monotonic()
+        for sock in ready:
+            handle, reader = readers[sock]
+            for kind, payload in reader.read():
+                self._seen[handle.rank] = now
+                if kind == "sample" and isinstance(payload, SystemSample):
+                    with self._lock:
+                        self.samples[handle.rank] = payload
+            if reader.eof:
+                self._closed[handle.rank] = now
+
+    def _collect_results(self, live: list[RayWorkerHandle]) -> None:
+        """Ranks whose ``run`` returned or raised; and ranks whose stream closed with no result in time."""
+        refs = {h.ref: h for h in live if h.ref is not None}
+        if refs:
+            done, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            for ref in done:
+                self._finish(refs[ref])
+        now = time.monotonic()
+        for handle in live:
+            closed = self._closed.get(handle.rank)
+            if closed is not None and not handle.ended.is_set() and now - closed >= CLOSED_GRACE:
+                handle.end(-int(handle.signalled or signal.SIGKILL), None if handle.signalled else (
+                    f"rank {handle.rank} on node {handle.node} ended without a result: its process was killed, or "
+                    f"Ray on that node stopped{self._node_state(handle)}"))
+
+    def _finish(self, handle: RayWorkerHandle) -> None:
+        """The rank's ``run`` has a result: its exit code, or the error that says how it died."""
+        try:
+            code = int(self.ray.get(handle.ref, timeout=5.0))
+        except Exception as e:  # noqa: BLE001 - Ray's errors for a dead actor or a failed call
+            if handle.signalled is not None:
+                handle.end(-int(handle.signalled))
+                return
+            died = type(e).__name__ in ("ActorDiedError", "RayActorError", "ActorUnavailableError")
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if died:
+                handle.end(-int(signal.SIGKILL), f"rank {handle.rank} on node {handle.node}: its worker process died "
+                           f"({first}){self._node_state(handle)}")
+            else:
+                handle.end(70, f"rank {handle.rank} could not run on node {handle.node}: {type(e).__name__}: "
+                           f"{_last_line(e)}")
+            return
+        handle.end(code)
+
+    def _judge_silence(self, live: list[RayWorkerHandle]) -> None:
+        """A rank silent for ``node_timeout`` (with its node's other ranks) has lost its node or its network."""
+        now = time.monotonic()
+        for handle in live:
+            quiet = now - self._seen[handle.rank]
+            if quiet >= self.node_timeout and not handle.ended.is_set() and handle.rank not in self._closed:
+                ranks = [h.rank for h in self.handles if h.node == handle.node]
+                handle.end(-int(signal.SIGKILL), (
+                    f"node {handle.node} (ranks {ranks}) has not answered for {quiet:.0f} s (node_timeout="
+                    f"{self.node_timeout:g}): its network was cut, the machine went down, or the worker froze"
+                    f"{self._node_state(handle)}"))
+
+    def _node_state(self, handle: RayWorkerHandle) -> str:
+        """``"; Ray marked the node dead"`` when the cluster says so (else nothing)."""
+        try:
+            for node in self.ray.nodes():
+                if node.get("NodeID") == handle.node_id and not node.get("Alive", True):
+                    return "; Ray marked the node dead"
+        except Exception:  # noqa: BLE001 - the cluster's view is a bonus
+            return ""
+        return ""
+
+
+def _last_line(error: BaseException) -> str:
+    """The last non-empty line of a (remote) error's text: the exception itself."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(error).__name__
+
+
+class RemoteSampler:
+    """The supervisor's sampler for a Ray run: every rank's latest figures from its own node, as one sample.
+
+    Memory of the machine is the tightest node's (the least available), the figure that warns first.
+    """
+
+    def __init__(self, watch: RunWatch, interval: float = 1.0) -> None:
+        self.watch = watch
+        self.interval = interval
+        self.last: SystemSample | None = None
+        self.next_due = time.monotonic() + interval
+
+    def due(self, now: float) -> bool:
+        """Whether a sample is due at ``now``."""
+        return now >= self.next_due
+
+    def sample(self) -> SystemSample:
+        """The ranks' latest figures together (a rank that sent none yet is left out)."""
+        self.next_due = time.monotonic() + self.interval
+        latest = self.watch.latest()
+        ranks: list[RankSystem] = [r for s in latest.values() for r in s.ranks]
+        tightest = min(latest.values(), key=lambda s: s.host_available, default=None)
+        self.last = SystemSample(time.time(), tuple(sorted(ranks, key=lambda r: r.rank)),
+                                 tightest.host_available if tightest else 0, tightest.host_total if tightest else 0)
+        return self.last
+
+    def close(self) -> None:
+        """Nothing to close (the watch owns the streams)."""
+        self.next_due = float("inf")

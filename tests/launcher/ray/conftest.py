@@ -1,0 +1,202 @@
+"""A real two-node Ray cluster for the Ray placement's tests: the head on the host, a worker node in a network
+namespace.
+
+The host and the namespace are joined by a veth pair (10.66.<n>.1 on the host, .2 in the namespace), so the worker
+node is another machine as far as the network goes: its own address, its own interfaces, a link that can be cut.
+Each node has 1 CPU. Every Ray process of the cluster runs with this session's ``--temp-dir``, which is how the
+teardown finds exactly them (a Ray the developer runs elsewhere is left alone). The drivers (the "kernels") run in
+subprocesses: a process that joined a Ray cluster has gRPC threads that a later local fork of the test process
+must not inherit.
+
+Skips, with the reason, when Ray is not installed (the ``ray`` extra), or when this is not root with ``ip``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+FAST_IMPORTS = str(ROOT / "tests" / "fast_imports")  # see tests/fast_imports/rfc3987_syntax
+PYTHONPATH = f"{FAST_IMPORTS}{os.pathsep}{ROOT}"
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": "300000",
+           "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "5", "PYTHONPATH": PYTHONPATH}
+
+
+@dataclass
+class RayTestCluster:
+    """The running cluster: the head's address, the namespace of the worker node and how to restart it."""
+
+    address: str
+    head_ip: str
+    worker_ip: str
+    namespace: str
+    host_link: str
+    temp_dir: str
+    ray: str
+    ports: int  # the head's GCS port; the nodes' agents use the ports just above it
+
+    def start_worker(self) -> None:
+        """(Re)start the worker node in its namespace and wait until the head counts two live nodes."""
+        for attempt in range(_STARTS):
+            try:
+                _run(["ip", "netns", "exec", self.namespace, self.ray, "start", f"--address={self.address}",
+                      f"--node-ip-address={self.worker_ip}", "--num-cpus=1", "--object-store-memory=80000000",
+                      "--disable-usage-stats", f"--temp-dir={self.temp_dir}/w",
+                      *_fixed_ports(self.ports + 20 + 10 * attempt)], timeout=240)
+                break
+            except RuntimeError:
+                self.stop_worker()
+                if attempt == _STARTS - 1:
+                    raise
+        self.wait_nodes(2)
+
+    def wait_nodes(self, count: int, timeout: float = 120.0) -> None:
+        """Wait until exactly ``count`` nodes are alive."""
+        deadline = time.monotonic() + timeout
+        alive = -1
+        while time.monotonic() < deadline:
+            alive = int(str(self.query("alive")["alive"]))
+            if alive == count:
+                return
+            time.sleep(1.0)
+        raise AssertionError(f"the test cluster has {alive} live nodes, not {count}")
+
+    def query(self, what: str) -> dict[str, object]:
+        """Ask the cluster (from a short-lived driver): ``alive`` nodes, or our ``leftovers`` (actors, groups)."""
+        out = subprocess.run([sys.executable, "-m", "tests.launcher.ray.driver", what, self.address], cwd=ROOT,
+                             env=driver_env(), capture_output=True, text=True, timeout=120)
+        return result_of(out.stdout, out.stderr)
+
+    def stop_worker(self) -> None:
+        """Stop every Ray process of the worker node (they run in its namespace)."""
+        for pid in _ray_pids(self.temp_dir, namespace=self.namespace):
+            _kill(pid)
+
+
+def driver_env() -> dict[str, str]:
+    """The environment of a driver subprocess: this checkout importable, Ray quiet."""
+    return {**os.environ, **RAY_ENV, "PYTHONUNBUFFERED": "1"}
+
+
+def result_of(stdout: str, stderr: str) -> dict[str, object]:
+    """The JSON after the last ``RESULT `` line a driver printed (a clear failure when there is none)."""
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        raise AssertionError(f"the driver printed no result\n--- stdout\n{stdout[-4000:]}\n"
+                             f"--- stderr\n{stderr[-4000:]}")
+    return dict(json.loads(lines[-1][len("RESULT "):]))
+
+
+_STARTS = 3  # Ray's raylet gives its agents a fixed 15 s to start (ray-project/ray#65983): a loaded machine retries
+
+
+def _fixed_ports(base: int) -> list[str]:
+    """Fixed ports for a node's agents: given a port, the raylet need not wait for the agents to write theirs to files
+    before it registers (a wait that Ray bounds at 30 s, too short for a loaded 2-core machine)."""
+    names = ("--dashboard-agent-grpc-port", "--dashboard-agent-listen-port", "--runtime-env-agent-port",
+             "--metrics-export-port", "--node-manager-port", "--object-manager-port")
+    return [f"{name}={base + i}" for i, name in enumerate(names)]
+
+
+def _run(args: list[str], timeout: float = 60.0) -> None:
+    env = {**os.environ, **RAY_ENV}
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+
+
+def _ray_pids(temp_dir: str, namespace: str | None = None) -> list[int]:
+    """Processes whose command line names this session's Ray folder (only those in ``namespace`` if given)."""
+    import psutil
+
+    found = []
+    ns = None
+    if namespace is not None:
+        try:
+            ns = os.stat(f"/run/netns/{namespace}").st_ino
+        except OSError:
+            return []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info.get("cmdline") or [])
+        if temp_dir not in cmdline:
+            continue
+        if ns is not None:
+            try:
+                if os.stat(f"/proc/{proc.pid}/ns/net").st_ino != ns:
+                    continue
+            except OSError:
+                continue
+        found.append(proc.pid)
+    return found
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[RayTestCluster]:
+    """Start the two-node cluster once per session (or skip with the reason); stop exactly its processes after."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        pytest.skip("Ray is not installed: pip install 'notebook-accel[ray]' (CI installs it)")
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("the two-node Ray tests need root and iproute2 (ip netns); run them as root, as CI does")
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    tag = os.getpid() % 200 + 20
+    namespace, host_link, node_link = f"nar{tag}", f"nrh{tag}", f"nrn{tag}"
+    head_ip, worker_ip = f"10.66.{tag}.1", f"10.66.{tag}.2"
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must stay under 108 bytes
+    try:
+        subprocess.run(["ip", "netns", "add", namespace], check=True, capture_output=True)
+        subprocess.run(["ip", "link", "add", host_link, "type", "veth", "peer", "name", node_link], check=True,
+                       capture_output=True)
+        subprocess.run(["ip", "link", "set", node_link, "netns", namespace], check=True, capture_output=True)
+        subprocess.run(["ip", "addr", "add", f"{head_ip}/24", "dev", host_link], check=True, capture_output=True)
+        subprocess.run(["ip", "link", "set", host_link, "up"], check=True, capture_output=True)
+        for args in (["addr", "add", f"{worker_ip}/24", "dev", node_link], ["link", "set", node_link, "up"],
+                     ["link", "set", "lo", "up"]):
+            subprocess.run(["ip", "-n", namespace, *args], check=True, capture_output=True)
+    except subprocess.CalledProcessError as e:
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        subprocess.run(["ip", "link", "del", host_link], capture_output=True)
+        pytest.skip(f"network namespaces are not available here: {e.stderr}")
+    port = 21000 + tag * 50
+    cluster = RayTestCluster(f"{head_ip}:{port}", head_ip, worker_ip, namespace, host_link, temp_dir, ray_bin, port)
+    try:
+        for attempt in range(_STARTS):
+            try:
+                _run([ray_bin, "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}", "--num-cpus=1",
+                      "--include-dashboard=false", "--object-store-memory=80000000", "--disable-usage-stats",
+                      f"--temp-dir={temp_dir}", *_fixed_ports(port + 1 + 6 * attempt)], timeout=300)
+                break
+            except RuntimeError:
+                for pid in _ray_pids(temp_dir):
+                    _kill(pid)
+                if attempt == _STARTS - 1:
+                    raise
+                time.sleep(1.0)
+        cluster.start_worker()
+        yield cluster
+    finally:
+        for pid in _ray_pids(temp_dir):
+            _kill(pid)
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        subprocess.run(["ip", "link", "del", host_link], capture_output=True)
+        shutil.rmtree(temp_dir, ignore_errors=True)

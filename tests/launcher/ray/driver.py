@@ -1,0 +1,174 @@
+"""A "kernel" for the Ray tests: ``python -m tests.launcher.ray.driver CASE ADDRESS [ARG]``, printing ``RESULT {json}``.
+
+Each case joins the test cluster at ADDRESS, launches through ``notebook_launcher(cluster=...)``, and reports what
+happened and what the run left on the cluster (live actors of this job, placement groups not removed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _join(address: str) -> Any:
+    import ray
+
+    ray.init(address=address, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"], "NOTEBOOK_ACCEL_LOG_DIR": "off"}})
+    return ray
+
+
+def leftovers(ray: Any, wait: float = 20.0) -> dict[str, Any]:
+    """This job's actors still alive and its placement groups not removed (waiting up to ``wait`` for them to go)."""
+    job = ray.get_runtime_context().get_job_id()
+    deadline = time.monotonic() + wait
+    while True:
+        actors = [a["ActorID"] for a in ray._private.state.actors().values()
+                  if a.get("JobID") == job and a.get("State") != "DEAD"]
+        groups = [g for g, info in ray.util.placement_group_table().items() if info.get("state") != "REMOVED"]
+        if (not actors and not groups) or time.monotonic() > deadline:
+            return {"actors": actors, "groups": groups}
+        time.sleep(0.5)
+
+
+def _error(call: Any) -> dict[str, Any]:
+    """Run ``call``; its error's type, text and how long it took."""
+    start = time.monotonic()
+    try:
+        call()
+    except BaseException as e:  # noqa: BLE001 - the test looks at which
+        return {"type": type(e).__name__, "text": str(e), "seconds": time.monotonic() - start}
+    return {"type": None, "text": "", "seconds": time.monotonic() - start}
+
+
+def fail_on_rank_one() -> None:
+    """Rank 1 raises after the group formed."""
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    accelerator.wait_for_everyone()
+    if accelerator.process_index == 1:
+        raise ValueError("rank one's own failure")
+    time.sleep(60)
+
+
+def sleep_forever(pidfile: str = "") -> None:
+    """Write this worker's pid and node to ``pidfile`` (one line per rank), then sleep."""
+    if pidfile:
+        with open(pidfile, "a") as f:
+            f.write(f"{os.environ['RANK']} {os.getpid()}\n")
+    while True:
+        time.sleep(1)
+
+
+def progress_and_sleep(pidfile: str) -> None:
+    """Log a metric and print a line every 0.2 s (both ranks), after writing the pid."""
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    with open(pidfile, "a") as f:
+        f.write(f"{accelerator.process_index} {os.getpid()}\n")
+    step = 0
+    while True:
+        step += 1
+        print(f"rank {accelerator.process_index} step {step}", flush=True)
+        accelerator.log({"loss": 1.0 / step}, step=step)
+        time.sleep(0.2)
+
+
+def case_train(ray: Any, cluster: Any) -> dict[str, Any]:
+    from notebook_accel import notebook_launcher
+    from tests.distributed import workers
+
+    start = time.monotonic()
+    value = notebook_launcher(workers.train, args=(2, 1, 24), num_processes=2, cluster=cluster, dashboard=False)
+    seconds = time.monotonic() - start
+    failed = _error(lambda: notebook_launcher(fail_on_rank_one, num_processes=2, cluster=cluster, dashboard=False))
+    return {"value": value, "seconds": seconds, "failed": failed, "left": leftovers(ray)}
+
+
+def case_refusals(ray: Any, cluster: Any) -> dict[str, Any]:
+    from notebook_accel import notebook_launcher
+    from notebook_accel.cluster import RayCluster
+
+    lock = threading.Lock()
+    unpicklable = _error(lambda: notebook_launcher(sleep_forever, args=("", lock), num_processes=2, cluster=cluster,
+                                                   dashboard=False))
+    big = RayCluster(resources_per_worker={"CPU": 1}, placement="strict_spread")
+    too_big = _error(lambda: notebook_launcher(sleep_forever, num_processes=3, cluster=big, dashboard=False))
+    return {"unpicklable": unpicklable, "too_big": too_big, "left": leftovers(ray, wait=0.0)}
+
+
+def case_stop(ray: Any, cluster: Any) -> dict[str, Any]:
+    from notebook_accel import notebook_launcher
+
+    timed_out = _error(lambda: notebook_launcher(sleep_forever, num_processes=2, cluster=cluster, dashboard=False,
+                                                 timeout=20))
+    after_timeout = leftovers(ray)
+    timer = threading.Timer(20.0, lambda: os.kill(os.getpid(), signal.SIGINT))  # the stop button
+    timer.start()
+    interrupted = _error(lambda: notebook_launcher(sleep_forever, num_processes=2, cluster=cluster, dashboard=False))
+    timer.cancel()
+    return {"timed_out": timed_out, "after_timeout": after_timeout, "interrupted": interrupted,
+            "left": leftovers(ray)}
+
+
+def case_hang(ray: Any, cluster: Any, pidfile: str) -> dict[str, Any]:
+    """A run that never ends by itself: the test kills a node, cuts its link, or kills this driver."""
+    from notebook_accel import notebook_launcher
+
+    error = _error(lambda: notebook_launcher(progress_and_sleep, args=(pidfile,), num_processes=2, cluster=cluster,
+                                             dashboard=False))
+    return {"error": error, "ended_at": time.time(), "left": leftovers(ray, wait=30.0)}
+
+
+def main(argv: list[str]) -> int:
+    what, address = argv[0], argv[1]
+    ray = _join(address)
+    from notebook_accel.cluster import RayCluster
+
+    cluster = RayCluster(placement="spread", node_timeout=8.0, reserve_timeout=60.0)
+    if what == "alive":
+        result: dict[str, Any] = {"alive": sum(1 for n in ray.nodes() if n.get("Alive"))}
+    elif what == "leftovers":
+        result = leftovers(ray, wait=0.0)
+    elif what == "train":
+        result = case_train(ray, cluster)
+    elif what == "refusals":
+        result = case_refusals(ray, cluster)
+    elif what == "stop":
+        result = case_stop(ray, cluster)
+    elif what == "hang":
+        result = case_hang(ray, cluster, argv[2])
+    else:
+        raise SystemExit(f"unknown case {what}")
+    print("RESULT " + json.dumps(result, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+
+
+def both_ranks_report(steps: int = 150) -> int:
+    """Every rank prints, walks a prepared DataLoader (progress), and the main process logs a curve; 40 ms a step."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    loader = accelerator.prepare(DataLoader(torch.arange(float(2 * steps)), batch_size=1))
+    for step, batch in enumerate(loader):
+        print(f"rank {accelerator.process_index} saw {int(batch.item())}", flush=True)
+        accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+        time.sleep(0.04)
+    return accelerator.num_processes

@@ -1,0 +1,92 @@
+"""A Ray run from a real Jupyter kernel: the dashboard hears both nodes while the run goes on, and the saved static
+result shows them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.launcher.ray.conftest import RayTestCluster, driver_env
+
+jupyter_client = pytest.importorskip("jupyter_client")
+
+from tests.kernel.test_launcher_kernel import execute, running_kernel  # noqa: E402 - after the skip
+
+CELL = """
+import time, ray
+from notebook_accel import notebook_launcher, RayCluster
+from notebook_accel.widgets.dashboard import Dashboard
+from tests.launcher.ray.driver import both_ranks_report
+
+ray.init(address={address!r}, log_to_driver=False, configure_logging=False,
+         runtime_env={{"env_vars": {{"PYTHONPATH": {pythonpath!r}}}}})
+
+class Timed(Dashboard):
+    def start(self, info):
+        self.heard = []
+        super().start(info)
+    def handle(self, event):
+        ranks = [r.rank for r in getattr(event, "ranks", ())]
+        self.heard.append((time.monotonic(), type(event).__name__, getattr(event, "rank", None), ranks))
+        super().handle(event)
+    def handle_metrics(self, batch):
+        self.heard.append((time.monotonic(), "MetricsBatch", batch.rank, []))
+        super().handle_metrics(batch)
+    def finish(self, outcome):
+        self.ended = time.monotonic()
+        super().finish(outcome)
+
+dash = Timed(show_all_ranks=True)
+value = notebook_launcher(both_ranks_report, num_processes=2, cluster=RayCluster(placement="spread"), dashboard=dash)
+"""
+
+REPORT = """
+import json
+state = dash.state
+early = dash.ended - 2.0  # heard at least 2 s before the end: live, not at the end
+live = lambda kind, rank: any(t < early and k == kind and (r == rank or rank in rs) for t, k, r, rs in dash.heard)
+print("REPORT " + json.dumps({
+    "value": value,
+    "output_live": [live("Log", r) for r in (0, 1)],
+    "samples_live": [live("SystemSample", r) for r in (0, 1)],
+    "progress_live": [live("Progress", r) for r in (0, 1)],
+    "metrics_live": live("MetricsBatch", 0) or live("Metrics", 0),
+    "system_ranks": sorted(state.system.ranks) if state.system else [],
+    "series": sorted(state.series),
+    "status": state.shown_status,
+}))
+"""
+
+
+@pytest.fixture
+def kernel_with_path() -> Iterator[tuple[Any, Any]]:
+    """A kernel whose path reaches this checkout and the test cluster's import shortcuts."""
+    with running_kernel({**driver_env(), "NOTEBOOK_ACCEL_LOG_DIR": os.environ["NOTEBOOK_ACCEL_LOG_DIR"]}) as kernel:
+        yield kernel
+
+
+@pytest.mark.timeout(600)
+def test_the_dashboard_hears_both_nodes_while_the_run_goes_on(ray_cluster: RayTestCluster,
+                                                             kernel_with_path: tuple[Any, Any]) -> None:
+    import json
+
+    _, kc = kernel_with_path
+    pythonpath = driver_env()["PYTHONPATH"]
+    cell = execute(kc, CELL.format(address=ray_cluster.address, pythonpath=pythonpath), timeout=420)
+    assert cell.status == "ok", cell.evalue
+    report = execute(kc, REPORT, timeout=60)
+    assert report.status == "ok", report.evalue
+    line = next(x for x in report.stdout.splitlines() if x.startswith("REPORT "))
+    got = json.loads(line[len("REPORT "):])
+    assert got["value"] == 2 and got["status"] == "finished"
+    assert got["output_live"] == [True, True], got
+    assert got["samples_live"] == [True, True], got
+    assert got["progress_live"] == [True, True], got
+    assert got["metrics_live"] and "loss" in got["series"], got
+    assert got["system_ranks"] == [0, 1]
+    html = "".join(str(o.get("data", {}).get("text/html", "")) for o in cell.outputs if o["type"] in
+                   ("display_data", "update_display_data"))
+    assert "rank 1" in html and "Ray cluster" in html  # the saved static result: both ranks, and where they ran

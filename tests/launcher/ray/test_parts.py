@@ -1,0 +1,258 @@
+"""The Ray placement's parts without a cluster: the request's checks, the back channel's handshake and frames, the
+fit check, the rank order, and the watch's verdicts (a result, a closed stream, a silent node)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from notebook_accel import LaunchError, notebook_launcher
+from notebook_accel.cluster import RayCluster, check_cluster
+from notebook_accel.events import RankSystem, SystemSample
+from notebook_accel.launcher.placement.ray import reserve
+from notebook_accel.launcher.placement.ray.handles import RayWorkerHandle
+from notebook_accel.launcher.placement.ray.link import BackChannel, FrameReader, connect_back, send_frame
+from notebook_accel.launcher.placement.ray.placement import _rank_order, _unset_connection
+from notebook_accel.launcher.placement.ray.watch import RemoteSampler, RunWatch
+from notebook_accel.launcher.plan import cluster_devices
+
+
+def _train() -> int:
+    return 0
+
+
+# -- the request ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, words", [
+    ({"placement": "scatter"}, "placement='scatter'"),
+    ({"resources_per_worker": {"GPU": 2}}, "one GPU"),
+    ({"resources_per_worker": {}}, "resources_per_worker={}"),
+    ({"resources_per_worker": {"CPU": -1}}, "'CPU': -1"),
+    ({"node_timeout": 0}, "node_timeout=0"),
+    ({"reserve_timeout": float("nan")}, "reserve_timeout=nan"),
+    ({"address": "head :6379"}, "address="),
+    ({"runtime_env": "pip"}, "runtime_env='pip'"),
+])
+def test_a_bad_cluster_request_is_refused_naming_the_value(kwargs: dict[str, Any], words: str) -> None:
+    with pytest.raises(LaunchError, match="is not allowed|each worker drives") as caught:
+        RayCluster(**kwargs)
+    assert words in str(caught.value)
+
+
+def test_the_forms_of_cluster() -> None:
+    assert check_cluster(None) is None
+    assert check_cluster("ray") == RayCluster()
+    yaml_form = check_cluster({"kind": "ray", "address": "ray://head:10001", "placement": "spread",
+                               "resources_per_worker": {"GPU": 1, "CPU": 8}})
+    assert yaml_form is not None and yaml_form.uses_gpu and yaml_form.placement == "spread"
+    with pytest.raises(LaunchError, match="unknown keys \\['adress'\\]"):
+        check_cluster({"adress": "auto"})
+    with pytest.raises(LaunchError, match="kind 'slurm' is not supported"):
+        check_cluster({"kind": "slurm"})
+    with pytest.raises(LaunchError, match="cluster=5 is not allowed"):
+        check_cluster(5)
+
+
+def test_devices_on_a_cluster_and_what_does_not_mean_anything_there() -> None:
+    assert cluster_devices(RayCluster(), 3, None, None, 1) == (["cpu"] * 3, "gloo")
+    assert cluster_devices(RayCluster(resources_per_worker={"GPU": 1}), 2, None, None, 1) == (["cuda:0"] * 2, "nccl")
+    with pytest.raises(LaunchError, match="num_processes is needed"):
+        cluster_devices(RayCluster(), None, None, None, 1)
+    with pytest.raises(LaunchError, match="num_nodes=2 with a cluster"):
+        cluster_devices(RayCluster(), 2, None, None, 2)
+    with pytest.raises(LaunchError, match="gpu_ids=\\[0\\] with a cluster"):
+        cluster_devices(RayCluster(), 2, [0], None, 1)
+    with pytest.raises(LaunchError, match="use_cpu=True asks for CPU workers"):
+        cluster_devices(RayCluster(resources_per_worker={"GPU": 1}), 2, None, True, 1)
+    with pytest.raises(LaunchError, match="num_processes=0"):
+        cluster_devices(RayCluster(), 0, None, None, 1)
+
+
+def test_the_launcher_refuses_before_joining_any_cluster() -> None:
+    with pytest.raises(LaunchError, match="gpu_ids"):
+        notebook_launcher(_train, num_processes=2, cluster="ray", gpu_ids=[0], dashboard=False)
+    with pytest.raises(LaunchError, match="cluster='nowhere' is not allowed"):
+        notebook_launcher(_train, num_processes=2, cluster="nowhere", dashboard=False)
+
+
+# -- the back channel -----------------------------------------------------------------------------------------------
+def _dial(channel: BackChannel, secret: bytes, rank: int, kind: bytes, out: list[Any]) -> None:
+    try:
+        out.append(connect_back(channel.address, secret, rank, kind, timeout=5))
+    except Exception as e:  # noqa: BLE001 - the test looks at it
+        out.append(e)
+
+
+def test_only_a_dialler_with_the_runs_secret_gets_a_stream() -> None:
+    channel = BackChannel("127.0.0.1")
+    try:
+        outcomes: list[Any] = []
+        stranger = threading.Thread(target=_dial, args=(channel, b"x" * 32, 0, b"E", outcomes))
+        stranger.start()
+        with pytest.raises(TimeoutError):  # the stranger's stream is dropped, never yielded
+            list(channel.accept(1, time.monotonic() + 1.5))
+        stranger.join()
+        assert isinstance(outcomes[0], (ConnectionError, OSError))
+        worker = threading.Thread(target=_dial, args=(channel, channel.secret, 3, b"O", outcomes))
+        worker.start()
+        accepted = list(channel.accept(1, time.monotonic() + 10))
+        worker.join()
+        assert [(d.rank, d.kind) for d in accepted] == [(3, b"O")]
+        accepted[0].sock.sendall(b"hello")
+        assert outcomes[1].recv(5) == b"hello"
+        accepted[0].sock.close()
+        outcomes[1].close()
+    finally:
+        channel.close()
+
+
+def test_a_worker_refuses_a_listener_that_cannot_prove_the_secret() -> None:
+    """An impostor listening where the kernel should be gets the worker's hello but cannot answer it: the worker
+    sends it nothing else (no output, no events)."""
+    impostor = socket.create_server(("127.0.0.1", 0))
+    address = impostor.getsockname()
+
+    def answer_wrongly() -> None:
+        conn, _ = impostor.accept()
+        with conn:
+            conn.sendall(b"n" * 32)
+            conn.recv(4 + 1 + 32 + 32)
+            conn.sendall(b"p" * 32)  # not the HMAC of the worker's nonce under the run's secret
+            conn.recv(1)
+
+    fake = threading.Thread(target=answer_wrongly)
+    fake.start()
+    try:
+        with pytest.raises(ConnectionError, match="is not this run's kernel"):
+            connect_back(address, b"s" * 32, 0, b"E", timeout=5)
+    finally:
+        fake.join(timeout=10)
+        impostor.close()
+
+
+def test_control_frames_survive_being_cut_anywhere() -> None:
+    left, right = socket.socketpair()
+    try:
+        reader = FrameReader(right)
+        sample = SystemSample(1.0, (RankSystem(0, 50.0, 1, 1),), 2, 4)
+        send_frame(left, ("beat", None))
+        send_frame(left, ("sample", sample))
+        got: list[Any] = []
+        deadline = time.monotonic() + 5
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += reader.read()
+        assert got == [("beat", None), ("sample", sample)]
+        left.sendall(b"\xff\xff\xff\xff")  # a frame no worker of ours would send: the stream ends
+        while not reader.eof and time.monotonic() < deadline:
+            reader.read()
+        assert reader.eof
+    finally:
+        left.close()
+        right.close()
+
+
+# -- reserving and numbering ----------------------------------------------------------------------------------------
+class _FakeRay:
+    """The few calls of Ray's API that the placement's pure parts make."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self._nodes = nodes
+        self.results: dict[Any, Any] = {}
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._nodes
+
+    def available_resources(self) -> dict[str, float]:
+        return {"CPU": 1.0}
+
+    def cluster_resources(self) -> dict[str, float]:
+        return {"CPU": 2.0}
+
+    def wait(self, refs: list[Any], num_returns: int = 1, timeout: float = 0) -> tuple[list[Any], list[Any]]:
+        done = [r for r in refs if r in self.results]
+        return done, [r for r in refs if r not in self.results]
+
+    def get(self, ref: Any, timeout: float = 0) -> Any:
+        value = self.results[ref]
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+
+def test_a_cluster_that_cannot_hold_the_run_is_refused_at_once_with_what_it_has() -> None:
+    ray = _FakeRay([{"Alive": True, "Resources": {"CPU": 1.0}}, {"Alive": True, "Resources": {"CPU": 1.0}},
+                    {"Alive": False, "Resources": {"CPU": 64.0}}])
+    with pytest.raises(LaunchError) as caught:
+        reserve.reserve(ray, RayCluster(), 3)
+    assert "2 nodes with 1 free CPUs" in str(caught.value) and "3 x {'CPU': 1.0}" in str(caught.value)
+    assert reserve._fits(ray, 2, {"CPU": 1.0}, "spread") and not reserve._fits(ray, 2, {"CPU": 1.0}, "strict_pack")
+    assert not reserve._fits(ray, 1, {"CPU": 2.0}, "pack")  # a bundle never straddles two nodes
+
+
+def test_ranks_are_numbered_node_by_node() -> None:
+    places = [{"node_id": "a"}, {"node_id": "b"}, {"node_id": "a"}, {"node_id": "c"}, {"node_id": "b"}]
+    assert _rank_order(places) == [0, 2, 1, 4, 3]
+
+
+# -- the watch ------------------------------------------------------------------------------------------------------
+def _handle(rank: int, node: str, ref: Any) -> tuple[RayWorkerHandle, socket.socket]:
+    import os
+
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    reader, writer = os.pipe()
+    handle = RayWorkerHandle(rank=rank, process=None, events=_unset_connection(), stdout_fd=-1, stderr_fd=-1,
+                             device="cpu", exit_fd=reader, node=node, ref=ref, control=ours, exit_writer=writer)
+    return handle, theirs
+
+
+def test_the_watch_ends_a_rank_by_its_result_by_its_closed_stream_and_by_its_silence() -> None:
+    ray = _FakeRay([])
+    finished, closed, silent = _handle(0, "10.0.0.1", "ref0"), _handle(1, "10.0.0.2", "ref1"), _handle(2, "10.0.0.3",
+                                                                                                         "ref2")
+    watch = RunWatch(ray, [finished[0], closed[0], silent[0]], node_timeout=1.5)
+    watch.start()
+    try:
+        send_frame(finished[1], ("sample", SystemSample(1.0, (RankSystem(0, 10.0, 5, 5),), 100, 200)))
+        ray.results["ref0"] = 0
+        closed[1].close()
+        deadline = time.monotonic() + 15
+        while not all(h.ended.is_set() for h in (finished[0], closed[0], silent[0])) and time.monotonic() < deadline:
+            send_frame(finished[1], ("beat", None)) if not finished[0].ended.is_set() else None
+            time.sleep(0.1)
+        assert finished[0].exit_code == 0 and finished[0].death_reason is None
+        assert closed[0].exit_code == -int(signal.SIGKILL)
+        assert "rank 1 on node 10.0.0.2 ended without a result" in (closed[0].death_reason or "")
+        assert "node 10.0.0.3 (ranks [2]) has not answered" in (silent[0].death_reason or "")
+        sample = RemoteSampler(watch).sample()
+        assert [r.rank for r in sample.ranks] == [0] and sample.host_available == 100
+    finally:
+        watch.stop()
+        for handle, theirs in (finished, closed, silent):
+            theirs.close()
+            handle.reap()
+            if handle.control is not None:
+                handle.control.close()
+
+
+def test_a_stopped_rank_is_no_failure_of_its_own() -> None:
+    ray = _FakeRay([])
+    handle, theirs = _handle(0, "10.0.0.1", "ref")
+    handle.send_signal(signal.SIGTERM)
+    assert theirs.recv(1) == b"T"  # the worker's control thread turns it into killpg(SIGTERM)
+    ray.results["ref"] = RuntimeError("ActorDiedError: the actor died")
+    watch = RunWatch(ray, [handle], node_timeout=30)
+    watch.start()
+    try:
+        assert handle.ended.wait(10)
+        assert handle.exit_code == -int(signal.SIGTERM) and handle.death_reason is None
+    finally:
+        watch.stop()
+        theirs.close()
+        handle.reap()
+        assert handle.control is not None
+        handle.control.close()

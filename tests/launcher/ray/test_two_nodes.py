@@ -1,0 +1,158 @@
+"""The Ray placement on a real two-node cluster (head on the host, worker node in a network namespace).
+
+What a user relies on: the same training as a local 2-process run, to 1e-6; a rank's failure as one WorkerError
+naming the rank and its node; refusals before anything is reserved; timeout and the stop button leaving no actor
+and no placement group; a node's Ray killed, or its link cut, ending the run within the bound with the node named;
+and a dead kernel taking its actors with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from notebook_accel.launcher import notebook_launcher
+from tests.distributed import workers
+from tests.launcher.ray.conftest import ROOT, RayTestCluster, driver_env, result_of
+from tests.launcher.recording import RecordingSink
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _driver(cluster: RayTestCluster, *args: str, timeout: float = 400) -> dict[str, object]:
+    """Run one driver case to its end; its result."""
+    proc = subprocess.run([sys.executable, "-m", "tests.launcher.ray.driver", args[0], cluster.address, *args[1:]],
+                          cwd=ROOT, env=driver_env(), capture_output=True, text=True, timeout=timeout)
+    return result_of(proc.stdout, proc.stderr)
+
+
+def _start_driver(cluster: RayTestCluster, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tests.launcher.ray.driver", args[0], cluster.address, *args[1:]],
+                            cwd=ROOT, env=driver_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_pids(pidfile: Path, count: int, timeout: float = 300) -> dict[int, int]:
+    """``{rank: pid}`` once every rank wrote its line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pidfile.exists():
+            lines = [line.split() for line in pidfile.read_text().splitlines() if line.strip()]
+            if len(lines) >= count:
+                return {int(rank): int(pid) for rank, pid in lines}
+        time.sleep(0.5)
+    raise AssertionError(f"the workers did not start within {timeout} s")
+
+
+def _gone(pids: list[int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _flat(values: object) -> list[float]:
+    if isinstance(values, list):
+        return [x for v in values for x in _flat(v)]
+    return [float(values)]  # type: ignore[arg-type]
+
+
+def test_a_run_on_two_nodes_trains_like_two_local_processes_and_a_failure_names_rank_and_node(
+        ray_cluster: RayTestCluster) -> None:
+    result = _driver(ray_cluster, "train")
+    on_ray = result["value"]
+    local = notebook_launcher(workers.train, args=(2, 1, 24), num_processes=2, dashboard=RecordingSink())
+    assert isinstance(on_ray, dict) and on_ray["n"] == 2
+    assert _flat(on_ray["params"]) == pytest.approx(_flat(local["params"]), abs=1e-6)
+    assert on_ray["losses"] == pytest.approx(local["losses"], abs=1e-6)
+    failed = result["failed"]
+    assert isinstance(failed, dict) and failed["type"] == "WorkerError", failed
+    assert "rank one's own failure" in failed["text"] and "rank 1" in failed["text"]
+    assert ray_cluster.worker_ip in failed["text"] or ray_cluster.head_ip in failed["text"]  # its node, named
+    assert result["left"] == {"actors": [], "groups": []}
+
+
+def test_refusals_come_before_anything_is_reserved(ray_cluster: RayTestCluster) -> None:
+    result = _driver(ray_cluster, "refusals")
+    unpicklable, too_big = result["unpicklable"], result["too_big"]
+    assert isinstance(unpicklable, dict) and unpicklable["type"] == "LaunchError", unpicklable
+    assert "args[1]" in unpicklable["text"] and "lock" in unpicklable["text"].lower()
+    assert isinstance(too_big, dict) and too_big["type"] == "LaunchError", too_big
+    assert "cannot hold this run" in too_big["text"] and "2 nodes" in too_big["text"] and "3 x" in too_big["text"]
+    assert too_big["seconds"] < 30  # at once, not after reserve_timeout (a generous hang guard)
+    assert result["left"] == {"actors": [], "groups": []}
+
+
+def test_timeout_and_the_stop_button_leave_no_actor_and_no_reservation(ray_cluster: RayTestCluster) -> None:
+    result = _driver(ray_cluster, "stop")
+    timed_out, interrupted = result["timed_out"], result["interrupted"]
+    assert isinstance(timed_out, dict) and timed_out["type"] == "LaunchTimeoutError", timed_out
+    assert result["after_timeout"] == {"actors": [], "groups": []}
+    assert isinstance(interrupted, dict) and interrupted["type"] == "KeyboardInterrupt", interrupted
+    assert result["left"] == {"actors": [], "groups": []}
+
+
+def test_a_dead_kernel_takes_its_actors_with_it(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    driver = _start_driver(ray_cluster, "hang", str(pidfile))
+    try:
+        pids = _wait_pids(pidfile, 2)
+        driver.kill()  # the kernel dies: Ray's owner semantics end the actors it created
+        driver.communicate(timeout=60)
+        assert _gone(list(pids.values()), timeout=60), f"workers {pids} outlived their kernel"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+
+
+def _lose_worker_node(ray_cluster: RayTestCluster, tmp_path: Path, how: str) -> dict[str, object]:
+    """Start a hanging run, break the worker node ``how``, and return the driver's result and the elapsed time."""
+    pidfile = tmp_path / "pids"
+    driver = _start_driver(ray_cluster, "hang", str(pidfile))
+    try:
+        _wait_pids(pidfile, 2)
+        time.sleep(2.0)  # heartbeats and samples flowing
+        broken = time.time()
+        if how == "raylet":
+            ray_cluster.stop_worker()
+        else:  # no FIN, no RST: every packet to the node is dropped
+            subprocess.run(["ip", "link", "set", ray_cluster.host_link, "down"], check=True)
+        out, err = driver.communicate(timeout=240)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+        subprocess.run(["ip", "link", "set", ray_cluster.host_link, "up"], check=False)
+    result = result_of(out, err)
+    result["elapsed"] = float(result["ended_at"]) - broken  # type: ignore[arg-type]
+    ray_cluster.stop_worker()  # a cut node may come back half-registered: start it afresh for later tests
+    ray_cluster.wait_nodes(1)
+    ray_cluster.start_worker()
+    return result
+
+
+@pytest.mark.parametrize("how", ["raylet", "cut"])
+def test_a_lost_node_ends_the_run_naming_the_node(ray_cluster: RayTestCluster, tmp_path: Path, how: str) -> None:
+    result = _lose_worker_node(ray_cluster, tmp_path, how)
+    error = result["error"]
+    assert isinstance(error, dict) and error["type"] == "WorkerError", error
+    assert ray_cluster.worker_ip in error["text"], error["text"]
+    # node_timeout=8 plus the stop's grace: well inside a minute (a generous hang guard)
+    assert float(result["elapsed"]) < 60, result  # type: ignore[arg-type]
+    print(f"{how}: the run ended {float(result['elapsed']):.1f} s after the node was lost")  # type: ignore[arg-type]
+    assert result["left"]["actors"] == []  # type: ignore[index]
