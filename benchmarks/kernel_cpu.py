@@ -13,7 +13,10 @@ costs, not logging costs). Configurations run in rotating rounds in the same ker
 dashboard configuration twice, "A" and "A'"); printed: the absolute % of one core per configuration (median over
 rounds) and the ratios dashboard / console and A / A'.
 
-Run: ``python benchmarks/kernel_cpu.py [--quick] [--rounds N] [--seconds S]``.
+``--cluster ADDRESS`` compares the same run with its workers on a Ray cluster (twice, the A/A control) against the
+local fork, both with the dashboard: what the back channel costs the kernel.
+
+Run: ``python benchmarks/kernel_cpu.py [--quick] [--rounds N] [--seconds S] [--cluster ADDRESS]``.
 """
 
 from __future__ import annotations
@@ -57,9 +60,23 @@ SETUP = textwrap.dedent(
         return start, end, i
     """
 )
-RUN = "print('WINDOW' + json.dumps(notebook_launcher(train, args=({rate}, {seconds}), num_processes=2, dashboard={dash})))"
+RUN = ("print('WINDOW' + json.dumps(notebook_launcher(train, args=({rate}, {seconds}), num_processes=2, "
+       "dashboard={dash}{where})))")
+RAY_SETUP = textwrap.dedent(
+    """
+    import ray
+    from notebook_accel import RayCluster
+    where = {{"num_cpus": 2, "include_dashboard": False}} if {address!r} == "local" else {{"address": {address!r}}}
+    ray.init(**where, log_to_driver=False, configure_logging=False,
+             runtime_env={{"env_vars": {{"PYTHONPATH": {pythonpath!r}}}}})
+    RAY = RayCluster(placement="spread")
+    """
+)
 SKIP = 0.5  # seconds of each logging window left out (launch costs)
-CONFIGS = (("dashboard A", "True"), ("dashboard A'", "True"), ("dashboard=False", "False"))
+CONFIGS = (("dashboard A", "True", ""), ("dashboard A'", "True", ""), ("dashboard=False", "False", ""))
+# --cluster: the workers on a Ray cluster (twice: the A/A control) against the same run forked here
+RAY_CONFIGS = (("Ray, dashboard A", "True", ", cluster=RAY"), ("Ray, dashboard A'", "True", ", cluster=RAY"),
+               ("local, dashboard", "True", ""))
 
 
 class Sampler(threading.Thread):
@@ -120,27 +137,35 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=0, help="rounds (default 3, 2 with --quick)")
     parser.add_argument("--seconds", type=float, default=0.0, help="logging seconds per launch (default 6)")
     parser.add_argument("--rates", default="1000,10000", help="log calls per second per rank, comma-separated")
+    parser.add_argument("--cluster", default=None, metavar="ADDRESS",
+                        help="compare a run on this Ray cluster with the local one (ray.init's address, or 'local' "
+                        "for a 2-CPU Ray started in the kernel)")
     args = parser.parse_args()
+    configs = RAY_CONFIGS if args.cluster else CONFIGS
     rounds = args.rounds or (2 if args.quick else 3)
     seconds = args.seconds or (4.0 if args.quick else 6.0)
     rates = [int(r) for r in args.rates.split(",")]
     from jupyter_client.manager import start_new_kernel
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    pythonpath = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(ROOT)) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath}
     manager, client = start_new_kernel(kernel_name="python3", cwd=str(ROOT), env=env)
     sampler = Sampler(manager.provisioner.process.pid)
     sampler.start()
     results: dict[tuple[int, str], list[float]] = {}
     try:
         execute(client, SETUP, 120)
+        if args.cluster:
+            execute(client, RAY_SETUP.format(address=args.cluster, pythonpath=pythonpath), 300)
         for rate in rates:  # a warm-up launch per rate: the first launch imports and builds what later ones reuse
-            execute(client, RUN.format(rate=rate, seconds=1.0, dash="True"), 120)
+            for _, _, where in configs[1:]:
+                execute(client, RUN.format(rate=rate, seconds=1.0, dash="True", where=where), 300)
         for round_ in range(rounds):
             for rate in rates:
-                order = CONFIGS[round_ % len(CONFIGS):] + CONFIGS[: round_ % len(CONFIGS)]
-                for name, dash in order:
-                    cell = RUN.format(rate=rate, seconds=seconds, dash=dash)
-                    out, sent, ended = execute(client, cell, 120 + seconds * 4)
+                order = configs[round_ % len(configs):] + configs[: round_ % len(configs)]
+                for name, dash, where in order:
+                    cell = RUN.format(rate=rate, seconds=seconds, dash=dash, where=where)
+                    out, sent, ended = execute(client, cell, 300 + seconds * 4)
                     start, end, calls = json.loads(out.split("WINDOW", 1)[1].splitlines()[0])
                     time.sleep(2 * sampler.interval)  # a sample after the window's end
                     share = sampler.cpu_between(start + SKIP, end) / (end - start - SKIP)
@@ -157,14 +182,15 @@ def main() -> None:
     print(f"[kernel-cpu] real kernel, 2 ranks logging 2 values per call, {seconds:.0f} s x {rounds} rounds, "
           f"{psutil.cpu_count()} cores; median % of one core:")
     for rate in rates:
-        a, a2, off = (statistics.median(results[(rate, name)]) for name, _ in CONFIGS)
-        wa, _, woff = (statistics.median(results[(rate, name + " whole")]) for name, _ in CONFIGS)
+        a, a2, off = (statistics.median(results[(rate, name)]) for name, _, _ in configs)
+        wa, _, woff = (statistics.median(results[(rate, name + " whole")]) for name, _, _ in configs)
         goal = 0.03 if rate <= 1000 else 0.06
-        print(f"[kernel-cpu] {rate:>6} calls/s per rank: dashboard {a * 100:5.1f}%  dashboard=False {off * 100:5.1f}%  "
-              f"ratio dashboard/console x{a / off:.2f}  A/A x{a / a2:.2f}  "
+        first, other = ("Ray", "local") if args.cluster else ("dashboard", "dashboard=False")
+        print(f"[kernel-cpu] {rate:>6} calls/s per rank: {first} {a * 100:5.1f}%  {other} {off * 100:5.1f}%  "
+              f"ratio {first}/{other} x{a / off:.2f}  A/A x{a / a2:.2f}  "
               f"goal <= {goal * 100:.0f}% {'ok' if a <= goal else 'MISSED'}")
-        print(f"[kernel-cpu] {rate:>6} calls/s per rank, launch and end counted over the logging time: dashboard "
-              f"{wa * 100:5.1f}%  dashboard=False {woff * 100:5.1f}%")
+        print(f"[kernel-cpu] {rate:>6} calls/s per rank, launch and end counted over the logging time: {first} "
+              f"{wa * 100:5.1f}%  {other} {woff * 100:5.1f}%")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ EXPECTED = [
     "06_when_things_go_wrong.ipynb",
     "07_train_in_the_background.ipynb",
     "08_sharded_training.ipynb",
+    "09_many_machines_with_ray.ipynb",
 ]
 
 

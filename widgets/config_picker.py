@@ -15,12 +15,10 @@ The Engine control picks DDP, FSDP or DeepSpeed; the chosen engine's section (``
 ``deepspeed_config``, accelerate's key names) appears under it, one :class:`~widgets.engine_section.EngineSection`
 per engine of :data:`notebook_accel.config.engine_form.ENGINES`, and is checked by the same table as the file.
 
-Numbers are typed freely (no box silently snaps a value back): a value the config cannot take is shown as a
-problem under the form, naming the value and what is allowed. Displayed, the picker shows the form and, as a second
-output under it, a summary of its configuration and the YAML it would write (:mod:`~widgets.picker_summary`),
-updated in place after every change. That output is plain HTML and text, so a saved notebook opened without the
-kernel or an HTML export still shows the configuration; where the form itself cannot render, its output reads
-as a short note, never the widget's raw ``repr``.
+"Where it runs" (:mod:`~widgets.cluster_section`) chooses this machine or a Ray cluster (the ``cluster:`` section);
+on a cluster the machine's own devices, machines and port are hidden. Numbers are typed freely: a value the config
+cannot take is a problem under the form, naming the value. Displayed, the picker shows the form and, under it, the
+summary and YAML it would write (:mod:`~widgets.picker_summary`, plain HTML: a saved notebook still shows it).
 """
 
 from __future__ import annotations
@@ -41,6 +39,7 @@ from notebook_accel.config.files import config_file_path
 from notebook_accel.config.machine import precision_choices
 from notebook_accel.hardware import GpuInfo
 from notebook_accel.widgets import picker_form, picker_summary
+from notebook_accel.widgets.cluster_section import ClusterSection
 from notebook_accel.widgets.engine_section import EngineSection
 from notebook_accel.widgets.form_layout import ROW_WIDTH, STYLE, labelled, split_label
 
@@ -171,6 +170,8 @@ class ConfigPicker(w.VBox):
         self.engine = w.Dropdown(options=[("DDP (every process holds the whole model)", _DDP)] + [
             (form.title, name) for name, form in ENGINES.items()], value=_DDP, description="Engine", style=STYLE)
         self.engines = {name: EngineSection(form) for name, form in ENGINES.items()}
+        self.cluster = ClusterSection()  # where it runs: this machine or a Ray cluster
+        self.cluster.on_change(self._on_change)
         self.message = w.HTML()
         start = default_config_path() if path is None else config_file_path(path)
         self.path = w.Text(value=str(start), description="File", style=STYLE)
@@ -199,15 +200,17 @@ class ConfigPicker(w.VBox):
         bottom = rows(self.port, self.machines, self.machine_rank, self.main_ip, self.engine)
         self.path.layout = w.Layout(flex="1 1 100%", width="100%", min_width=ROW_WIDTH)  # a long path stays readable
         buttons = w.HBox([self.path, self.save_button, self.load_button], layout=w.Layout(flex_flow="row wrap"))
-        return [self.hardware_info, *top, self.effective, *bottom, *self.engines.values(), self.message, buttons]
+        return [self.hardware_info, self.cluster, *top, self.effective, *bottom, *self.engines.values(), self.message,
+                buttons]
 
     # ----------------------------------------------------------------- config -> form
     def _apply(self, config: Config, notes: list[str]) -> None:
         """Show ``config`` in the controls, adjusting what this machine cannot do (with a note for each)."""
         self._applying = True
         try:
+            self.cluster.set_values(config.cluster)
             use_cpu = config.use_cpu or not self._gpus
-            if not self._gpus and picker_form.asks_for_gpus(config):
+            if not self._gpus and picker_form.asks_for_gpus(config) and config.cluster is None:
                 notes.append("the config asks for GPUs but none was detected: using CPU")
             self.device.value = _CPU if use_cpu else _GPU
             if self._gpus:
@@ -257,10 +260,13 @@ class ConfigPicker(w.VBox):
     def _refresh_limits(self, note: bool = False) -> None:
         """Show the GPU list only on GPU; bound processes by the chosen devices (with a ``note`` when that lowers
         the count); offer the supported precisions."""
-        on_gpu = self.device.value == _GPU
+        here = not self.cluster.on_cluster  # on a cluster, the devices are the cluster's: no local bound
+        on_gpu = self.device.value == _GPU and here
+        for control in (self.device, self.machines, self.machine_rank, self.main_ip, self.port):
+            control.layout.display = None if here else "none"
         self.gpus.layout.display = None if on_gpu else "none"
         chosen = [g for g in self._gpus if g.index in self.gpus.value] if on_gpu else []
-        limit = max(len(chosen), 1) if on_gpu else self._cpus
+        limit = (max(len(chosen), 1) if on_gpu else self._cpus) if here else 100_000
         self.process_limit = max(limit, 1)
         if self.processes.value > self.process_limit and note:
             self._notes.append(f"processes per machine: {self.processes.value} → {self.process_limit}, the most "
@@ -278,7 +284,7 @@ class ConfigPicker(w.VBox):
     def _on_change(self, change: dict[str, Any]) -> None:
         if self._applying:
             return
-        if change.get("owner") in (self.device, self.gpus):
+        if change.get("owner") in (self.device, self.gpus, self.cluster.where):
             self._applying = True
             try:
                 self._refresh_limits(note=True)
@@ -289,9 +295,10 @@ class ConfigPicker(w.VBox):
 
     def _update(self) -> None:
         """Rebuild the config from the controls and show the problems or the summary."""
-        on_gpu = self.device.value == _GPU
-        problems = picker_form.form_problems(on_gpu, len(self.gpus.value), self.processes.value, self.process_limit,
-                                             self._cpus, self.machines.value, self.port.value)
+        here = not self.cluster.on_cluster
+        problems = picker_form.form_problems(self.device.value == _GPU and here, len(self.gpus.value),
+                                             self.processes.value, self.process_limit, self._cpus,
+                                             self.machines.value if here else 1, self.port.value if here else 0)
         config: Config | None = None
         try:
             config = self._build()
@@ -302,9 +309,11 @@ class ConfigPicker(w.VBox):
         self._show()
 
     def _build(self) -> Config:
-        on_gpu = self.device.value == _GPU
-        machines = self.machines.value
-        extra = dict(self._base.extra)
+        here = not self.cluster.on_cluster
+        on_gpu = self.device.value == _GPU if here else bool(self.cluster.gpu.value)
+        machines = self.machines.value if here else 1
+        extra = {k: v for k, v in {**self._base.extra, "cluster": self.cluster.section(
+            self._base.extra.get("cluster"))}.items() if v is not None or k != "cluster"}
         chosen_engine = self.engines.get(self.engine.value)
         if chosen_engine is not None:
             section = chosen_engine.form.section
@@ -314,14 +323,12 @@ class ConfigPicker(w.VBox):
             distributed_type=None if chosen_engine is None else chosen_engine.form.distributed_type,
             extra=extra,
             use_cpu=not on_gpu,
-            gpu_ids=picker_form.gpu_ids(on_gpu, self.gpus.value, [g.index for g in self._gpus]),
-            num_processes=self.processes.value * machines,
-            num_machines=machines,
-            machine_rank=self.machine_rank.value,
-            main_process_ip=self.main_ip.value.strip() or None,
-            main_process_port=self.port.value or None,
-            mixed_precision=self.mixed_precision.value,
-            gradient_accumulation_steps=self.accumulation.value,
+            gpu_ids=picker_form.gpu_ids(on_gpu, self.gpus.value, [g.index for g in self._gpus]) if here else None,
+            num_processes=self.processes.value * machines, num_machines=machines,
+            machine_rank=self.machine_rank.value if here else 0,
+            main_process_ip=(self.main_ip.value.strip() or None) if here else None,
+            main_process_port=(self.port.value or None) if here else None,
+            mixed_precision=self.mixed_precision.value, gradient_accumulation_steps=self.accumulation.value,
             per_device_batch_size=self.batch_size.value or None,
         )
 

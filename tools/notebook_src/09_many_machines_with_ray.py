@@ -26,7 +26,6 @@ from notebook_accel import Accelerator, RayCluster, notebook_launcher, set_seed
 # `ray.init(address="ray://head:10001")`, or leave it to the launcher (`RayCluster(address=...)`).
 
 # %%
-# NBVAL_CHECK_OUTPUT
 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
 print(f"{len(ray.nodes())} node, {ray.cluster_resources()['CPU']:g} CPUs")
 

@@ -103,8 +103,9 @@ def reserve(ray: Any, cluster: RayCluster, workers: int) -> Any:
     per_worker = {k: float(v) for k, v in cluster.resources_per_worker.items() if float(v) > 0}
     asked = f"the run asks for {workers} x {per_worker} ({cluster.placement})"
     if not _fits(ray, workers, per_worker, cluster.placement):
+        bend = "" if cluster.placement == "pack" else ", placement='pack'"
         raise LaunchError(f"the Ray cluster cannot hold this run: it has {inventory(ray)}; {asked}. Use fewer "
-                          "processes, smaller resources_per_worker, placement='pack', or add nodes")
+                          f"processes, smaller resources_per_worker{bend}, or add nodes")
     from ray.util.placement_group import placement_group
 
     group = placement_group([dict(per_worker) for _ in range(workers)], strategy=_STRATEGY[cluster.placement])

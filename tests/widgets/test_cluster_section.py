@@ -1,0 +1,61 @@
+"""The picker's "where it runs" section: a Ray cluster in the form becomes the config's cluster: section and back,
+its bad values are the form's problems, and the cluster's nodes show only when this kernel joined it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from notebook_accel.cluster import RayCluster
+from notebook_accel.widgets.cluster_section import RAY, cluster_html
+from notebook_accel.widgets.config_picker import ConfigPicker
+
+
+def test_a_ray_cluster_in_the_form_is_the_configs_cluster_section_and_back() -> None:
+    picker = ConfigPicker(cpu_count=2, gpus=[])
+    picker.cluster.where.value = RAY
+    picker.processes.value = 16  # workers on the cluster: not bounded by this machine's 2 cores
+    picker.cluster.gpu.value = True
+    picker.cluster.cpus.value = 8
+    picker.cluster.placement.value = "spread"
+    picker.cluster.address.value = "ray://head:10001"
+    config = picker.config
+    assert config.num_processes == 16 and config.num_machines == 1 and not config.use_cpu
+    assert config.cluster == RayCluster(address="ray://head:10001", resources_per_worker={"CPU": 8.0, "GPU": 1.0},
+                                        placement="spread")
+    again = ConfigPicker(config, cpu_count=2, gpus=[])
+    assert again.cluster.on_cluster and again.processes.value == 16 and again.config.cluster == config.cluster
+    assert again.device.layout.display == "none" and again.machines.layout.display == "none"
+
+
+def test_back_on_this_machine_the_section_goes_and_the_bounds_return() -> None:
+    picker = ConfigPicker(cpu_count=2, gpus=[])
+    picker.cluster.where.value = RAY
+    picker.processes.value = 8
+    picker.cluster.where.value = "This machine"
+    assert picker.config.cluster is None and picker.processes.value == 2
+    assert "cluster" not in picker.config.extra
+
+
+def test_a_bad_cluster_value_is_a_problem_naming_it() -> None:
+    picker = ConfigPicker(cpu_count=2, gpus=[])
+    picker.cluster.where.value = RAY
+    picker.cluster.cpus.value = -1
+    assert any("cluster:" in p and "'CPU': -1.0" in p for p in picker.problems), picker.problems
+
+
+class _Joined:
+    def is_initialized(self) -> bool:
+        return True
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {"CPU": 8.0, "GPU": 2.0}},
+                {"Alive": False, "NodeManagerAddress": "10.0.0.9", "Resources": {"CPU": 8.0}}]
+
+    def available_resources(self) -> dict[str, float]:
+        return {"CPU": 6.0, "GPU": 1.0}
+
+
+def test_the_cluster_shows_its_live_nodes_only_once_joined() -> None:
+    assert "not connected" in cluster_html(None)
+    shown = cluster_html(_Joined())
+    assert "1 node(s); free now: 6 CPUs, 1 GPUs" in shown and "10.0.0.1" in shown and "10.0.0.9" not in shown
