@@ -87,8 +87,8 @@ def torchtrainer(steps: int, storage: str) -> dict[str, float]:
                            scaling_config=ScalingConfig(num_workers=2, use_gpu=False,
                                                         resources_per_worker={"CPU": 1}),
                            run_config=RunConfig(storage_path=storage, name=f"bench{time.time_ns()}"))
-    trainer.fit()
-    metrics = json.loads(Path(report).read_text())
+    outcome = trainer.fit()
+    metrics = getattr(outcome, "return_value", None) or json.loads(Path(report).read_text())  # Ray Train v2, v1
     return {"first_step_s": metrics["first_step_at"] - called, "step_ms": metrics["step_ms"]}
 
 

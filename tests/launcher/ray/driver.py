@@ -117,7 +117,17 @@ def case_stop(ray: Any, cluster: Any) -> dict[str, Any]:
     timer.start()
     interrupted = _error(lambda: notebook_launcher(sleep_forever, num_processes=2, cluster=cluster, dashboard=False))
     timer.cancel()
+    after_interrupt = leftovers(ray)
+    run = notebook_launcher(sleep_forever, num_processes=2, cluster=cluster, dashboard=False, block=False)
+    deadline = time.monotonic() + 300
+    while run.status != "running" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(3.0)  # the workers are in the function
+    running = run.status
+    run.stop()
+    stopped = _error(run.result)
     return {"timed_out": timed_out, "after_timeout": after_timeout, "interrupted": interrupted,
+            "after_interrupt": after_interrupt, "background": {"was": running, "stopped": stopped},
             "left": leftovers(ray)}
 
 

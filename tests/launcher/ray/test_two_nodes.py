@@ -97,12 +97,16 @@ def test_refusals_come_before_anything_is_reserved(ray_cluster: RayTestCluster) 
     assert result["left"] == {"actors": [], "groups": []}
 
 
-def test_timeout_and_the_stop_button_leave_no_actor_and_no_reservation(ray_cluster: RayTestCluster) -> None:
+def test_timeout_the_stop_button_and_run_stop_leave_no_actor_and_no_reservation(ray_cluster: RayTestCluster) -> None:
     result = _driver(ray_cluster, "stop")
     timed_out, interrupted = result["timed_out"], result["interrupted"]
     assert isinstance(timed_out, dict) and timed_out["type"] == "LaunchTimeoutError", timed_out
     assert result["after_timeout"] == {"actors": [], "groups": []}
     assert isinstance(interrupted, dict) and interrupted["type"] == "KeyboardInterrupt", interrupted
+    assert result["after_interrupt"] == {"actors": [], "groups": []}
+    background = result["background"]
+    assert isinstance(background, dict) and background["was"] == "running", background
+    assert background["stopped"]["type"] == "RunStoppedError", background  # run.stop(), as locally
     assert result["left"] == {"actors": [], "groups": []}
 
 
