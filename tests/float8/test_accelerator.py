@@ -48,7 +48,8 @@ def fresh(seed: int = 0) -> TinyTransformer:
 @needs_torchao
 def test_emulated_fp8_converts_all_but_the_edges_and_returns_fp32() -> None:
     accelerator = Accelerator(mixed_precision="fp8", kwargs_handlers=[emulation()])
-    assert accelerator.mixed_precision == "fp8"
+    assert accelerator.mixed_precision == "fp8" and accelerator.fp8_backend == "AO"
+    assert Accelerator(mixed_precision="bf16").fp8_backend == "NO"
     model = accelerator.prepare(fresh())
     assert float8_module_names(model) == CONVERTED
     assert model(_data()[:2][0]).dtype == torch.float32  # the forward ran under bf16 autocast, cast back
