@@ -60,9 +60,10 @@ def test_deepspeed_is_refused_when_the_argument_asks_for_fp8(monkeypatch: pytest
 
 
 @needs_torchao
-def test_the_configs_emulation_reaches_every_worker_and_the_header_says_torchao() -> None:
+@pytest.mark.parametrize("processes", [2, 1], ids=["forked", "in-process"])
+def test_the_configs_emulation_reaches_every_worker_and_the_header_says_torchao(processes: int) -> None:
     sink = RecordingSink()
-    config = Config(num_processes=2, use_cpu=True, mixed_precision="fp8", extra=EMULATED)
+    config = Config(num_processes=processes, use_cpu=True, mixed_precision="fp8", extra=EMULATED)
     result = notebook_launcher(converted, config=config, dashboard=sink)
     assert result["precision"] == "fp8" and "blocks.1.qkv" in result["float8"]
     assert sink.info is not None and sink.info.mixed_precision == "fp8"
