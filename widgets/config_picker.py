@@ -273,10 +273,8 @@ class ConfigPicker(w.VBox):
             self._notes.append(f"processes per machine: {self.processes.value} → {self.process_limit}, the most "
                                f"the chosen devices allow")
         self.processes.value = min(self.processes.value, self.process_limit)
-        emulated = asks_for_emulation(self._base.extra)  # fp8 then runs anywhere
-        options = precision_choices(chosen if on_gpu else [], emulated)
-        if on_gpu and not chosen:
-            options = precision_choices(self._gpus, emulated)
+        # no GPU chosen yet: what every GPU allows; fp8 emulation (fp8_config) runs anywhere
+        options = precision_choices((chosen or self._gpus) if on_gpu else [], asks_for_emulation(self._base.extra))
         if list(self.mixed_precision.options) != options:
             keep = self.mixed_precision.value if self.mixed_precision.value in options else "no"
             self.mixed_precision.options = options
