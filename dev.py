@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
-EXTRAS = "test,tutorials,tensorboard,browser,trackers,aim,deepspeed,multinode,ray"
+EXTRAS = "test,tutorials,tensorboard,browser,trackers,aim,deepspeed,multinode,ray,fp8"
 CHROMIUM = Path("/usr/bin/chromium")
 
 

@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "GradientAccumulationPlugin": "notebook_accel.plugins",
     "DistributedDataParallelKwargs": "notebook_accel.kwargs_handlers",
     "GradScalerKwargs": "notebook_accel.kwargs_handlers",
+    "AORecipeKwargs": "notebook_accel.kwargs_handlers",
     "InitProcessGroupKwargs": "notebook_accel.kwargs_handlers",
     "FullyShardedDataParallelPlugin": "notebook_accel.engines.fsdp.plugin",
     "DeepSpeedPlugin": "notebook_accel.engines.deepspeed.plugin",
@@ -83,6 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.errors import CudaInitializedError, LaunchError, NotebookAccelError
     from notebook_accel.gradient_state import GradientState
     from notebook_accel.kwargs_handlers import (
+        AORecipeKwargs,
         AutocastKwargs,
         DistributedDataParallelKwargs,
         GradScalerKwargs,

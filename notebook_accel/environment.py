@@ -36,6 +36,7 @@ MASTER_PORT = "MASTER_PORT"
 DEVICE = "NOTEBOOK_ACCEL_DEVICE"
 MIXED_PRECISION = "NOTEBOOK_ACCEL_MIXED_PRECISION"
 GRADIENT_ACCUMULATION_STEPS = "NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS"
+FP8 = "NOTEBOOK_ACCEL_FP8"
 FSDP = "NOTEBOOK_ACCEL_FSDP"
 DEEPSPEED = "NOTEBOOK_ACCEL_DEEPSPEED"
 ENGINE_VARIABLES: tuple[str, ...] = (FSDP, DEEPSPEED)  # NOTEBOOK_ACCEL_<engine name>: one per sharded engine
@@ -116,8 +117,9 @@ class LaunchEnvironment:
         master_addr: rendezvous address (``MASTER_ADDR``), ``None`` when unset.
         master_port: rendezvous port (``MASTER_PORT``), ``None`` when unset.
         device: the device the launcher chose (``"cpu"``, ``"cuda:1"``), ``None`` when not launched by us.
-        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"`` from the launcher or config, else ``None``.
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"`` from the launcher or config, else ``None``.
         gradient_accumulation_steps: from the launch config, else ``None``.
+        fp8: the launch config's ``fp8_config`` options as JSON (``{"emulate": true}``), else ``None``.
         engine: the sharded engine the launch config asks for and its plugin (``distributed_type: FSDP`` sets
             ``NOTEBOOK_ACCEL_FSDP``, ``DEEPSPEED`` ``NOTEBOOK_ACCEL_DEEPSPEED``), else ``None``.
         launched: True inside a process started by :func:`notebook_accel.notebook_launcher`.
@@ -139,6 +141,7 @@ class LaunchEnvironment:
     device: str | None = None
     mixed_precision: str | None = None
     gradient_accumulation_steps: int | None = None
+    fp8: str | None = None
     engine: EngineLaunch | None = None
     launched: bool = False
     extra_vars: tuple[tuple[str, str], ...] = ()
@@ -173,6 +176,7 @@ class LaunchEnvironment:
             device=env.get(DEVICE) or None,
             mixed_precision=env.get(MIXED_PRECISION) or None,
             gradient_accumulation_steps=_int_or(env, GRADIENT_ACCUMULATION_STEPS, None),
+            fp8=env.get(FP8) or None,
             engine=_engine_launch(env),
             launched=env.get(LAUNCHED, "") == "1",
         )
@@ -195,6 +199,8 @@ class LaunchEnvironment:
             out[MIXED_PRECISION] = self.mixed_precision
         if self.gradient_accumulation_steps is not None:
             out[GRADIENT_ACCUMULATION_STEPS] = str(self.gradient_accumulation_steps)
+        if self.fp8 is not None:
+            out[FP8] = self.fp8
         if self.engine is not None:
             out[self.engine.variable] = self.engine.options
         if self.launched:
@@ -205,7 +211,7 @@ class LaunchEnvironment:
     def apply(self, environ: MutableMapping[str, str] | None = None) -> None:
         """Write :meth:`to_environ` into ``environ`` (default ``os.environ``), removing our stale variables."""
         env = os.environ if environ is None else environ
-        for name in (MASTER_ADDR, MASTER_PORT, DEVICE, MIXED_PRECISION, GRADIENT_ACCUMULATION_STEPS,
+        for name in (MASTER_ADDR, MASTER_PORT, DEVICE, MIXED_PRECISION, GRADIENT_ACCUMULATION_STEPS, FP8,
                      *ENGINE_VARIABLES, LAUNCHED):
             env.pop(name, None)
         env.update(self.to_environ())
@@ -278,7 +284,7 @@ def config_home(environ: Mapping[str, str] | None = None) -> str:
 
 def launch_choices(
     *, device: str | None = None, mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None,
-    engine: EngineLaunch | None = None,
+    engine: EngineLaunch | None = None, fp8: str | None = None,
 ) -> dict[str, str]:
     """Our variables that carry launch choices to a launched script's Accelerator (``notebook-accel launch``).
 
@@ -297,6 +303,8 @@ def launch_choices(
         out[GRADIENT_ACCUMULATION_STEPS] = str(gradient_accumulation_steps)
     if engine is not None:
         out[engine.variable] = engine.options
+    if fp8 is not None:
+        out[FP8] = fp8
     return out
 
 

@@ -17,6 +17,7 @@ from notebook_accel.errors import shown
 from notebook_accel.plugins import ConfigurationError, check_positive_int, check_type
 
 __all__ = [
+    "AORecipeKwargs",
     "AutocastKwargs",
     "DistributedDataParallelKwargs",
     "GradScalerKwargs",
@@ -185,8 +186,39 @@ class ProfileKwargs(KwargsHandler):
     output_trace_dir: Any = None
 
 
+@dataclass
+class AORecipeKwargs(KwargsHandler):
+    """fp8 training through torchao's float8 ``Linear`` (``mixed_precision="fp8"``; accelerate's fields).
+
+    Attributes:
+        config: a ``torchao.float8.Float8LinearConfig`` used as is (``Float8LinearConfig(emulate=True)`` runs
+            anywhere, slowly); ``None`` builds one from the two switches below and the launch config.
+        module_filter_func: ``(module, fqn) -> bool``, which ``Linear`` layers to convert; ``None`` converts all
+            but the first and last. Layers whose dimensions are not multiples of 16 are never converted.
+        pad_inner_dim: pad matmul dimensions to multiples of 16 (``None``: True).
+        enable_fsdp_float8_all_gather: FSDP2 gathers weights in float8 (``None``: True under FSDP).
+
+    Example:
+        >>> AORecipeKwargs(pad_inner_dim=False).to_kwargs()
+        {'pad_inner_dim': False}
+    """
+
+    config: Any = None
+    module_filter_func: Any = None
+    pad_inner_dim: bool | None = None
+    enable_fsdp_float8_all_gather: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.module_filter_func is not None and not callable(self.module_filter_func):
+            raise ConfigurationError(f"AORecipeKwargs(module_filter_func={shown(self.module_filter_func)}): expected "
+                                     "a function (module, fqn) -> bool, or None")
+        for name in ("pad_inner_dim", "enable_fsdp_float8_all_gather"):
+            if getattr(self, name) is not None:
+                check_type("AORecipeKwargs", name, getattr(self, name), (bool,), "True, False or None")
+
+
 HANDLER_TYPES: tuple[type, ...] = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs,
-                                   ProfileKwargs)
+                                   ProfileKwargs, AORecipeKwargs)
 
 
 def resolve_handlers(kwargs_handlers: Sequence[KwargsHandler] | None) -> tuple[

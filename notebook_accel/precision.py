@@ -1,8 +1,10 @@
 """Mixed precision: choosing the mode, autocast, the fp16 GradScaler, and the fp32-output forward wrapper.
 
 ``"bf16"`` runs the model's forward under ``torch.autocast`` only; ``"fp16"`` also scales the loss with a
-``torch.amp.GradScaler`` so small gradients survive (works on CPU too, with torch >= 2.3). Outputs of a wrapped
-forward are cast back to fp32, as accelerate does, so losses and metrics are computed in full precision.
+``torch.amp.GradScaler`` so small gradients survive (works on CPU too, with torch >= 2.3). ``"fp8"`` runs the
+forward under bf16 autocast too, around the layers :mod:`notebook_accel.float8` converted to torchao's float8.
+Outputs of a wrapped forward are cast back to fp32, as accelerate does, so losses and metrics are computed in full
+precision.
 """
 
 from __future__ import annotations
@@ -22,16 +24,16 @@ from notebook_accel.utils.nested import recursively_apply
 __all__ = ["MixedPrecision", "MIXED_PRECISION_CHOICES", "resolve_mixed_precision", "autocast_context",
            "make_scaler", "wrap_forward", "unwrap_forward"]
 
-MixedPrecision = Literal["no", "fp16", "bf16"]
-MIXED_PRECISION_CHOICES: tuple[str, ...] = ("no", "fp16", "bf16")
-_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
+MixedPrecision = Literal["no", "fp16", "bf16", "fp8"]
+MIXED_PRECISION_CHOICES: tuple[str, ...] = ("no", "fp16", "bf16", "fp8")
+_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}  # fp8: what float8 layers leave
 
 
 def resolve_mixed_precision(value: str | None, from_launch: str | None) -> MixedPrecision:
     """The mode to use: ``value`` if given, else the launch environment's, else ``"no"``.
 
     Raises:
-        ConfigurationError: the chosen value is not one of ``no``, ``fp16``, ``bf16``.
+        ConfigurationError: the chosen value is not one of ``no``, ``fp16``, ``bf16``, ``fp8``.
 
     Example:
         >>> resolve_mixed_precision(None, "bf16")
@@ -41,9 +43,7 @@ def resolve_mixed_precision(value: str | None, from_launch: str | None) -> Mixed
     if not isinstance(chosen, str) or chosen.lower() not in MIXED_PRECISION_CHOICES:
         source = "mixed_precision" if value is not None else "the launch config's mixed_precision"
         raise ConfigurationError(
-            f"{source}={shown(chosen)} is not supported; allowed: {', '.join(MIXED_PRECISION_CHOICES)} "
-            "(fp8 and others are not available here)"
-        )
+            f"{source}={shown(chosen)} is not supported; allowed: {', '.join(MIXED_PRECISION_CHOICES)}")
     return cast(MixedPrecision, chosen.lower())
 
 

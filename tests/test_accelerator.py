@@ -45,7 +45,7 @@ def test_launch_environment_fills_what_is_not_given(monkeypatch: pytest.MonkeyPa
     assert (acc.mixed_precision, acc.gradient_accumulation_steps) == ("bf16", 4)
     explicit = Accelerator(mixed_precision="no", gradient_accumulation_steps=2)
     assert (explicit.mixed_precision, explicit.gradient_accumulation_steps) == ("no", 2)
-    monkeypatch.setenv("NOTEBOOK_ACCEL_MIXED_PRECISION", "fp8")
+    monkeypatch.setenv("NOTEBOOK_ACCEL_MIXED_PRECISION", "fp4")
     with pytest.raises(ConfigurationError, match="launch config"):
         Accelerator()
 
@@ -67,7 +67,7 @@ def test_options_are_honoured() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"mixed_precision": "fp8"}, "allowed: no, fp16, bf16"),
+        ({"mixed_precision": "fp4"}, "allowed: no, fp16, bf16, fp8"),
         ({"split_batches": False, "dataloader_config": DataLoaderConfiguration(split_batches=True)}, "conflicts"),
         ({"gradient_accumulation_steps": 2,
           "gradient_accumulation_plugin": GradientAccumulationPlugin(num_steps=3)}, "disagree"),

@@ -26,7 +26,7 @@ HUGE = 10**5000  # no decimal repr in Python 3.11+: an error message that shows 
 POOLS: dict[str, tuple[list[Any], list[Any]]] = {
     "device_placement": ([True, False], ["yes", 1, None, HUGE]),
     "split_batches": ([None, False, True], ["no", 2, HUGE]),
-    "mixed_precision": ([None, "no", "bf16"], ["fp8", "BF17", 5, True, HUGE]),
+    "mixed_precision": ([None, "no", "bf16"], ["fp4", "BF17", 5, True, HUGE]),
     "gradient_accumulation_steps": ([None, 1, 3, HUGE], [0, -1, 2.5, "2", True, math.nan]),  # any count, as accelerate
     "cpu": ([False, True], ["no", 3, None, HUGE]),
     "dataloader_config": ([None, DataLoaderConfiguration()], [{}, "default", 5, HUGE]),

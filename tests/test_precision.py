@@ -24,12 +24,12 @@ def test_resolution_order() -> None:
     assert resolve_mixed_precision("FP16", "bf16") == "fp16"
 
 
-@pytest.mark.parametrize(("value", "launch", "match"), [("fp8", None, "mixed_precision='fp8'"),
+@pytest.mark.parametrize(("value", "launch", "match"), [("fp4", None, "mixed_precision='fp4'"),
                                                         (None, "int8", "launch config"), (16, None, "16")])
 def test_bad_mode_lists_choices(value: object, launch: str | None, match: str) -> None:
     with pytest.raises(ConfigurationError, match=match) as info:
         resolve_mixed_precision(value, launch)  # type: ignore[arg-type]
-    assert "allowed: no, fp16, bf16" in str(info.value)
+    assert "allowed: no, fp16, bf16, fp8" in str(info.value)
 
 
 def test_autocast_and_scaler() -> None:

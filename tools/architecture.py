@@ -29,8 +29,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "progress_hook"),
     ("hardware", "metrics_batch", "channel", "argument_checks", "utils", "cluster"),
     # the worker-side building blocks of an Accelerator
-    ("state", "gradient_state", "kwargs_handlers", "plugins", "config", "precision", "profiling", "progress", "ops",
-     "memory", "empty_weights", "scheduler", "optimizer", "model", "data", "tracking", "monitor", "integrations"),
+    ("state", "gradient_state", "kwargs_handlers", "plugins", "config", "precision", "float8", "profiling", "progress",
+     "ops", "memory", "empty_weights", "scheduler", "optimizer", "parameter_map", "model", "data", "tracking", "monitor", "integrations"),
     ("checkpointing",),
     ("engines",),
     ("accelerator", "test_utils"),

@@ -36,6 +36,7 @@ from notebook_accel import hardware
 from notebook_accel.config import Config, ConfigError, default_config_path, load_config, save_config
 from notebook_accel.config.engine_form import ENGINES
 from notebook_accel.config.files import config_file_path
+from notebook_accel.config.fp8 import asks_for_emulation
 from notebook_accel.config.machine import precision_choices
 from notebook_accel.hardware import GpuInfo
 from notebook_accel.widgets import picker_form, picker_summary
@@ -272,9 +273,8 @@ class ConfigPicker(w.VBox):
             self._notes.append(f"processes per machine: {self.processes.value} → {self.process_limit}, the most "
                                f"the chosen devices allow")
         self.processes.value = min(self.processes.value, self.process_limit)
-        options = precision_choices(chosen if on_gpu else [])
-        if on_gpu and not chosen:
-            options = precision_choices(self._gpus)
+        # no GPU chosen yet: what every GPU allows; fp8 emulation (fp8_config) runs anywhere
+        options = precision_choices((chosen or self._gpus) if on_gpu else [], asks_for_emulation(self._base.extra))
         if list(self.mixed_precision.options) != options:
             keep = self.mixed_precision.value if self.mixed_precision.value in options else "no"
             self.mixed_precision.options = options

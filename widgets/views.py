@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 
+from notebook_accel.float8.facts import precision_label
 from notebook_accel.terminal import ansi_to_html
 from notebook_accel.widgets.log_style import line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value
@@ -63,7 +64,7 @@ def header_html(state: RunState, elapsed: float) -> str:
     if state.engine:
         bits.append(f"<b>{html.escape(state.engine)}</b>")
     if info.mixed_precision not in ("no", ""):
-        bits.append(html.escape(info.mixed_precision))
+        bits.append(html.escape(precision_label(info.mixed_precision)))
     if state.phase and state.outcome is None:
         bits.append(f'<span style="{_NOTE}">{html.escape(state.phase)}</span>')
     return '<div style="font-family:sans-serif;font-size:13px">' + " &middot; ".join(bits) + "</div>"

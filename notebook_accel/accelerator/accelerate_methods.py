@@ -243,6 +243,12 @@ class AccelerateMethods:
         return self.gradient_state.num_steps
 
     @property
+    def fp8_backend(self) -> str:
+        """``"AO"`` (torchao's float8, the only fp8 here) with ``mixed_precision="fp8"``, else ``"NO"`` (accelerate's
+        ``FP8BackendType`` values)."""
+        return "AO" if self.__dict__.get("_mixed_precision") == "fp8" else "NO"
+
+    @property
     def optimizer_step_was_skipped(self) -> bool:
         """True when the fp16 scaler skipped the last optimizer step of any prepared optimizer."""
         return any(opt.step_was_skipped for opt in self._optimizers)

@@ -18,7 +18,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -37,6 +37,7 @@ from notebook_accel.data import PreparedDataLoader, prepare_data_loader
 from notebook_accel.data.standalone_prepare import mark_dispatching
 from notebook_accel.engines.label import report_engine
 from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.float8.recipe import float8_training
 from notebook_accel.gradient_state import GradientState
 from notebook_accel.kwargs_handlers import KwargsHandler, ProfileKwargs, resolve_handlers
 from notebook_accel.monitor import steps
@@ -63,7 +64,7 @@ class Accelerator(AccelerateMethods, ProcessFacade):
     Args:
         device_placement: move prepared models and batches to :attr:`device`.
         split_batches: slice each batch across processes (same as ``DataLoaderConfiguration(split_batches=)``).
-        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; ``None`` takes the launch config's, else ``"no"``.
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"``, ``"fp8"``; ``None`` takes the launch config's, else ``"no"``.
         gradient_accumulation_steps: batches per optimizer step; ``None`` takes the launch config's, else 1.
         cpu: use the CPU even when CUDA is available.
         dataloader_config: how loaders are sharded.
@@ -74,7 +75,7 @@ class Accelerator(AccelerateMethods, ProcessFacade):
         project_config: a :class:`ProjectConfiguration`.
         gradient_accumulation_plugin: full accumulation options (exclusive with ``gradient_accumulation_steps``).
         step_scheduler_with_optimizer: prepared schedulers step with the real optimizer steps.
-        kwargs_handlers: DistributedDataParallelKwargs / GradScalerKwargs / InitProcessGroupKwargs.
+        kwargs_handlers: DistributedDataParallelKwargs / GradScalerKwargs / InitProcessGroupKwargs / AORecipeKwargs.
         fsdp_plugin: shard models with torch's ``fully_shard`` (a ``FullyShardedDataParallelPlugin``); ``None``
             takes the launch config's (``distributed_type: FSDP``), else plain DDP. Ignored in one process.
         deepspeed_plugin: train with DeepSpeed ZeRO (a ``DeepSpeedPlugin``, needs ``pip install
@@ -131,6 +132,7 @@ class Accelerator(AccelerateMethods, ProcessFacade):
 
         self._engine, self.fsdp_plugin, self.deepspeed_plugin = select_engine(
             fsdp_plugin, deepspeed_plugin, env, self.state, self._mixed_precision, ddp, self.gradient_state)
+        self._float8 = float8_training(self._mixed_precision, kwargs_handlers, env.fp8, self._engine.name, self.device)
         self.scaler = self._engine.grad_scaler(scaler)
         self.step = 0
         self._trigger = False
@@ -148,7 +150,7 @@ class Accelerator(AccelerateMethods, ProcessFacade):
     # ---- properties (the process ones come from ProcessFacade) ------------------------------------------------
     @property
     def mixed_precision(self) -> MixedPrecision:
-        """``"no"``, ``"fp16"`` or ``"bf16"``."""
+        """``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``."""
         return self._mixed_precision
 
     @property
@@ -185,6 +187,7 @@ class Accelerator(AccelerateMethods, ProcessFacade):
     def _prepare_one(self, obj: Any, place: bool) -> Any:
         """Prepare one non-scheduler object (schedulers come in a second pass); models and optimizers are
         recorded once the engine has finished them (:meth:`_finish`)."""
+        obj = self._float8.adopt(obj) if self._float8 else obj  # fp8: convert models, keep optimizers on new weights
         if isinstance(obj, torch.nn.Module):
             return self._engine.prepare_model(obj, place)
         if isinstance(obj, torch.optim.Optimizer) and not isinstance(obj, AcceleratedOptimizer):
@@ -202,13 +205,11 @@ class Accelerator(AccelerateMethods, ProcessFacade):
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
         """Device, mixed-precision forward and the engine's wrapper (DDP, FSDP, DeepSpeed) for one model."""
         place = self.device_placement if device_placement is None else device_placement
-        prepared: torch.nn.Module = self._finish([self._prepare_one(model, place)])[0]
-        return prepared
+        return cast(torch.nn.Module, self._finish([self._prepare_one(model, place)])[0])
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
         """Wrap one optimizer for accumulation and fp16 (an already wrapped one is returned as is)."""
-        prepared: AcceleratedOptimizer = self._finish([self._prepare_one(optimizer, True)])[0]
-        return prepared
+        return cast(AcceleratedOptimizer, self._finish([self._prepare_one(optimizer, True)])[0])
 
     def prepare_data_loader(self, data_loader: torch.utils.data.DataLoader, device_placement: bool | None = None,
                             slice_fn_for_dispatch: Any = None) -> PreparedDataLoader:

@@ -28,6 +28,7 @@ from notebook_accel.checkpointing.save import error_text
 from notebook_accel.checkpointing.shards import ShardPlan, for_safetensors, parse_size, plan_shards, weights_name
 from notebook_accel.argument_checks import checked_folder
 from notebook_accel.errors import shown
+from notebook_accel.float8.convert import plain_tensor
 
 __all__ = ["save_model"]
 
@@ -70,7 +71,7 @@ def _save(accelerator: Any, model: Any, directory: str, max_bytes: int, safe: bo
           gathered: dict[str, torch.Tensor]) -> str:
     """Main process: write the weights into ``directory``; returns the path of the index or the single file."""
     make_dir(directory, exist_ok=True)
-    state_dict = {k: v.detach().cpu() for k, v in gathered.items()}
+    state_dict = {k: plain_tensor(v.detach()).cpu() for k, v in gathered.items()}  # fp8: torchao's wrappers off
     if safe:
         state_dict = for_safetensors(state_dict)
     plan = plan_shards(state_dict, max_bytes, safe)

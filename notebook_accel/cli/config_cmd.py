@@ -42,7 +42,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument("--config_file", "--config-file", metavar="FILE", help="where to write the config")
     parser.add_argument("--default", action="store_true", help="write a config for this machine without asking: "
                         "one process per GPU, or one CPU process")
-    parser.add_argument("--mixed_precision", "--mixed-precision", choices=["no", "fp16", "bf16"], default="no",
+    parser.add_argument("--mixed_precision", "--mixed-precision", choices=["no", "fp16", "bf16", "fp8"], default="no",
                         help="with --default: the mixed precision mode (default no)")
     parser.add_argument("--force", action="store_true", help="with --default: replace an existing file")
     parser.set_defaults(run=configure)

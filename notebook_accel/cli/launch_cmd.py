@@ -18,12 +18,14 @@ import shlex
 import sys
 from typing import Any
 
-from notebook_accel import environment
+from notebook_accel import environment, hardware
 from notebook_accel.cli.common import EXIT_FAILED, EXIT_OK, UsageError, active_config, error
 from notebook_accel.cli.process import run_child
 from notebook_accel.cli.ray_launch import cluster_from_flags, launch_on_cluster
 from notebook_accel.config import Config
+from notebook_accel.config.fp8 import asks_for_emulation
 from notebook_accel.engines.registry import launch_value
+from notebook_accel.float8 import fp8_problems
 
 __all__ = ["register", "torchrun_command", "child_environment", "launch"]
 
@@ -48,7 +50,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     _flag(parser, "config_file", metavar="FILE", help="config file (default: the default config, if any)")
     for name in _INT_FLAGS:
         _flag(parser, name, type=int, metavar="N")
-    _flag(parser, "mixed_precision", choices=["no", "fp16", "bf16"])
+    _flag(parser, "mixed_precision", choices=["no", "fp16", "bf16", "fp8"])
     _flag(parser, "gpu_ids", metavar="IDS", help="'all' or GPU indices such as 0,1")
     _flag(parser, "main_process_ip", metavar="HOST")
     _flag(parser, "rdzv_backend", choices=["static", "c10d", "etcd", "etcd-v2"])
@@ -123,6 +125,7 @@ def child_environment(config: Config) -> dict[str, str | None]:
         gradient_accumulation_steps=None if config.gradient_accumulation_steps == 1 else
         config.gradient_accumulation_steps,
         engine=launch_value(config),
+        fp8=config.fp8_options,
     ))
     ids = config.gpu_id_list
     if ids is not None and not config.use_cpu:
@@ -137,6 +140,24 @@ def child_environment(config: Config) -> dict[str, str | None]:
         else:
             out[environment.CUDA_VISIBLE_DEVICES] = config.gpu_ids
     return out
+
+
+def refuse_fp8_here(config: Config) -> None:
+    """Before torchrun starts: refuse ``mixed_precision: fp8`` that cannot run on this machine (torchao missing, a
+    chosen GPU older than compute capability 8.9), unless the config asks for emulation.
+
+    Raises:
+        UsageError: naming what is missing.
+    """
+    if config.mixed_precision != "fp8":
+        return
+    gpus, ids = ([] if config.use_cpu else hardware.detect_gpus()), config.gpu_id_list  # ids: visible positions
+    chosen = gpus if ids is None else [gpus[i] for i in ids if i < len(gpus)]
+    engine = str(config.distributed_type) if config.distributed_type in ("FSDP", "DEEPSPEED") else "DDP"
+    problems = fp8_problems(emulate=asks_for_emulation(config.extra), engine=engine,
+                            capabilities=[g.compute_capability for g in chosen] or None)
+    if problems:
+        raise UsageError("; ".join(problems))
 
 
 def merged_config(args: argparse.Namespace) -> Config:
@@ -166,6 +187,7 @@ def launch(args: argparse.Namespace) -> int:
             error(f"the run on the cluster failed: {type(e).__name__}: {e}")
             return EXIT_FAILED
         return EXIT_OK
+    refuse_fp8_here(config)
     cmd = torchrun_command(config, args.script, list(args.script_args))
     variables = child_environment(config)
     if args.dry_run:

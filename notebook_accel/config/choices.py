@@ -8,5 +8,5 @@ __all__ = ["ComputeEnvironment", "DistributedType", "MixedPrecision", "RdzvBacke
 
 ComputeEnvironment = Literal["LOCAL_MACHINE"]
 DistributedType = Literal["NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "DEEPSPEED"]
-MixedPrecision = Literal["no", "fp16", "bf16"]
+MixedPrecision = Literal["no", "fp16", "bf16", "fp8"]
 RdzvBackend = Literal["static", "c10d", "etcd", "etcd-v2"]

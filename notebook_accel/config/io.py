@@ -165,7 +165,7 @@ def config_from_mapping(data: Any, source: str | None = None) -> Config:
     if problems:
         raise ConfigError(problems, source)
     used = {"FSDP": ("fsdp_config",), "DEEPSPEED": ("deepspeed_config",)}.get(str(config.distributed_type), ())
-    used = (*used, *OWN_SECTIONS)
+    used = (*used, *OWN_SECTIONS, *(("fp8_config",) if config.mixed_precision == "fp8" else ()))
     _warn_unsupported({k: v for k, v in config.extra.items() if k not in used}, source)
     return config
 

@@ -16,6 +16,7 @@ from typing import Any
 from notebook_accel.cluster import RayCluster, check_cluster
 from notebook_accel.config import deepspeed as _deepspeed
 from notebook_accel.config import fsdp as _fsdp
+from notebook_accel.config.fp8 import FP8_SECTION, fp8_config_problems, fp8_options_json
 from notebook_accel.config.accelerate_keys import UNSUPPORTED_KEYS, unknown_key_problem
 from notebook_accel.config.choices import ComputeEnvironment, DistributedType, MixedPrecision, RdzvBackend
 from notebook_accel.config.errors import ConfigError
@@ -56,7 +57,8 @@ class Config:
         num_processes: processes in total, over all machines (accelerate's meaning).
         gpu_ids: ``"all"``, ``"0,1"`` (an integer or a list of integers is normalised to that form) or ``None``
             (every visible GPU).
-        mixed_precision: ``"no"``, ``"fp16"`` (GPU only) or ``"bf16"``.
+        mixed_precision: ``"no"``, ``"fp16"`` (GPU only), ``"bf16"`` or ``"fp8"`` (torchao float8: a GPU of
+            compute capability 8.9 or newer, unless ``extra["fp8_config"]`` asks for ``emulate: true``).
         gradient_accumulation_steps: batches per optimizer step (ours; reaches the workers' Accelerator).
         per_device_batch_size: batch size of one process, used to show the effective batch size (ours).
         num_machines, machine_rank: how many machines take part and which one this is (0 is the main one).
@@ -118,6 +120,9 @@ class Config:
             bad.add("distributed_type")
         found = list(problems.values()) + cross_problems(values, bad)
         found += _extra_problems(self.extra)
+        if isinstance(self.extra, dict) and not bad.intersection(("mixed_precision", "use_cpu")):
+            found += fp8_config_problems(self.mixed_precision, self.extra.get(FP8_SECTION), self.use_cpu,
+                                         self.distributed_type)
         section = _ENGINEOWN_SECTIONS.get(self.distributed_type) if isinstance(self.distributed_type, str) else None
         if section is not None and isinstance(self.extra, dict):
             found += section[1](self.extra.get(section[0]))[1]
@@ -163,6 +168,12 @@ class Config:
         """Where the workers run when not on this machine: the ``cluster:`` section (``kind: ray``, ``address``,
         ``resources_per_worker``, ``placement``, ...), checked; ``None`` without one (ours; accelerate has none)."""
         return check_cluster(self.extra.get("cluster"))
+
+    @property
+    def fp8_options(self) -> str | None:
+        """With ``mixed_precision: fp8``, the switches of its ``fp8_config`` as JSON (``{"emulate": true}``), for the
+        workers' Accelerators; ``None`` otherwise, or when the section sets none."""
+        return fp8_options_json(self.mixed_precision, self.extra.get(FP8_SECTION))
 
     def override(self, **changes: Any) -> Config:
         """A copy with the given fields changed; a ``None`` value means "not given" and keeps the current value.

@@ -115,8 +115,7 @@ def _check_distributed_type(value: Any) -> str | None:
 
 
 def _check_mixed_precision(value: Any) -> str | None:
-    note = " (fp8 is not supported)" if isinstance(value, str) and value.lower() == "fp8" else ""
-    return _choice("mixed_precision", value, get_args(MixedPrecision), note)
+    return _choice("mixed_precision", value, get_args(MixedPrecision))
 
 
 def _bool_check(name: str) -> Callable[[Any], str | None]:

@@ -36,6 +36,7 @@ from notebook_accel.events import (
     StepTimes,
     SystemSample,
 )
+from notebook_accel.float8.facts import precision_label
 from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.monitor.summary import SystemSummary, sample_line
 from notebook_accel.monitor.verdict import StepBreakdown, verdict
@@ -54,6 +55,8 @@ def describe_launch(info: RunInfo) -> str:
         'Launching 2 processes on CPU (gloo)'
         >>> describe_launch(RunInfo(2, ("cuda:0", "cuda:1"), "nccl", "train", mixed_precision="bf16"))
         'Launching 2 processes on 2 GPUs [0, 1] (nccl), mixed precision bf16'
+        >>> describe_launch(RunInfo(1, ("cuda:0",), "none", "train", mixed_precision="fp8"))
+        'Running train in this process on 1 GPU [0] (num_processes=1: no fork), mixed precision fp8 (torchao)'
         >>> describe_launch(RunInfo(2, ("cpu", "cpu"), "gloo", "train", engine="FSDP FULL_SHARD"))
         'Launching 2 processes on CPU (gloo), FSDP FULL_SHARD'
         >>> describe_launch(RunInfo(2, ("cuda:0", "cuda:0"), "nccl", "train", cluster="Ray cluster 10.0.0.1:6379"))
@@ -71,7 +74,7 @@ def describe_launch(info: RunInfo) -> str:
     if info.engine:
         text += f", {info.engine}"
     if info.mixed_precision not in ("", "no"):
-        text += f", mixed precision {info.mixed_precision}"
+        text += f", mixed precision {precision_label(info.mixed_precision)}"
     return text
 
 

@@ -143,8 +143,9 @@ def notebook_launcher(
         function: the training function; any callable (lambdas and functions defined in the notebook work).
         args: positional arguments for ``function``.
         num_processes: processes on this machine; ``None``: one per visible GPU (else 1).
-        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; reaches every worker's ``Accelerator``
-            (``None``: from the config, else ``"no"``).
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"`` (torchao; refused here when it cannot
+            run, see :func:`.preflight.check_fp8`); reaches every worker's ``Accelerator`` (``None``: from the config,
+            else ``"no"``).
         use_port: rendezvous port (an int, or a string of digits as accelerate takes it); ``None`` picks a free
             one (single machine). A busy port is refused.
         master_addr: rendezvous address (node 0's address for several machines).
@@ -251,8 +252,10 @@ def notebook_launcher(
         # gpu_ids and use_cpu as given: the config's describe this machine's devices
         devices, backend = cluster_devices(where, s.num_processes, gpu_ids, use_cpu, nodes)
         in_process = False
+        fp8 = preflight.fp8_options(precision, resolved)  # each worker's Accelerator checks its own GPU there
     else:
         devices, backend = preflight.resolve_devices(s.num_processes, s.gpu_ids, s.use_cpu)
+        fp8 = preflight.check_fp8(precision, resolved, devices, engine)
         # A timeout (or a restart) bounds a single process by running it in one forked worker: stopping a forked
         # process is safe, while interrupting the kernel's own thread could land inside an import and break it.
         in_process = len(devices) == 1 and nodes == 1 and limit is None and not restarts and block
@@ -261,7 +264,8 @@ def notebook_launcher(
     plan = Plan(function=function, args=tuple(args), devices=devices, backend=backend, precision=precision, steps=steps,
                 node=node, nodes=nodes, master_addr=s.master_addr, port=s.port, limit=limit, in_process=in_process,
                 dashboard=dashboard, show_all_ranks=show_all_ranks, prefix=prefix, rdzv=rdzv, block=block,
-                engine=engine, engine_label=config_engine(resolved, len(devices) * nodes), cluster=where)
+                engine=engine, engine_label=config_engine(resolved, len(devices) * nodes), cluster=where,
+                fp8=fp8)
     resume: str | None = None
     for attempt in range(restarts + 1):
         try:

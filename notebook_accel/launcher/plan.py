@@ -42,6 +42,7 @@ class Plan:
     engine: EngineLaunch | None  # the sharded engine the launch config asks for, sent to every worker
     engine_label: str = ""  # that engine as the header names it ("" without a config)
     cluster: RayCluster | None = None  # where the workers run when not forked here (the Ray placement)
+    fp8: str | None = None  # the config's fp8_config switches (JSON) for mixed_precision="fp8", sent to every worker
 
 
 def choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
@@ -62,7 +63,7 @@ def choose_port(port: int | None, master_addr: str, node_rank: int) -> int:
 def environments(
     devices: Sequence[str], node_rank: int, num_nodes: int, master_addr: str, port: int,
     mixed_precision: str | None, gradient_accumulation_steps: int | None, extra_vars: dict[str, str],
-    engine: EngineLaunch | None = None,
+    engine: EngineLaunch | None = None, fp8: str | None = None,
 ) -> list[LaunchEnvironment]:
     """One launch environment per local worker; global rank = node_rank * local workers + local rank."""
     local = len(devices)
@@ -71,7 +72,7 @@ def environments(
             rank=node_rank * local + i, local_rank=i, world_size=num_nodes * local, local_world_size=local,
             master_addr=master_addr, master_port=port, device=device, mixed_precision=mixed_precision,
             gradient_accumulation_steps=gradient_accumulation_steps, launched=True,
-            extra_vars=tuple(extra_vars.items()), engine=engine,
+            extra_vars=tuple(extra_vars.items()), engine=engine, fp8=fp8,
         )
         for i, device in enumerate(devices)
     ]

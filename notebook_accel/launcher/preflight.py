@@ -7,6 +7,7 @@ names the bad value, the allowed values and the fix.
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import os
 import sys
@@ -14,7 +15,11 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from notebook_accel import hardware
+from notebook_accel.config import Config
+from notebook_accel.config.fp8 import FP8_SECTION, fp8_options_json
+from notebook_accel.environment import EngineLaunch
 from notebook_accel.errors import CudaInitializedError, LaunchError, shown
+from notebook_accel.float8 import fp8_problems
 
 __all__ = [
     "Backend",
@@ -22,6 +27,8 @@ __all__ = [
     "check_positive_int",
     "check_flag",
     "check_mixed_precision",
+    "check_fp8",
+    "fp8_options",
     "check_timeout",
     "check_master_addr",
     "check_port",
@@ -34,8 +41,8 @@ __all__ = [
 ]
 
 Backend = Literal["gloo", "nccl"]
-MixedPrecision = Literal["no", "fp16", "bf16"]
-_MIXED_PRECISION = ("no", "fp16", "bf16")
+MixedPrecision = Literal["no", "fp16", "bf16", "fp8"]
+_MIXED_PRECISION = ("no", "fp16", "bf16", "fp8")
 _CUDA_ERROR_NOT_INITIALIZED = 3
 
 
@@ -73,10 +80,43 @@ def check_flag(name: str, value: object, optional: bool = False) -> bool | None:
 
 
 def check_mixed_precision(value: object) -> MixedPrecision | None:
-    """``None`` or one of ``"no"``, ``"fp16"``, ``"bf16"``."""
+    """``None`` or one of ``"no"``, ``"fp16"``, ``"bf16"``, ``"fp8"``."""
     if value is None or value in _MIXED_PRECISION:
         return value  # type: ignore[return-value]
     raise LaunchError(f"mixed_precision={shown(value)} is not allowed; use one of {list(_MIXED_PRECISION)} or None")
+
+
+def fp8_options(precision: str | None, config: Config | None) -> str | None:
+    """The config's ``fp8_config`` switches (JSON) a launch sends its workers when it runs in fp8 (the argument's
+    ``"fp8"`` or the config's), else ``None``."""
+    if precision != "fp8" or config is None:
+        return None
+    return fp8_options_json("fp8", config.extra.get(FP8_SECTION))
+
+
+def check_fp8(precision: str | None, config: Config | None, devices: Sequence[str],
+              engine: EngineLaunch | None) -> str | None:
+    """For ``"fp8"``, refuse before any fork what cannot train in fp8 here: torchao missing, a chosen GPU older
+    than compute capability 8.9 or the CPU (unless the config's ``fp8_config`` asks for emulation), DeepSpeed.
+
+    Returns the config's ``fp8_config`` switches (JSON) for the workers, or ``None``. GPUs are read through NVML
+    (CUDA is never initialised here).
+
+    Raises:
+        LaunchError: naming each thing that is missing.
+    """
+    if precision != "fp8":
+        return None
+    options = fp8_options(precision, config)
+    emulate = bool(options and json.loads(options).get("emulate"))
+    gpus = hardware.detect_gpus()
+    capabilities = None if not devices or devices[0] == "cpu" else \
+        [gpus[int(d.partition(":")[2] or 0)].compute_capability for d in devices]
+    problems = fp8_problems(emulate=emulate, engine=engine.name if engine is not None else "DDP",
+                            capabilities=capabilities)
+    if problems:
+        raise LaunchError("; ".join(problems) + " (nothing was started)")
+    return options
 
 
 def max_cpu_processes() -> int:

@@ -171,7 +171,7 @@ def _open(res: RunResources, plan: Plan, attempt: int, resume: str | None) -> No
     if attempt:
         variables.update(restart_variables(attempt, resume))
     res.envs = environments(plan.devices, plan.node, plan.nodes, plan.master_addr, int(port), plan.precision,
-                            plan.steps, variables, plan.engine)
+                            plan.steps, variables, plan.engine, plan.fp8)
     if listener is not None:  # the store owns the listener from here on and closes it
         res.store = res.enter(StoreServer(listener, plan.nodes * local, plan.rdzv.join_timeout), StoreServer.close)
     if not plan.in_process:  # ends the workers' groups if the kernel is killed

@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "GradientAccumulationPlugin": "notebook_accel.plugins",
     "DistributedDataParallelKwargs": "notebook_accel.kwargs_handlers",
     "GradScalerKwargs": "notebook_accel.kwargs_handlers",
+    "AORecipeKwargs": "notebook_accel.kwargs_handlers",
     "InitProcessGroupKwargs": "notebook_accel.kwargs_handlers",
     "KwargsHandler": "notebook_accel.kwargs_handlers",
     "AutocastKwargs": "notebook_accel.kwargs_handlers",

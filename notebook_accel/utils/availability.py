@@ -105,6 +105,7 @@ is_swanlab_available = _installed("swanlab", "swanlab")
 is_tensorboard_available = _installed("tensorboard", "tensorboard", "tensorboardX")
 is_timm_available = _installed("timm", "timm")
 is_torchao_available = _installed("torchao", "torchao")
+is_fp8_available = _installed("fp8", "torchao")  # mixed_precision="fp8" trains through torchao's float8 here
 is_torchdata_available = _installed("torchdata", "torchdata")
 is_torchvision_available = _installed("torchvision", "torchvision")
 is_trackio_available = _installed("trackio", "trackio")
@@ -200,7 +201,6 @@ is_neuron_available = _not_here("neuron", f"AWS Neuron; {_DEVICES_NOT_HERE}")
 is_torch_xla_available = _not_here("torch_xla", f"TPU/XLA; {_DEVICES_NOT_HERE}")
 
 # ---- features this library does not provide ------------------------------------------------------------------
-is_fp8_available = _not_here("fp8", "FP8 training is not supported (mixed_precision is no, fp16 or bf16)")
 is_msamp_available = _not_here("msamp", "MS-AMP (FP8) is not supported")
 is_transformer_engine_available = _not_here("transformer_engine", "Transformer Engine (FP8) is not supported")
 is_transformer_engine_mxfp8_available = _not_here("transformer_engine_mxfp8",

@@ -96,3 +96,23 @@ def test_sanity_check_reports_a_failure(capsys: pytest.CaptureFixture[str]) -> N
     assert sanity_check(argparse.Namespace(num_processes=2, timeout=0.01)) == 1
     out = capsys.readouterr().out
     assert "notebook-accel test: FAILED - the 2-process check timed out" in out
+
+
+def test_fp8_options_reach_the_script_and_what_cannot_run_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from notebook_accel.cli import launch_cmd
+    from notebook_accel.float8 import facts
+    from notebook_accel.hardware import GpuInfo
+
+    emulated = Config(num_processes=2, use_cpu=True, mixed_precision="fp8",
+                      extra={"fp8_config": {"backend": "AO", "emulate": True}})
+    assert child_environment(emulated)["NOTEBOOK_ACCEL_FP8"] == '{"emulate": true}'
+    monkeypatch.setattr(facts, "torchao_installed", lambda: False)
+    with pytest.raises(UsageError, match="needs torchao"):
+        launch_cmd.refuse_fp8_here(emulated)
+    monkeypatch.setattr(facts, "torchao_installed", lambda: True)
+    launch_cmd.refuse_fp8_here(emulated)
+    monkeypatch.setattr(launch_cmd.hardware, "detect_gpus", lambda: [GpuInfo(0, "V100", 16 << 30, (7, 0)),
+                                                                      GpuInfo(1, "H100", 80 << 30, (9, 0))])
+    launch_cmd.refuse_fp8_here(Config(num_processes=1, gpu_ids="1", mixed_precision="fp8"))
+    with pytest.raises(UsageError, match=r"GPUs have 7\.0"):
+        launch_cmd.refuse_fp8_here(Config(num_processes=2, mixed_precision="fp8"))

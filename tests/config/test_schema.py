@@ -89,7 +89,7 @@ BAD_FIELDS: list[tuple[str, Any, list[str]]] = [
     ("gpu_ids", "0,0", ["gpu_ids", "distinct"]),
     ("gpu_ids", 1.5, ["gpu_ids", "1.5 (float)"]),
     ("mixed_precision", "fp32", ["mixed_precision", "'fp32'", "'bf16'"]),
-    ("mixed_precision", "fp8", ["fp8 is not supported"]),
+    ("mixed_precision", "fp4", ["mixed_precision", "'fp4'", "'fp8'"]),
     ("mixed_precision", "BF16", ["did you mean 'bf16'"]),
     ("gradient_accumulation_steps", 0, ["gradient_accumulation_steps", "from 1 to"]),
     ("per_device_batch_size", -1, ["per_device_batch_size", "or null"]),

@@ -179,6 +179,49 @@ def bf16_autocast() -> dict[str, Any]:
             "grad": str(first.weight.grad.dtype), "device": str(accelerator.device)}
 
 
+def _fp8_stack(precision: str, steps: int = 150) -> dict[str, Any]:
+    """A Linear stack (four 256-wide layers) regressing a fixed random target; the losses and the float8 layers."""
+    import torch
+
+    from notebook_accel import Accelerator, AORecipeKwargs
+    from notebook_accel.float8.convert import float8_module_names
+
+    handlers: list[Any] = []
+    if ON_CPU and precision == "fp8":  # the plumbing check: torchao's emulation
+        from torchao.float8 import Float8LinearConfig
+
+        handlers.append(AORecipeKwargs(config=Float8LinearConfig(emulate=True)))
+    accelerator = Accelerator(mixed_precision=precision, cpu=ON_CPU, kwargs_handlers=handlers)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 16))
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(512, 64, generator=g), torch.randn(64, 16, generator=g) / 8
+    x, y = x.to(accelerator.device), torch.tanh(x @ w).to(accelerator.device)
+    losses = []
+    for i in range(steps):
+        batch = slice(128 * (i % 4), 128 * (i % 4 + 1))
+        loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch])
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return {"losses": losses, "float8": float8_module_names(accelerator.unwrap_model(model)),
+            "weight": str(accelerator.unwrap_model(model)[2].weight.dtype)}
+
+
+@case
+def fp8_linear_stack() -> dict[str, Any]:
+    """The real fp8 path (torchao's float8 matmuls on an Ada/Hopper GPU) against bf16 on the same stack."""
+    import torch
+
+    capability = None if ON_CPU else list(torch.cuda.get_device_capability(0))
+    if capability is not None and tuple(capability) < (8, 9):
+        return {"skip": f"compute capability {capability}: fp8 needs 8.9 or newer"}
+    return {"bf16": _fp8_stack("bf16"), "fp8": _fp8_stack("fp8"), "capability": capability}
+
+
 @case
 def visible_devices() -> dict[str, Any]:
     """Run under the ``CUDA_VISIBLE_DEVICES`` the test set before torch was imported: which GPU is cuda:0?"""

@@ -104,3 +104,17 @@ def test_checkpoint_saved_on_the_gpu_resumes_exactly(tmp_path: Path) -> None:
     assert Path(saved["path"]).is_dir()
     resumed = run_case("checkpoint_resumed", env=env)
     assert resumed == straight  # bitwise weights, the device RNG's next draw, the scheduler's lr
+
+
+@pytest.mark.cuda_only  # its CPU form (torchao's emulation) is tests/float8's; 3 minutes on a busy CI CPU
+def test_fp8_trains_a_linear_stack_close_to_bf16() -> None:
+    pytest.importorskip("torchao", reason="torchao is not installed (pip install 'notebook-accel[fp8]')")
+    result = run_case("fp8_linear_stack")
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    bf16, fp8 = result["bf16"], result["fp8"]
+    assert fp8["float8"] == ["2", "4"] and bf16["float8"] == []  # the first and last Linear stay high precision
+    assert fp8["weight"] == "torch.float32"  # master weights stay fp32
+    assert fp8["losses"][-1] < fp8["losses"][0] * 0.5  # it learned
+    tail_fp8, tail_bf16 = sum(fp8["losses"][-20:]) / 20, sum(bf16["losses"][-20:]) / 20
+    assert abs(tail_fp8 - tail_bf16) <= 0.1 * tail_bf16 + 1e-3, (tail_fp8, tail_bf16)

@@ -38,7 +38,7 @@ POOLS: dict[str, tuple[list[Any], list[Any]]] = {
     "function": ([answer], [42, None, "answer"]),
     "args": ([(), []], ["abc", 5, None, {"a": 1}, b"xy", HUGE]),
     "num_processes": ([None, 1, 2], [0, -1, 10**12, 10**4000, HUGE, 1.5, "2", True, math.nan]),
-    "mixed_precision": ([None, "no", "bf16"], ["fp8", "FP17", 5, "", HUGE]),
+    "mixed_precision": ([None, "no", "bf16"], ["fp4", "FP17", 5, "", HUGE]),
     "use_port": ([None, "0", 0], ["abc", -5, 70000, True, 1.5, "", "123456", HUGE]),
     "master_addr": (["127.0.0.1", "localhost"], [None, 5, "", " ", "no-such-host.invalid", "192.0.2.1", HUGE]),
     "gpu_ids": ([None, "all"], ["0", [0], "x", -1, [0, 0], [HUGE]]),

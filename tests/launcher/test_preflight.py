@@ -35,7 +35,8 @@ def test_positive_int_rejects(value: Any) -> None:
 def test_mixed_precision_values() -> None:
     assert preflight.check_mixed_precision("bf16") == "bf16"
     assert preflight.check_mixed_precision(None) is None
-    with pytest.raises(LaunchError, match=r"'fp32'.*\['no', 'fp16', 'bf16'\]"):
+    assert preflight.check_mixed_precision("fp8") == "fp8"  # whether it can run: check_fp8 (test_fp8_launch.py)
+    with pytest.raises(LaunchError, match=r"'fp32'.*\['no', 'fp16', 'bf16', 'fp8'\]"):
         preflight.check_mixed_precision("fp32")
 
 

@@ -45,8 +45,13 @@ def test_missing_packages_and_unsupported_devices_are_false() -> None:
     assert availability.is_hpu_available(init_hccl=True) is False
     assert availability.is_npu_available(check_device=True) is False
     assert availability.is_torch_xla_available(check_is_tpu=True) is False
-    assert availability.is_fp8_available() is False and availability.is_megatron_lm_available() is False
+    assert availability.is_megatron_lm_available() is False
     assert "CPU and CUDA only" in (availability.is_mlu_available.__doc__ or "")
+
+
+def test_fp8_follows_torchao() -> None:
+    """fp8 trains through torchao's float8 here: available exactly when torchao can be imported."""
+    assert availability.is_fp8_available() is (importlib.util.find_spec("torchao") is not None)
 
 
 def test_devices_follow_torch() -> None:

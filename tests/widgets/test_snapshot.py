@@ -53,6 +53,11 @@ def test_static_result_inlines_the_curves_only_when_there_are_some() -> None:
     assert f'src="data:image/png;base64,{encoded}"' in page
 
 
+def test_the_header_names_torchao_for_fp8() -> None:
+    s = RunState(RunInfo(2, ("cuda:0", "cuda:1"), "nccl", "train", mixed_precision="fp8"))
+    assert views.header_html(s, 1.0).endswith(" &middot; fp8 (torchao)</div>")
+
+
 def test_views_escape_user_text() -> None:
     s = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "<fn>", mixed_precision="fp16"))
     s.apply(Log(1, "stderr", "<script>alert(1)</script>"))

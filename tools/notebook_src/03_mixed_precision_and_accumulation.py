@@ -5,6 +5,7 @@
 #
 # - `mixed_precision="bf16"` (or `"fp16"` on GPUs) runs the model's forward pass under autocast: matrix products in
 #   16-bit floats, which is faster and lighter on hardware that supports it, while the weights stay in 32 bits.
+#   `"fp8"` goes further on recent NVIDIA GPUs, through torchao (see "fp8" below).
 # - `gradient_accumulation_steps=k` adds up the gradients of `k` batches before each optimizer step, so you get the
 #   effective batch of a bigger machine on a smaller one.
 #
@@ -92,6 +93,76 @@ print("bf16 trains as well as fp32:", abs(bf16["last loss"] - full["last loss"])
 # loss with a `GradScaler` so that small gradients do not vanish in 16 bits, and skips the optimizer step when a
 # gradient overflowed (`accelerator.optimizer_step_was_skipped`). `"bf16"` has the range of `float32` and needs no
 # scaler, which is why it is the mode to try first.
+
+# %% [markdown]
+# ## fp8 (torchao)
+#
+# On NVIDIA GPUs of compute capability 8.9 or newer (H100, H200, L4, L40S, RTX 4090, B200), `mixed_precision="fp8"`
+# multiplies in 8-bit floats: `prepare` swaps the model's `nn.Linear` layers for torchao's float8 layers (install the
+# extra: `pip install "notebook-accel[fp8]"`) and runs everything else under bf16 autocast. torchao's rules choose the
+# layers: both dimensions must be multiples of 16, and the model's first and last `Linear` stay in high precision,
+# because float8's rounding hurts them most.
+#
+# This notebook runs on the CPU, so fp8 is refused before anything starts, with what is missing and the way out:
+
+# %% tags=["raises-exception"]
+notebook_launcher(train, num_processes=2, use_cpu=True, mixed_precision="fp8")
+
+# %% [markdown]
+# torchao can *emulate* its float8 arithmetic with ordinary matrix products: the same rounding, on any device, only
+# slower. That is how fp8 is tried (and tested) without such a GPU. A config file asks for it with accelerate's
+# `fp8_config` section plus `emulate: true`; here is the same config built in Python. The model gets a middle layer so
+# that one `Linear` is neither first nor last:
+
+# %%
+from notebook_accel import Config
+from notebook_accel.float8.convert import float8_module_names
+
+emulated_fp8 = Config(num_processes=2, use_cpu=True, mixed_precision="fp8",
+                      extra={"fp8_config": {"backend": "AO", "emulate": True}})
+
+
+def train_deeper(epochs=2, batch_size=32):
+    accelerator = Accelerator()
+    set_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    losses = []
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+    inner = accelerator.unwrap_model(model)
+    return {
+        "mixed_precision": accelerator.mixed_precision,
+        "float8 layers": float8_module_names(inner),
+        "layer types": [type(m).__name__ for m in inner if not isinstance(m, nn.ReLU)],
+        "weights stored in": str(inner[2].weight.dtype),
+        "late loss": sum(losses[-10:]) / 10,
+    }
+
+# %%
+fp8 = notebook_launcher(train_deeper, config=emulated_fp8)
+
+# %%
+bf16_deeper = notebook_launcher(train_deeper, num_processes=2, use_cpu=True, mixed_precision="bf16")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for name in ("mixed_precision", "float8 layers", "layer types", "weights stored in"):
+    print(f"{name:>17}: {fp8[name]}")
+print("fp8 trains as well as bf16:", abs(fp8["late loss"] - bf16_deeper["late loss"]) < 0.1)
+
+# %% [markdown]
+# Only the middle layer became a `Float8Linear`; its weights stay in `float32` (float8 copies are made for each
+# matrix product, with a scale per tensor). The header line of the launch said `mixed precision fp8 (torchao)`.
+# `save_model` writes ordinary float32 weights, and `save_state`/`load_state` resume exactly, as with bf16. On a real
+# fp8 GPU, drop `emulate: true` (or pass `mixed_precision="fp8"` to the launcher); DDP and FSDP both work.
 
 # %% [markdown]
 # ## Gradient accumulation

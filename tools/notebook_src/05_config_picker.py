@@ -75,7 +75,7 @@ print(config.distributed_type, config.num_processes, config.mixed_precision, con
 # allowed, so you fix them all in one go:
 
 # %% tags=["raises-exception"]
-Config(num_processes=0, mixed_precision="fp8", gradient_accumulation_steps=-1)
+Config(num_processes=0, mixed_precision="fp4", gradient_accumulation_steps=-1)
 
 # %% [markdown]
 # ## Save it, load it

@@ -17,13 +17,13 @@ from torch.distributed.tensor import DTensor
 
 from notebook_accel.engines.ddp import DDPEngine
 from notebook_accel.engines.fsdp.layout import FsdpLayout
-from notebook_accel.engines.fsdp.params import ParameterMap
 from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
 from notebook_accel.engines.fsdp.wrap import shard_model
 from notebook_accel.engines.protocol import EngineParts
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.model import is_sharded
 from notebook_accel.optimizer import AcceleratedOptimizer
+from notebook_accel.parameter_map import ParameterMap
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.precision import MixedPrecision, wrap_forward
 from notebook_accel.state import GradientState, ProcessState
@@ -72,7 +72,7 @@ class FSDPEngine(DDPEngine):
                  mixed_precision: MixedPrecision) -> None:
         super().__init__(state, mixed_precision, layout=FsdpLayout(plugin))
         self.plugin = plugin
-        self.params = ParameterMap()
+        self.params = ParameterMap("FSDP")
         self._optimizers: list[torch.optim.Optimizer] = []
 
     def prepare_model(self, model: torch.nn.Module, device_placement: bool) -> torch.nn.Module:

@@ -30,6 +30,7 @@ _OURS = (
     environment.DEVICE,
     environment.MIXED_PRECISION,
     environment.GRADIENT_ACCUMULATION_STEPS,
+    environment.FP8,
     environment.LAUNCHED,
 )
 

@@ -13,7 +13,7 @@ from notebook_accel.environment import EngineLaunch, LaunchEnvironment
 from notebook_accel.engines.fsdp import FullyShardedDataParallelPlugin
 from notebook_accel.engines.fsdp.engine import resolve_fsdp_plugin
 from notebook_accel.engines.fsdp.layers import layers_to_wrap
-from notebook_accel.engines.fsdp.params import ParameterMap
+from notebook_accel.parameter_map import ParameterMap
 from notebook_accel.engines.fsdp.wrap import precision_policy, shard_model
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.state import ProcessState
@@ -84,7 +84,7 @@ def test_parameter_map_rebinds_and_refuses_a_stepped_optimizer() -> None:
     old = torch.nn.Parameter(torch.ones(4))
     keep = torch.nn.Parameter(torch.ones(1))
     new = torch.nn.Parameter(torch.ones(2))
-    params = ParameterMap()
+    params = ParameterMap("FSDP")
     params.record({"w": old, "k": keep}, {"w": new, "k": keep})
     fresh = torch.optim.Adam([old, keep])
     params.rebind(fresh)
