@@ -106,6 +106,14 @@ def test_find_executable_batch_size_halves_on_out_of_memory() -> None:
         other()
 
 
+def test_the_memory_helpers_are_also_where_accelerate_users_import_them() -> None:
+    # accelerate's memory.py and automatic_gradient_accumulation.py examples: from accelerate.utils import ...
+    import notebook_accel.utils
+
+    assert notebook_accel.utils.find_executable_batch_size is find_executable_batch_size
+    assert notebook_accel.utils.release_memory is release_memory
+
+
 def test_load_checkpoint_in_model_reads_every_save_model_layout(tmp_path: Path) -> None:
     accelerator = Accelerator(cpu=True)
     torch.manual_seed(0)

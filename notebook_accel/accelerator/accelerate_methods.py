@@ -18,9 +18,10 @@ from torch.utils.hooks import RemovableHandle
 from notebook_accel.accelerator.collectives import any_process_flagged
 from notebook_accel.accelerator.saving import save_on_main
 from notebook_accel.data import skip_first_batches
+from notebook_accel.errors import shown
 from notebook_accel.gradient_state import GradientState
 from notebook_accel.optimizer import AcceleratedOptimizer
-from notebook_accel.plugins import DataLoaderConfiguration, ProjectConfiguration
+from notebook_accel.plugins import ConfigurationError, DataLoaderConfiguration, ProjectConfiguration
 from notebook_accel.state import ProcessHelperError, ProcessState
 from notebook_accel.utils.random import set_seed as _set_seed
 
@@ -239,8 +240,18 @@ class AccelerateMethods:
     # -- read-only settings accelerate exposes -------------------------------------------------------------
     @property
     def gradient_accumulation_steps(self) -> int:
-        """Batches per optimizer step."""
+        """Batches per optimizer step; settable, as in accelerate (``accelerator.gradient_accumulation_steps = 4``
+        makes :meth:`accumulate` sync every 4th batch from the next one on, e.g. after
+        ``find_executable_batch_size`` halved the batch)."""
         return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigurationError(f"accelerator.gradient_accumulation_steps = {shown(steps)}: expected a whole "
+                                     "number >= 1 (batches per optimizer step), e.g. "
+                                     "accelerator.gradient_accumulation_steps = 4")
+        self.gradient_state.num_steps = steps
 
     @property
     def optimizer_step_was_skipped(self) -> bool:

@@ -54,6 +54,8 @@ _EXPORTS: dict[str, str] = {
     "skip_first_batches": "notebook_accel.data",
     "copy_tensor_to_devices": "notebook_accel.ops",
     "DistributedOperationException": "notebook_accel.ops",
+    "find_executable_batch_size": "notebook_accel.memory",
+    "release_memory": "notebook_accel.memory",
 }
 _EXPORTS.update(dict.fromkeys(_AVAILABILITY, "notebook_accel.utils.availability"))
 
