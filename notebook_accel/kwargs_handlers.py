@@ -171,7 +171,7 @@ class ProfileKwargs(KwargsHandler):
             records the whole block.
         on_trace_ready: called with the profiler when a scheduled cycle ends.
         record_shapes, profile_memory, with_stack, with_flops, with_modules: torch.profiler's switches.
-        output_trace_dir: where each process writes its Chrome trace (``trace_rank<N>.json``) at the end.
+        output_trace_dir: where each process writes its Chrome trace (``profile_<N>.json``, as accelerate names it) at the end.
     """
 
     activities: Any = None

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "progress_hook"),
     ("hardware", "metrics_batch", "channel", "argument_checks", "utils"),
     # the worker-side building blocks of an Accelerator
-    ("state", "gradient_state", "kwargs_handlers", "plugins", "config", "precision", "profiling", "progress", "ops",
+    ("state", "gradient_state", "kwargs_handlers", "plugins", "logging", "config", "precision", "profiling", "progress", "ops",
      "memory", "empty_weights", "scheduler", "optimizer", "model", "data", "tracking", "monitor", "integrations"),
     ("checkpointing",),
     ("engines",),

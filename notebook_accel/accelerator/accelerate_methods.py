@@ -225,12 +225,15 @@ class AccelerateMethods:
     @contextlib.contextmanager
     def profile(self, profile_handler: Any = None) -> Iterator[Any]:
         """Profile the block with ``torch.profiler`` (``ProfileKwargs`` from the argument or ``kwargs_handlers``);
-        yields the profiler."""
+        yields the profiler. With ``output_trace_dir`` each process writes ``profile_<rank>.json`` there, then
+        every process waits for the others."""
         from notebook_accel.profiling import profile_context
 
         handler = profile_handler if profile_handler is not None else self.__dict__.get("_profile_handler")
         with profile_context(handler, self.state.device, self.state.process_index) as profiler:
             yield profiler
+        if handler is not None and handler.output_trace_dir:
+            self.state.wait_for_everyone()  # as accelerate: every rank's trace is written when any rank goes on
 
     @property
     def save_iteration(self) -> int:
