@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "memory", "empty_weights", "scheduler", "optimizer", "model", "data", "tracking", "monitor", "integrations"),
     ("checkpointing",),
     ("engines",),
-    ("accelerator", "test_utils"),
+    ("accelerator", "test_utils", "local_sgd"),
     # the kernel side: where events are shown (the base sink and the console, then the dashboard), and the launch
     ("display",),
     ("widgets",),
