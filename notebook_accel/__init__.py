@@ -45,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     "ProjectConfiguration": "notebook_accel.plugins",
     "GradientAccumulationPlugin": "notebook_accel.plugins",
     "DistributedDataParallelKwargs": "notebook_accel.kwargs_handlers",
+    "DDPCommunicationHookType": "notebook_accel.kwargs_handlers",
     "GradScalerKwargs": "notebook_accel.kwargs_handlers",
     "InitProcessGroupKwargs": "notebook_accel.kwargs_handlers",
     "FullyShardedDataParallelPlugin": "notebook_accel.engines.fsdp.plugin",
@@ -82,6 +83,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.gradient_state import GradientState
     from notebook_accel.kwargs_handlers import (
         AutocastKwargs,
+        DDPCommunicationHookType,
         DistributedDataParallelKwargs,
         GradScalerKwargs,
         InitProcessGroupKwargs,

@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hardware", "metrics_batch", "channel", "argument_checks", "utils"),
     # the worker-side building blocks of an Accelerator
     ("state", "gradient_state", "kwargs_handlers", "plugins", "logging", "config", "precision", "profiling", "progress", "ops",
-     "memory", "empty_weights", "scheduler", "optimizer", "model", "data", "tracking", "monitor", "integrations"),
+     "memory", "empty_weights", "scheduler", "optimizer", "comm_hooks", "model", "data", "tracking", "monitor", "integrations"),
     ("checkpointing",),
     ("engines",),
     ("accelerator", "test_utils", "local_sgd"),

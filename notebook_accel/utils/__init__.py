@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "ProjectConfiguration": "notebook_accel.plugins",
     "GradientAccumulationPlugin": "notebook_accel.plugins",
     "DistributedDataParallelKwargs": "notebook_accel.kwargs_handlers",
+    "DDPCommunicationHookType": "notebook_accel.kwargs_handlers",
     "GradScalerKwargs": "notebook_accel.kwargs_handlers",
     "InitProcessGroupKwargs": "notebook_accel.kwargs_handlers",
     "KwargsHandler": "notebook_accel.kwargs_handlers",
