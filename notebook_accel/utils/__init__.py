@@ -55,6 +55,8 @@ _EXPORTS: dict[str, str] = {
     "skip_first_batches": "notebook_accel.data",
     "copy_tensor_to_devices": "notebook_accel.ops",
     "DistributedOperationException": "notebook_accel.ops",
+    "DummyOptim": "notebook_accel.engines.deepspeed.dummy",
+    "DummyScheduler": "notebook_accel.engines.deepspeed.dummy",
     "find_executable_batch_size": "notebook_accel.memory",
     "release_memory": "notebook_accel.memory",
 }
