@@ -55,7 +55,7 @@ def _rank_and_size() -> tuple[int, int]:
     return 0, 1
 
 
-class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+class MultiProcessAdapter(logging.LoggerAdapter):
     """A ``logging.LoggerAdapter`` whose calls take ``main_process_only`` (default ``True``) and ``in_order``
     (default ``False``; when ``True``, ``main_process_only`` is ignored and every rank logs in rank order).
 
@@ -74,25 +74,27 @@ class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         kwargs.setdefault("stacklevel", 2)
         return f"[RANK {_rank_and_size()[0]}] {msg}", kwargs
 
-    def log(self, level: int, msg: Any, *args: Any, main_process_only: bool = True, in_order: bool = False,
-            **kwargs: Any) -> None:
-        """Log ``msg`` at ``level`` on the main process, on every process (``main_process_only=False``), or on
-        every process in rank order (``in_order=True``, a collective: each rank calls it).
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        """Log ``msg`` at ``level`` on the main process (``main_process_only=True``, the default), on every process
+        (``main_process_only=False``), or on every process in rank order (``in_order=True``, a collective: each
+        rank calls it); the other keyword arguments are ``logging``'s.
 
         Raises:
             LoggingStateError: a rank of a multi-process run logs before the process group is formed.
         """
+        main_process_only = bool(kwargs.pop("main_process_only", True))
+        in_order = bool(kwargs.pop("in_order", False))
         if not self.isEnabledFor(level):
             return
         rank, size = _rank_and_size()
-        msg, kwargs = self.process(msg, kwargs)
+        text, options = self.process(msg, kwargs)
         if not in_order:
             if rank == 0 or not main_process_only:
-                self.logger.log(level, msg, *args, **kwargs)
+                self.logger.log(level, text, *args, **options)
             return
         for turn in range(size):
             if turn == rank:
-                self.logger.log(level, msg, *args, **kwargs)
+                self.logger.log(level, text, *args, **options)
             if size > 1:
                 dist.barrier()
 

@@ -154,26 +154,27 @@ class DeepSpeedEngine(DDPEngine):
                 (:mod:`.jit_ops`).
         """
         models = [o for o in objects if isinstance(o, torch.nn.Module) and not self._is_wrapped(o)]
-        optimizers = [o for o in objects if isinstance(o, (DeepSpeedOptimizer, DummyOptim))
-                      and getattr(o, "engine", None) is None]
-        dummy = next((o for o in optimizers if isinstance(o, DummyOptim)), None)
+        optimizers = [o for o in objects if isinstance(o, DeepSpeedOptimizer) and o.engine is None]
+        dummies = [o for o in objects if isinstance(o, DummyOptim)]
+        dummy = dummies[0] if dummies else None
         dummy_scheduler = next((o for o in objects if isinstance(o, DummyScheduler)), None)
         if not models:
-            if optimizers or dummy_scheduler is not None:
+            if optimizers or dummies or dummy_scheduler is not None:
                 raise ConfigurationError("DeepSpeed: pass the model and its optimizer to the same "
                                          "accelerator.prepare(model, optimizer, ...) call; DeepSpeed wraps them together")
             return objects
-        if len(models) > 1 or len(optimizers) > 1 or self.wrapped is not None:
+        if len(models) > 1 or len(optimizers) + len(dummies) > 1 or self.wrapped is not None:
             raise ConfigurationError(f"DeepSpeed trains one model with one optimizer per Accelerator; got "
-                                     f"{len(models)} model(s) and {len(optimizers)} optimizer(s) in this prepare call"
+                                     f"{len(models)} model(s) and {len(optimizers) + len(dummies)} optimizer(s) in "
+                                     "this prepare call"
                                      f"{' after one was prepared already' if self.wrapped is not None else ''}")
         config = self._config(loaders, dummy, dummy_scheduler)
-        if "optimizer" in config and optimizers and dummy is None:
+        if "optimizer" in config and optimizers:
             raise ConfigurationError("DeepSpeed: the DeepSpeed config has an 'optimizer' section and a torch optimizer "
                                      "was passed to prepare; pass DummyOptim(model.parameters()) (from notebook_accel.utils) "
                                      "to train with the config's optimizer, or remove the 'optimizer' section to train "
                                      "with the torch optimizer")
-        optimizer = optimizers[0].optimizer if optimizers and dummy is None else None
+        optimizer = optimizers[0].optimizer if optimizers else None
         if optimizer is not None:  # as accelerate: any torch optimizer (SGD too), not only DeepSpeed's tested ones
             config["zero_allow_untested_optimizer"] = True
         self._mark_moe_leaves(models[0])
