@@ -45,11 +45,16 @@ _EXPORTS: dict[str, str] = {
     "ProjectConfiguration": "notebook_accel.plugins",
     "GradientAccumulationPlugin": "notebook_accel.plugins",
     "DistributedDataParallelKwargs": "notebook_accel.kwargs_handlers",
+    "DDPCommunicationHookType": "notebook_accel.kwargs_handlers",
     "GradScalerKwargs": "notebook_accel.kwargs_handlers",
     "AORecipeKwargs": "notebook_accel.kwargs_handlers",
     "InitProcessGroupKwargs": "notebook_accel.kwargs_handlers",
     "FullyShardedDataParallelPlugin": "notebook_accel.engines.fsdp.plugin",
     "DeepSpeedPlugin": "notebook_accel.engines.deepspeed.plugin",
+    "DummyOptim": "notebook_accel.engines.deepspeed.dummy",
+    "DummyScheduler": "notebook_accel.engines.deepspeed.dummy",
+    "LocalSGD": "notebook_accel.local_sgd",
+    "get_logger": "notebook_accel.logging",
     "set_seed": "notebook_accel.utils",
     "skip_first_batches": "notebook_accel.data",
     "Config": "notebook_accel.config",
@@ -79,6 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.data.randomness import SeedableRandomSampler
     from notebook_accel.data.standalone_prepare import DataLoaderDispatcher, prepare_data_loader
     from notebook_accel.empty_weights import init_empty_weights, init_on_device
+    from notebook_accel.engines.deepspeed.dummy import DummyOptim, DummyScheduler
     from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
     from notebook_accel.engines.fsdp.plugin import FullyShardedDataParallelPlugin
     from notebook_accel.errors import CudaInitializedError, LaunchError, NotebookAccelError
@@ -86,6 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.kwargs_handlers import (
         AORecipeKwargs,
         AutocastKwargs,
+        DDPCommunicationHookType,
         DistributedDataParallelKwargs,
         GradScalerKwargs,
         InitProcessGroupKwargs,
@@ -93,6 +100,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
     from notebook_accel.launcher.debug import debug_launcher
+    from notebook_accel.local_sgd import LocalSGD
+    from notebook_accel.logging import get_logger
     from notebook_accel.memory import HeldMemory, find_executable_batch_size, held_memory, release_memory
     from notebook_accel.plugins import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
     from notebook_accel.progress import progress

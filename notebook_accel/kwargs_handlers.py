@@ -8,9 +8,11 @@ torch's own defaults apply to the rest.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
+from enum import Enum
 from typing import Any, ClassVar
 
 from notebook_accel.errors import shown
@@ -19,6 +21,7 @@ from notebook_accel.plugins import ConfigurationError, check_positive_int, check
 __all__ = [
     "AORecipeKwargs",
     "AutocastKwargs",
+    "DDPCommunicationHookType",
     "DistributedDataParallelKwargs",
     "GradScalerKwargs",
     "InitProcessGroupKwargs",
@@ -40,13 +43,67 @@ class KwargsHandler:
         return {n: getattr(self, n) for n in names if getattr(self, n) != getattr(default, n)}
 
 
+class DDPCommunicationHookType(str, Enum):
+    """How DDP communicates gradients (accelerate's names and values): ``NO`` (all-reduce in full precision),
+    ``FP16``/``BF16`` (compress each bucket to half precision for the all-reduce), ``POWER_SGD`` and
+    ``BATCHED_POWER_SGD`` (low-rank PowerSGD compression, per tensor or per bucket); torch's hooks of
+    ``torch.distributed.algorithms.ddp_comm_hooks`` do the work (see :mod:`notebook_accel.comm_hooks`)."""
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    POWER_SGD = "power_sgd"
+    BATCHED_POWER_SGD = "batched_power_sgd"
+
+
+_WRAPPERS = (DDPCommunicationHookType.NO, DDPCommunicationHookType.FP16, DDPCommunicationHookType.BF16)
+_POWER_SGD = (DDPCommunicationHookType.POWER_SGD, DDPCommunicationHookType.BATCHED_POWER_SGD)
+_COMM_FIELDS = ("comm_hook", "comm_wrapper", "comm_state_option")
+
+
+def _hook_type(name: str, value: Any, allowed: Sequence[DDPCommunicationHookType]) -> DDPCommunicationHookType:
+    """``value`` (a member or its string value, any case) as a member of ``allowed``."""
+    text = value.value if isinstance(value, DDPCommunicationHookType) else value
+    member = next((m for m in allowed if isinstance(text, str) and m.value == text.lower()), None)
+    if member is None:
+        raise ConfigurationError(f"DistributedDataParallelKwargs({name}={shown(value)}): allowed: "
+                                 f"{', '.join(f'DDPCommunicationHookType.{m.name}' for m in allowed)} "
+                                 f"(or {', '.join(repr(m.value) for m in allowed)})")
+    return member
+
+
+def _check_power_sgd_options(options: dict[str, Any]) -> None:
+    """Raise unless every key of ``options`` is a parameter of torch's ``PowerSGDState``."""
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+
+    allowed = [name for name in inspect.signature(PowerSGDState).parameters if name != "process_group"]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ConfigurationError(f"DistributedDataParallelKwargs(comm_state_option={shown(options)}): unknown "
+                                 f"PowerSGDState options {unknown}; allowed: {', '.join(allowed)}")
+
+
 @dataclass
 class DistributedDataParallelKwargs(KwargsHandler):
-    """Options passed to ``torch.nn.parallel.DistributedDataParallel`` (torch's names and defaults).
+    """Options passed to ``torch.nn.parallel.DistributedDataParallel`` (torch's names and defaults), and
+    accelerate's communication hook for it.
+
+    Args:
+        comm_hook: how gradients are communicated (a :class:`DDPCommunicationHookType` or its value, e.g.
+            ``"power_sgd"``); registered on the DDP model when one is built (more than one process).
+        comm_wrapper: ``FP16``/``BF16`` compresses what ``comm_hook`` sends (e.g. PowerSGD's factors) to half
+            precision; needs a ``comm_hook``.
+        comm_state_option: ``PowerSGDState``'s options (``matrix_approximation_rank``, ``start_powerSGD_iter``,
+            ``warm_start``, ...), for ``POWER_SGD``/``BATCHED_POWER_SGD`` only.
+
+    Raises:
+        ConfigurationError: a bad value, a wrapper without a hook, or state options for a hook without state.
 
     Example:
         >>> DistributedDataParallelKwargs(find_unused_parameters=True).to_kwargs()
         {'find_unused_parameters': True}
+        >>> DistributedDataParallelKwargs(comm_hook="power_sgd").comm_hook
+        <DDPCommunicationHookType.POWER_SGD: 'power_sgd'>
     """
 
     dim: int = 0
@@ -56,6 +113,9 @@ class DistributedDataParallelKwargs(KwargsHandler):
     check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_state_option: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         owner = "DistributedDataParallelKwargs"
@@ -64,6 +124,22 @@ class DistributedDataParallelKwargs(KwargsHandler):
             check_type(owner, name, getattr(self, name), (bool,), "True or False")
         check_positive_int(owner, "bucket_cap_mb", self.bucket_cap_mb)
         check_positive_int(owner, "dim", self.dim, minimum=0)
+        self.comm_hook = _hook_type("comm_hook", self.comm_hook, list(DDPCommunicationHookType))
+        self.comm_wrapper = _hook_type("comm_wrapper", self.comm_wrapper, _WRAPPERS)
+        check_type(owner, "comm_state_option", self.comm_state_option, (dict,), "a dict of PowerSGDState options")
+        if self.comm_wrapper != DDPCommunicationHookType.NO and self.comm_hook == DDPCommunicationHookType.NO:
+            raise ConfigurationError(f"{owner}(comm_wrapper={self.comm_wrapper.name}): a wrapper compresses what a "
+                                     "comm_hook sends, and comm_hook is NO; pass comm_hook= too (e.g. POWER_SGD), or "
+                                     f"comm_hook={self.comm_wrapper.name} alone to compress the plain all-reduce")
+        _check_power_sgd_options(self.comm_state_option)
+        if self.comm_state_option and self.comm_hook not in _POWER_SGD:
+            raise ConfigurationError(f"{owner}(comm_state_option={shown(self.comm_state_option)}): only PowerSGD "
+                                     f"has state options, and comm_hook is {self.comm_hook.name}; pass "
+                                     "comm_hook=POWER_SGD or BATCHED_POWER_SGD, or drop comm_state_option")
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The changed DDP constructor options (the communication hook is registered after, not passed)."""
+        return {k: v for k, v in super().to_kwargs().items() if k not in _COMM_FIELDS}
 
 
 @dataclass
@@ -114,6 +190,7 @@ class InitProcessGroupKwargs(KwargsHandler):
 
     Example:
         >>> from datetime import timedelta
+from enum import Enum
         >>> InitProcessGroupKwargs(timeout=timedelta(seconds=60)).timeout.total_seconds()
         60.0
     """
@@ -172,7 +249,7 @@ class ProfileKwargs(KwargsHandler):
             records the whole block.
         on_trace_ready: called with the profiler when a scheduled cycle ends.
         record_shapes, profile_memory, with_stack, with_flops, with_modules: torch.profiler's switches.
-        output_trace_dir: where each process writes its Chrome trace (``trace_rank<N>.json``) at the end.
+        output_trace_dir: where each process writes its Chrome trace (``profile_<N>.json``, as accelerate names it) at the end.
     """
 
     activities: Any = None

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from notebook_accel.comm_hooks import register_comm_hook
 from notebook_accel.kwargs_handlers import DistributedDataParallelKwargs
 from notebook_accel.monitor import steps
 from notebook_accel.precision import MixedPrecision, unwrap_forward, wrap_forward
@@ -62,6 +63,7 @@ def prepare_model(
         options = ddp_kwargs.to_kwargs() if ddp_kwargs is not None else {}
         device_ids = [state.device.index] if state.device.type == "cuda" else None
         model = DistributedDataParallel(model, device_ids=device_ids, **options)
+        register_comm_hook(model, ddp_kwargs)
         step_clock = steps.clock()
         if step_clock is not None:  # a launched worker: its gradient all-reduce is part of the step breakdown
             step_clock.watch(model)

@@ -12,7 +12,7 @@ import torch
 from notebook_accel.kwargs_handlers import ProfileKwargs
 from notebook_accel.plugins import ConfigurationError
 
-__all__ = ["build_profiler", "profile_context"]
+__all__ = ["build_profiler", "profile_context", "trace_file_name"]
 
 _ACTIVITIES = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU"}
 
@@ -36,10 +36,22 @@ def build_profiler(options: ProfileKwargs, device: torch.device) -> Any:
 @contextlib.contextmanager
 def profile_context(options: ProfileKwargs | None, device: torch.device, rank: int) -> Iterator[Any]:
     """Profile the block and yield the profiler (call its ``step()`` per iteration when a schedule is set);
-    with ``output_trace_dir``, each process writes ``trace_rank<N>.json`` there at the end."""
+    with ``output_trace_dir``, each process writes its Chrome trace there at the end, under accelerate's name
+    (:func:`trace_file_name`)."""
     options = options if options is not None else ProfileKwargs()
     with build_profiler(options, device) as profiler:
         yield profiler
     if options.output_trace_dir:
         os.makedirs(options.output_trace_dir, exist_ok=True)
-        profiler.export_chrome_trace(os.path.join(os.fspath(options.output_trace_dir), f"trace_rank{rank}.json"))
+        profiler.export_chrome_trace(os.path.join(os.fspath(options.output_trace_dir), trace_file_name(rank)))
+
+
+def trace_file_name(rank: int) -> str:
+    """The name of process ``rank``'s Chrome trace in ``output_trace_dir``: ``profile_<rank>.json``, as accelerate
+    writes it (scripts written for accelerate read it back under that name).
+
+    Example:
+        >>> trace_file_name(1)
+        'profile_1.json'
+    """
+    return f"profile_{rank}.json"

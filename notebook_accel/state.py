@@ -159,6 +159,8 @@ class ProcessState:
             self.backend = None
             kind = DistributedType.NO
         self.distributed_type: DistributedType = kind
+        self.fsdp_plugin: Any = None  # set by the Accelerator's engine choice (engines/select.py), as in accelerate
+        self.deepspeed_plugin: Any = None  # ``None`` without DeepSpeed, as ``accelerator.state.deepspeed_plugin``
 
     def __repr__(self) -> str:
         return (f"ProcessState(type={self.distributed_type.value}, rank={self.process_index}/{self.num_processes}, "

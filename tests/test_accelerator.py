@@ -126,6 +126,29 @@ def test_accumulation_sync_pattern_and_flush() -> None:
     assert acc.step == 0
 
 
+def test_setting_gradient_accumulation_steps_changes_the_sync_pattern_and_the_loss_scale() -> None:
+    # accelerate's automatic_gradient_accumulation example sets it after find_executable_batch_size halved the batch
+    acc = Accelerator()
+    model, optimizer, _, _ = _parts()
+    model, optimizer, loader = acc.prepare(model, optimizer, DataLoader(torch.ones(8, 2), batch_size=2))
+    acc.gradient_accumulation_steps = 3
+    assert acc.gradient_accumulation_steps == 3 == acc.gradient_state.num_steps
+    flags, grads = [], []
+    for x in loader:
+        with acc.accumulate(model):
+            acc.backward(model(x).sum())
+            grads.append(model.bias.grad.item())
+            optimizer.step()
+            optimizer.zero_grad()
+        flags.append(acc.sync_gradients)
+    assert flags == [False, False, True, True]  # every 3rd batch, and the loader's last one
+    assert grads[:3] == pytest.approx([2 / 3, 4 / 3, 2.0])  # each backward adds sum/3 over a batch of 2
+    for bad in (0, -2, 2.5, "4", True, None):
+        with pytest.raises(ConfigurationError, match=r"gradient_accumulation_steps = .*whole number >= 1"):
+            acc.gradient_accumulation_steps = bad  # type: ignore[assignment]
+    assert acc.gradient_accumulation_steps == 3
+
+
 def test_clip_and_unscale_without_fp16() -> None:
     acc = Accelerator()
     model, optimizer, *_ = _parts()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,23 @@ def test_on_local_process_and_save_iteration(tmp_path: Path) -> None:
     assert accelerator.save_iteration == 1
 
 
+def _wait_for_the_kernel_warm_up() -> None:
+    """Under pytest, nbval has imported ipykernel, so importing the launcher started the kernel's warm-up thread
+    (``launcher/kernel/warmup.py``), which imports ``torch._dynamo``; torch's profiler imports ``torch._inductor``
+    when it starts, and the two imports running at once deadlock on torch's module locks. Let it finish first."""
+    for thread in threading.enumerate():
+        if thread.name == "notebook-accel warm-up":
+            thread.join(120)
+
+
 def test_profile_writes_a_trace_and_counts_ops(tmp_path: Path) -> None:
+    _wait_for_the_kernel_warm_up()
     handler = ProfileKwargs(activities=["cpu"], record_shapes=True, output_trace_dir=str(tmp_path))
     accelerator = Accelerator(cpu=True, kwargs_handlers=[handler])
     with accelerator.profile() as profiler:
         torch.mm(torch.ones(8, 8), torch.ones(8, 8))
     assert any("mm" in event.key for event in profiler.key_averages())
-    trace = json.loads((tmp_path / "trace_rank0.json").read_text())
+    trace = json.loads((tmp_path / "profile_0.json").read_text())
     assert trace["traceEvents"]
     with pytest.raises(ValueError, match="unknown \\['tpu'\\]"):
         with accelerator.profile(ProfileKwargs(activities=["tpu"])):
@@ -104,6 +115,14 @@ def test_find_executable_batch_size_halves_on_out_of_memory() -> None:
 
     with pytest.raises(ValueError, match="not a memory problem"):
         other()
+
+
+def test_the_memory_helpers_are_also_where_accelerate_users_import_them() -> None:
+    # accelerate's memory.py and automatic_gradient_accumulation.py examples: from accelerate.utils import ...
+    import notebook_accel.utils
+
+    assert notebook_accel.utils.find_executable_batch_size is find_executable_batch_size
+    assert notebook_accel.utils.release_memory is release_memory
 
 
 def test_load_checkpoint_in_model_reads_every_save_model_layout(tmp_path: Path) -> None:

@@ -141,3 +141,14 @@ def test_group_created_by_the_accelerator_is_destroyed_at_exit(tmp_path: Any) ->
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("group at exit: False") == 2, result.stdout + result.stderr
+
+
+def test_the_accelerators_state_names_the_engine_plugins_and_none_without_them() -> None:
+    # accelerate's deepspeed_with_config_support example reads accelerator.state.deepspeed_plugin
+    from notebook_accel import Accelerator, FullyShardedDataParallelPlugin
+
+    plain = Accelerator(cpu=True).state
+    assert (plain.deepspeed_plugin, plain.fsdp_plugin) == (None, None)
+    plugin = FullyShardedDataParallelPlugin()
+    sharded = Accelerator(cpu=True, fsdp_plugin=plugin).state  # one process trains plainly, keeps the plugin
+    assert (sharded.deepspeed_plugin, sharded.fsdp_plugin) == (None, plugin)

@@ -29,11 +29,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "progress_hook"),
     ("hardware", "metrics_batch", "channel", "argument_checks", "utils", "cluster"),
     # the worker-side building blocks of an Accelerator
-    ("state", "gradient_state", "kwargs_handlers", "plugins", "config", "precision", "float8", "profiling", "progress",
-     "ops", "memory", "empty_weights", "scheduler", "optimizer", "parameter_map", "model", "data", "tracking", "monitor", "integrations"),
+    ("state", "gradient_state", "kwargs_handlers", "plugins", "logging", "config", "precision", "float8", "profiling",
+     "progress", "ops", "memory", "empty_weights", "scheduler", "optimizer", "parameter_map", "comm_hooks", "model",
+     "data", "tracking", "monitor", "integrations"),
     ("checkpointing",),
     ("engines",),
-    ("accelerator", "test_utils"),
+    ("accelerator", "test_utils", "local_sgd"),
     # the kernel side: where events are shown (the base sink and the console, then the dashboard), and the launch
     ("display",),
     ("widgets",),

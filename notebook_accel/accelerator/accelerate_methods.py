@@ -18,9 +18,10 @@ from torch.utils.hooks import RemovableHandle
 from notebook_accel.accelerator.collectives import any_process_flagged
 from notebook_accel.accelerator.saving import save_on_main
 from notebook_accel.data import skip_first_batches
+from notebook_accel.errors import shown
 from notebook_accel.gradient_state import GradientState
 from notebook_accel.optimizer import AcceleratedOptimizer
-from notebook_accel.plugins import DataLoaderConfiguration, ProjectConfiguration
+from notebook_accel.plugins import ConfigurationError, DataLoaderConfiguration, ProjectConfiguration
 from notebook_accel.state import ProcessHelperError, ProcessState
 from notebook_accel.utils.random import set_seed as _set_seed
 
@@ -224,12 +225,15 @@ class AccelerateMethods:
     @contextlib.contextmanager
     def profile(self, profile_handler: Any = None) -> Iterator[Any]:
         """Profile the block with ``torch.profiler`` (``ProfileKwargs`` from the argument or ``kwargs_handlers``);
-        yields the profiler."""
+        yields the profiler. With ``output_trace_dir`` each process writes ``profile_<rank>.json`` there, then
+        every process waits for the others."""
         from notebook_accel.profiling import profile_context
 
         handler = profile_handler if profile_handler is not None else self.__dict__.get("_profile_handler")
         with profile_context(handler, self.state.device, self.state.process_index) as profiler:
             yield profiler
+        if handler is not None and handler.output_trace_dir:
+            self.state.wait_for_everyone()  # as accelerate: every rank's trace is written when any rank goes on
 
     @property
     def save_iteration(self) -> int:
@@ -239,8 +243,18 @@ class AccelerateMethods:
     # -- read-only settings accelerate exposes -------------------------------------------------------------
     @property
     def gradient_accumulation_steps(self) -> int:
-        """Batches per optimizer step."""
+        """Batches per optimizer step; settable, as in accelerate (``accelerator.gradient_accumulation_steps = 4``
+        makes :meth:`accumulate` sync every 4th batch from the next one on, e.g. after
+        ``find_executable_batch_size`` halved the batch)."""
         return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigurationError(f"accelerator.gradient_accumulation_steps = {shown(steps)}: expected a whole "
+                                     "number >= 1 (batches per optimizer step), e.g. "
+                                     "accelerator.gradient_accumulation_steps = 4")
+        self.gradient_state.num_steps = steps
 
     @property
     def fp8_backend(self) -> str:

@@ -28,7 +28,9 @@ def select_engine(fsdp_plugin: Any, deepspeed_plugin: Any, env: LaunchEnvironmen
     """The engine for this Accelerator, and the FSDP and DeepSpeed plugins in use (``None`` when not).
 
     FSDP with one process trains plainly (nothing to shard) but keeps its plugin; DeepSpeed runs with any number
-    of processes, as in accelerate. ``state.distributed_type`` is set to the engine's type.
+    of processes, as in accelerate. ``state.distributed_type`` is set to the engine's type, and
+    ``state.fsdp_plugin``/``state.deepspeed_plugin`` to the plugins in use (accelerate's ``AcceleratorState`` has
+    both; each is ``None`` when its engine does not run).
 
     Raises:
         ConfigurationError: two engines asked for, or a plugin of the wrong type.
@@ -48,4 +50,5 @@ def select_engine(fsdp_plugin: Any, deepspeed_plugin: Any, env: LaunchEnvironmen
     engine, plugins[spec.argument] = spec.builder()(given.get(spec.argument), env, parts)
     if engine.name != DDPEngine.name:
         state.distributed_type = DistributedType(engine.name)
+    state.fsdp_plugin, state.deepspeed_plugin = plugins[FSDP.argument], plugins[DEEPSPEED.argument]
     return engine, plugins[FSDP.argument], plugins[DEEPSPEED.argument]

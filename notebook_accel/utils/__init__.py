@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "ProjectConfiguration": "notebook_accel.plugins",
     "GradientAccumulationPlugin": "notebook_accel.plugins",
     "DistributedDataParallelKwargs": "notebook_accel.kwargs_handlers",
+    "DDPCommunicationHookType": "notebook_accel.kwargs_handlers",
     "GradScalerKwargs": "notebook_accel.kwargs_handlers",
     "AORecipeKwargs": "notebook_accel.kwargs_handlers",
     "InitProcessGroupKwargs": "notebook_accel.kwargs_handlers",
@@ -55,6 +56,10 @@ _EXPORTS: dict[str, str] = {
     "skip_first_batches": "notebook_accel.data",
     "copy_tensor_to_devices": "notebook_accel.ops",
     "DistributedOperationException": "notebook_accel.ops",
+    "DummyOptim": "notebook_accel.engines.deepspeed.dummy",
+    "DummyScheduler": "notebook_accel.engines.deepspeed.dummy",
+    "find_executable_batch_size": "notebook_accel.memory",
+    "release_memory": "notebook_accel.memory",
 }
 _EXPORTS.update(dict.fromkeys(_AVAILABILITY, "notebook_accel.utils.availability"))
 

@@ -2,6 +2,8 @@
 
 ``prepare`` hands the model and its torch optimizer to ``deepspeed.initialize`` together (so they must be passed
 to the same ``prepare`` call, as in accelerate), after the config's ``"auto"`` values are filled (:mod:`.auto`).
+A ``DummyOptim``/``DummyScheduler`` (:mod:`.dummy`) in that call stands for the config's ``optimizer``/``scheduler``
+section: DeepSpeed builds them, and ``prepare`` returns them in the dummies' places.
 Then, as in accelerate, DeepSpeed does the accumulation, clipping and the optimizer step itself:
 ``accelerator.backward(loss)`` is ``engine.backward(loss)`` followed, on the batch that syncs gradients, by
 ``engine.step()``; the prepared optimizer's ``step``/``zero_grad`` do nothing. ``clip_grad_norm_`` cannot clip
@@ -20,6 +22,7 @@ import torch
 from notebook_accel.engines.ddp import DDPEngine
 from notebook_accel.engines.deepspeed.auto import fill_auto
 from notebook_accel.engines.deepspeed.collectives import time_deepspeed_collectives
+from notebook_accel.engines.deepspeed.dummy import DeepSpeedScheduler, DummyOptim, DummyScheduler, fill_from_dummies
 from notebook_accel.engines.deepspeed.jit_ops import compiling_phase
 from notebook_accel.engines.deepspeed.plugin import DeepSpeedPlugin
 from notebook_accel.engines.protocol import EngineParts
@@ -145,26 +148,32 @@ class DeepSpeedEngine(DDPEngine):
 
         Raises:
             ConfigurationError: more than one model or optimizer, an optimizer without its model, a second
-                model after the first was initialised, or an optimizer both in the config and in the code.
+                model after the first was initialised, an optimizer both in the config and in the code, or a
+                dummy without the config section it stands for.
             StaleBuildLockError: a stopped build left the lock of an op DeepSpeed compiles here
                 (:mod:`.jit_ops`).
         """
         models = [o for o in objects if isinstance(o, torch.nn.Module) and not self._is_wrapped(o)]
         optimizers = [o for o in objects if isinstance(o, DeepSpeedOptimizer) and o.engine is None]
+        dummies = [o for o in objects if isinstance(o, DummyOptim)]
+        dummy = dummies[0] if dummies else None
+        dummy_scheduler = next((o for o in objects if isinstance(o, DummyScheduler)), None)
         if not models:
-            if optimizers:
+            if optimizers or dummies or dummy_scheduler is not None:
                 raise ConfigurationError("DeepSpeed: pass the model and its optimizer to the same "
                                          "accelerator.prepare(model, optimizer, ...) call; DeepSpeed wraps them together")
             return objects
-        if len(models) > 1 or len(optimizers) > 1 or self.wrapped is not None:
+        if len(models) > 1 or len(optimizers) + len(dummies) > 1 or self.wrapped is not None:
             raise ConfigurationError(f"DeepSpeed trains one model with one optimizer per Accelerator; got "
-                                     f"{len(models)} model(s) and {len(optimizers)} optimizer(s) in this prepare call"
+                                     f"{len(models)} model(s) and {len(optimizers) + len(dummies)} optimizer(s) in "
+                                     "this prepare call"
                                      f"{' after one was prepared already' if self.wrapped is not None else ''}")
-        config = self._config(loaders)
+        config = self._config(loaders, dummy, dummy_scheduler)
         if "optimizer" in config and optimizers:
             raise ConfigurationError("DeepSpeed: the DeepSpeed config has an 'optimizer' section and a torch optimizer "
-                                     "was passed to prepare; remove the 'optimizer' section (notebook-accel trains with "
-                                     "the torch optimizer you pass)")
+                                     "was passed to prepare; pass DummyOptim(model.parameters()) (from notebook_accel.utils) "
+                                     "to train with the config's optimizer, or remove the 'optimizer' section to train "
+                                     "with the torch optimizer")
         optimizer = optimizers[0].optimizer if optimizers else None
         if optimizer is not None:  # as accelerate: any torch optimizer (SGD too), not only DeepSpeed's tested ones
             config["zero_allow_untested_optimizer"] = True
@@ -172,15 +181,22 @@ class DeepSpeedEngine(DDPEngine):
         self._ensure_group()
         ensure_local_rank(self.state.local_process_index)  # DeepSpeed reads LOCAL_RANK, even in one process
         with compiling_phase(self.state.process_index):  # a first CPU run compiles DeepSpeed's comm op here
-            engine, *_ = self.deepspeed.initialize(model=models[0], optimizer=optimizer, config=config,
-                                                   dist_init_required=False)
+            engine, *_ = self.deepspeed.initialize(
+                model=models[0], optimizer=optimizer, config=config, dist_init_required=False,
+                lr_scheduler=dummy_scheduler.lr_scheduler_callable if dummy_scheduler is not None else None)
         self.wrapped = engine
         step_clock = steps.clock()
         if step_clock is not None:  # a launched worker: DeepSpeed's collectives are part of the step breakdown
             time_deepspeed_collectives(step_clock.comm_timer)
+        built = {id(models[0]): engine}
+        if dummy is not None:  # the optimizer (and scheduler) the config defines, built by DeepSpeed
+            built[id(dummy)] = DeepSpeedOptimizer(engine.optimizer, self.gradient_state, None)
+            optimizers = [built[id(dummy)]]
+        if dummy_scheduler is not None:
+            built[id(dummy_scheduler)] = DeepSpeedScheduler(engine.lr_scheduler)
         if optimizers:
             optimizers[0].engine = engine
-        return [engine if o is models[0] else o for o in objects]
+        return [built.get(id(o), o) for o in objects]
 
     def _ensure_group(self) -> None:
         """DeepSpeed needs a process group even for one process: form a one-process group in memory then."""
@@ -204,11 +220,14 @@ class DeepSpeedEngine(DDPEngine):
                                      f"this model's modules; its classes: {', '.join(sorted(classes))}")
         self.deepspeed.utils.set_z3_leaf_modules(model, [classes[n] for n in names])
 
-    def _config(self, loaders: Sequence[PreparedDataLoader]) -> dict[str, Any]:
-        """The plugin's config with its ``"auto"`` values filled from this Accelerator."""
+    def _config(self, loaders: Sequence[PreparedDataLoader], dummy: DummyOptim | None,
+                dummy_scheduler: DummyScheduler | None) -> dict[str, Any]:
+        """The plugin's config with its ``"auto"`` values filled from this Accelerator (and from the dummy
+        optimizer and scheduler, in the config's sections they stand for)."""
         totals = [loader.total_batch_size for loader in loaders if loader.total_batch_size]
         batch = totals[0] // self.state.num_processes if totals else None  # the first loader is the training one
-        config = fill_auto(self.plugin.deepspeed_config, micro_batch=batch, accumulation=self.gradient_state.num_steps,
+        sections = fill_from_dummies(self.plugin.deepspeed_config, dummy, dummy_scheduler, self.state.num_processes)
+        config = fill_auto(sections, micro_batch=batch, accumulation=self.gradient_state.num_steps,
                            world_size=self.state.num_processes, clipping=self.plugin.gradient_clipping,
                            mixed_precision=self.mixed_precision)
         zero = config.get("zero_optimization") or {}

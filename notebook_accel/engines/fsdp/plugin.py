@@ -11,7 +11,7 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from notebook_accel.config import Config
@@ -21,6 +21,23 @@ from notebook_accel.plugins import ConfigurationError, fields_from_json
 __all__ = ["FullyShardedDataParallelPlugin"]
 
 _DEFAULT_MIN_PARAMS = 100_000_000
+#: The torch.distributed.fsdp classes each config field takes (by name: nothing here imports torch).
+_TORCH_CONFIGS: dict[str, tuple[str, ...]] = {
+    "state_dict_config": ("FullStateDictConfig", "ShardedStateDictConfig"),
+    "optim_state_dict_config": ("FullOptimStateDictConfig", "ShardedOptimStateDictConfig"),
+}
+
+
+def _check_torch_configs(state_dict_config: Any, optim_state_dict_config: Any) -> None:
+    """Raise unless each config is ``None`` or an instance of one of torch's classes for it."""
+    given = {"state_dict_config": state_dict_config, "optim_state_dict_config": optim_state_dict_config}
+    for name, value in given.items():
+        allowed = _TORCH_CONFIGS[name]
+        if value is not None and not any(c.__name__ in allowed and c.__module__.startswith("torch.distributed.fsdp")
+                                         for c in type(value).__mro__):
+            raise ConfigurationError(f"FullyShardedDataParallelPlugin({name}=...): expected None or an instance of "
+                                     f"torch.distributed.fsdp.{' / '.join(allowed)}, got {type(value).__name__}; "
+                                     f"e.g. {name}={allowed[0]}(offload_to_cpu=True, rank0_only=True)")
 
 
 @dataclass
@@ -54,6 +71,12 @@ class FullyShardedDataParallelPlugin:
             ``meta`` device, and rank 0's weights are broadcast into the shards (implies ``sync_module_states``).
         transformer_cls_names_to_wrap: class names of the layers to wrap (a list, or ``"A,B"``).
         min_num_params: size threshold for ``"SIZE_BASED_WRAP"``; ``None`` means 100,000,000 there.
+        state_dict_config, optim_state_dict_config: torch's ``FullStateDictConfig``/``ShardedStateDictConfig``
+            (and ``FullOptimStateDictConfig``/``ShardedOptimStateDictConfig``), as accelerate takes them; kept on
+            the plugin for code that reads them back. The layout a save writes is ``state_dict_type``; a full
+            state dict is gathered to CPU memory and written by rank 0 whatever their ``offload_to_cpu`` and
+            ``rank0_only`` say (accelerate, too, sets both for a multi-process save). They stay in this
+            process: a launch config cannot carry them to the workers (:meth:`to_json` leaves them out).
 
     Raises:
         ConfigurationError: every bad field at once, each with the allowed values.
@@ -79,8 +102,11 @@ class FullyShardedDataParallelPlugin:
     cpu_ram_efficient_loading: bool = False
     transformer_cls_names_to_wrap: Any = None
     min_num_params: int | None = None
+    state_dict_config: Any = field(default=None, compare=False)
+    optim_state_dict_config: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        _check_torch_configs(self.state_dict_config, self.optim_state_dict_config)
         values = {name: getattr(self, name) for name in CHECKS}
         if values["min_num_params"] is None:
             values.pop("min_num_params")
@@ -134,7 +160,7 @@ class FullyShardedDataParallelPlugin:
 
     def to_json(self) -> str:
         """The fields as JSON (how the launcher carries the plugin to its workers)."""
-        return json.dumps(asdict(self), sort_keys=True)
+        return json.dumps({name: getattr(self, name) for name in CHECKS}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> FullyShardedDataParallelPlugin:

@@ -4,6 +4,7 @@ since DeepSpeed's one-process group stays for the life of the process)."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import torch
@@ -11,6 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from notebook_accel import Accelerator
 from notebook_accel.engines.deepspeed import DeepSpeedPlugin
+from notebook_accel.utils import DummyOptim, DummyScheduler
 
 
 def main(mixed_precision: str, stage: int) -> None:
@@ -52,8 +54,55 @@ def errors() -> None:
     print(_error(DeepSpeedPlugin(zero_stage=3, transformer_moe_cls_names="Expert"), "model", "optimizer", "loader"))
 
 
+def dummies() -> None:
+    """Train with the optimizer and scheduler the config defines (DummyOptim/DummyScheduler); print one JSON line."""
+    config = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2},
+              "zero_allow_untested_optimizer": True,  # DeepSpeed asks it for an optimizer outside its own list
+              "optimizer": {"type": "SGD", "params": {"lr": "auto", "weight_decay": "auto"}},
+              "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                           "warmup_num_steps": "auto", "warmup_type": "linear"}}}
+    accelerator = Accelerator(cpu=True, deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config))
+    assert accelerator.state.deepspeed_plugin is not None
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = DummyOptim(model.parameters(), lr=0.05, weight_decay=0.0)
+    scheduler = DummyScheduler(optimizer, total_num_steps=8, warmup_num_steps=4)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    losses, lrs = [], []
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+        lrs.append(scheduler.get_last_lr()[0])
+    print(json.dumps({"optimizer": type(optimizer.optimizer).__name__, "inner": type(model.optimizer).__name__,
+                      "scheduler": type(scheduler.scheduler).__name__, "lrs": lrs, "losses": losses,
+                      "weight_decay": optimizer.param_groups[0]["weight_decay"]}), flush=True)
+
+
+def dummy_errors() -> None:
+    """One line per refused dummy."""
+    for config, objects in (({"train_micro_batch_size_per_gpu": 4}, ("optimizer",)),
+                            ({"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}},
+                             ("optimizer", "scheduler"))):
+        accelerator = Accelerator(cpu=True, deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config))
+        model = torch.nn.Linear(4, 1)
+        optimizer = DummyOptim(model.parameters())
+        made = {"optimizer": optimizer, "scheduler": DummyScheduler(optimizer)}
+        try:
+            accelerator.prepare(model, *(made[name] for name in objects))
+            print("prepared")
+        except Exception as e:  # noqa: BLE001 - printed for the test
+            print(f"{type(e).__name__}: {e}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "errors":
         errors()
+    elif sys.argv[1] in ("dummies", "dummy_errors"):
+        {"dummies": dummies, "dummy_errors": dummy_errors}[sys.argv[1]]()
     else:
         main(sys.argv[1], int(sys.argv[2]))

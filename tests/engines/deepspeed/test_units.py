@@ -12,6 +12,7 @@ import pytest
 from notebook_accel.config import Config
 from notebook_accel.engines.deepspeed import DeepSpeedPlugin
 from notebook_accel.engines.deepspeed.auto import fill_auto
+from notebook_accel.engines.deepspeed.dummy import fill_from_dummies
 from notebook_accel.engines.registry import DEEPSPEED
 from notebook_accel.plugins import ConfigurationError
 from tests.engines.deepspeed import needs_deepspeed
@@ -131,3 +132,48 @@ def test_prepare_refusals_say_what_to_do() -> None:
     assert "no prepared DataLoader gives a batch size" in lines[1]
     assert "has an 'optimizer' section and a torch optimizer was passed" in lines[2]
     assert "['Expert'] are not classes of this model's modules; its classes: Linear" in lines[3]
+
+
+@needs_deepspeed
+@pytest.mark.timeout(300)
+def test_the_dummies_are_replaced_by_the_optimizer_and_scheduler_the_config_defines() -> None:
+    result = _one_process("dummies")
+    assert result.returncode == 0, result.stderr[-2000:]
+    run = json.loads(result.stdout.strip().splitlines()[-1])
+    assert run["optimizer"] == run["inner"] == "DeepSpeedZeroOptimizer"  # built by DeepSpeed from the config
+    assert run["scheduler"] == "WarmupLR"
+    # warmup_max_lr from DummyOptim(lr=0.05), warmup_num_steps from DummyScheduler: linear to 0.05 in 4 steps
+    assert run["lrs"] == pytest.approx([0.0, 0.0125, 0.025, 0.0375, 0.05, 0.05, 0.05, 0.05])
+    assert run["weight_decay"] == 0.0
+    assert len(run["losses"]) == 8
+
+
+@needs_deepspeed
+@pytest.mark.timeout(300)
+def test_a_dummy_without_its_config_section_is_refused() -> None:
+    result = _one_process("dummy_errors")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if "Error" in line or line == "prepared"]
+    assert len(lines) == 2, result.stdout
+    assert "DummyOptim stands for the optimizer of the DeepSpeed config's 'optimizer' section" in lines[0]
+    assert "DummyScheduler stands for the scheduler of the DeepSpeed config's 'scheduler' section" in lines[1]
+
+
+def test_the_dummies_fill_their_sections_auto_values_as_accelerate() -> None:
+    from notebook_accel.utils import DummyOptim, DummyScheduler
+
+    config = {"optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto", "eps": 1e-8}},
+              "scheduler": {"type": "WarmupDecayLR", "params": {
+                  "warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto",
+                  "total_num_steps": "auto"}}}
+    optimizer = DummyOptim([], lr=3e-4, weight_decay=0.01)
+    filled = fill_from_dummies(config, optimizer, DummyScheduler(optimizer, total_num_steps=101, warmup_num_steps=10),
+                               num_processes=2)
+    assert filled["optimizer"]["params"] == {"lr": 3e-4, "weight_decay": 0.01, "eps": 1e-8}
+    assert filled["scheduler"]["params"] == {"warmup_min_lr": 0, "warmup_max_lr": 3e-4, "warmup_num_steps": 10,
+                                             "total_num_steps": 51}  # each of 2 processes runs ceil(101 / 2)
+    assert config["optimizer"]["params"]["lr"] == "auto"  # a copy: the plugin's config is left as it is
+    with pytest.raises(ConfigurationError, match="scheduler.params.total_num_steps is 'auto' but no value is known"):
+        fill_from_dummies(config, optimizer, DummyScheduler(optimizer), num_processes=1)
+    callable_only = DummyScheduler(optimizer, lr_scheduler_callable=lambda opt: None)
+    assert fill_from_dummies({"optimizer": {}}, None, callable_only, num_processes=1) == {"optimizer": {}}

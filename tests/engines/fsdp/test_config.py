@@ -167,3 +167,20 @@ def test_from_accelerate_config_reports_problems() -> None:
         FullyShardedDataParallelPlugin.from_accelerate_config({"fsdp_sharding_strategy": 5})
     with pytest.raises(ConfigurationError, match="allowed: a mapping"):
         FullyShardedDataParallelPlugin.from_accelerate_config(["x"])
+
+
+def test_torchs_state_dict_configs_are_accepted_kept_and_checked() -> None:
+    # accelerate's fsdp_with_peak_mem_tracking example passes state_dict_config=FullStateDictConfig(...)
+    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, ShardedStateDictConfig
+
+    config = FullStateDictConfig(offload_to_cpu=False, rank0_only=False)
+    plugin = FullyShardedDataParallelPlugin(state_dict_type="FULL_STATE_DICT", state_dict_config=config,
+                                            optim_state_dict_config=FullOptimStateDictConfig())
+    assert plugin.state_dict_config is config and plugin.state_dict_type == "FULL_STATE_DICT"
+    again = FullyShardedDataParallelPlugin.from_json(plugin.to_json())  # the workers get the JSON fields only
+    assert again == plugin and again.state_dict_config is None
+    with pytest.raises(ConfigurationError, match=r"state_dict_config=\.\.\.\): expected None or an instance of "
+                                                 r"torch.distributed.fsdp.FullStateDictConfig / Sharded.*got dict"):
+        FullyShardedDataParallelPlugin(state_dict_config={"offload_to_cpu": True})
+    with pytest.raises(ConfigurationError, match="optim_state_dict_config=.*got ShardedStateDictConfig"):
+        FullyShardedDataParallelPlugin(optim_state_dict_config=ShardedStateDictConfig())

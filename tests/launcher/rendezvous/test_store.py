@@ -168,21 +168,30 @@ def _keeps_a_secret(folder: str) -> tuple[bool, bytes, float]:
 
 
 _OUTSIDER = """
-import datetime, json, os, sys
-import torch.distributed as dist
+import datetime, json, os, socket, sys
 port, path = int(sys.argv[1]), sys.argv[2]
 out = {"uid": os.getuid()}
-try:  # one machine: the port is held but not served (the run's keys are in the private folder)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=3),
-                          wait_for_workers=False)
-except Exception as e:
-    out["keys"], out["served"] = [], type(e).__name__
+try:
+    import torch.distributed as dist
+except ImportError:  # an interpreter without torch: the checkout's venv may be unreadable to this user
+    try:  # one machine: the port is held but not served, so no client of any kind gets an answer
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()
+    except OSError as e:
+        out["keys"], out["served"] = [], type(e).__name__
+    else:
+        out["keys"], out["served"] = None, True  # served: only torch's client could list (and change) its keys
 else:
-    out["keys"], out["served"] = store.list_keys(), True
-    for key in out["keys"]:
-        store.set(key, "evil")
-    for key in ("default_pg/0//secret", "default_pg/0//injected", "injected"):
-        store.set(key, "evil")
+    try:  # one machine: the port is held but not served (the run's keys are in the private folder)
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=3),
+                              wait_for_workers=False)
+    except Exception as e:
+        out["keys"], out["served"] = [], type(e).__name__
+    else:
+        out["keys"], out["served"] = store.list_keys(), True
+        for key in out["keys"]:
+            store.set(key, "evil")
+        for key in ("default_pg/0//secret", "default_pg/0//injected", "injected"):
+            store.set(key, "evil")
 try:
     with open(path, "ab") as f:
         f.write(b"evil")
@@ -194,12 +203,44 @@ print(json.dumps(out))
 """
 
 
+NOBODY = 65534
+
+
+def _runs_as_nobody(python: str, code: str) -> bool:
+    """Whether user nobody can run ``code`` with the interpreter ``python``."""
+    import subprocess
+
+    try:
+        subprocess.run([python, "-c", code], capture_output=True, timeout=120, user=NOBODY, group=NOBODY, cwd="/",
+                       check=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
+
+
+def _outsider_python() -> str | None:
+    """An interpreter user nobody can execute, one that imports torch first (this run's, when its folder is readable
+    to others; a system one with torch), else any (the checkout, and so its venv and torch, may be private: a clone
+    in a 0700 folder). ``None`` when there is none."""
+    import shutil
+    import sys
+
+    candidates = [sys.executable, os.path.realpath(sys.executable), getattr(sys, "_base_executable", ""),
+                  shutil.which("python3") or "", "/usr/bin/python3"]
+    found = [c for c in dict.fromkeys(candidates) if c and os.path.exists(c) and _runs_as_nobody(c, "pass")]
+    with_torch = [c for c in found if _runs_as_nobody(c, "import torch.distributed")]
+    return (with_torch or found or [None])[0]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the outsider as another user (nobody)")
 def test_another_user_cannot_read_or_change_a_local_runs_keys(tmp_path: Path) -> None:
     import json
     import subprocess
-    import sys
 
+    python = _outsider_python()
+    if python is None:
+        pytest.skip("no Python interpreter that user nobody (uid 65534) can execute: this one lies in a folder only "
+                    "its owner can enter, and there is no system python3")
     run = notebook_launcher(_keeps_a_secret, (str(tmp_path),), num_processes=2, dashboard=False, use_cpu=True,
                             block=False)
     try:
@@ -208,10 +249,11 @@ def test_another_user_cannot_read_or_change_a_local_runs_keys(tmp_path: Path) ->
             time.sleep(0.05)
         port, path = (tmp_path / "where").read_text().split(" ")
         assert path and oct(os.stat(os.path.dirname(path)).st_mode & 0o777) == "0o700", path
-        done = subprocess.run([sys.executable, "-c", _OUTSIDER, port, path], capture_output=True, text=True,
-                              timeout=60, user=65534, group=65534, check=True)
+        done = subprocess.run([python, "-c", _OUTSIDER, port, path], capture_output=True, text=True, cwd="/",
+                              timeout=60, user=NOBODY, group=NOBODY, check=True)
         seen = json.loads(done.stdout)
-        assert seen["uid"] == 65534
+        assert seen["uid"] == NOBODY
+        assert seen["keys"] is not None, f"the port is served and {python} has no torch to list its keys: {seen}"
         assert not any("secret" in key or key.startswith("run-") for key in seen["keys"]), seen
         assert seen["file"] == "PermissionError" and seen["folder"] is False, seen
         (tmp_path / "probed").touch()
