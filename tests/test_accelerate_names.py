@@ -64,7 +64,6 @@ NOT_PROVIDED = {
     "Accelerator": {"deepspeed_plugins", "dynamo_backend", "dynamo_plugin", "fsdp_plugin",
                     "megatron_lm_plugin", "parallelism_config", "torch_tp_plugin"},
     "DistributedDataParallelKwargs": {"comm_hook", "comm_state_option", "comm_wrapper"},
-    "ProjectConfiguration": {"save_on_each_node"},
 }
 
 
