@@ -25,6 +25,8 @@ __all__ = [
     "log_root",
     "hf_home",
     "patched_environ",
+    "imports_for_workers",
+    "apply_import_effects",
 ]
 
 RANK = "RANK"
@@ -51,6 +53,9 @@ NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 OMP_NUM_THREADS = "OMP_NUM_THREADS"
 HF_HOME = "HF_HOME"
 XDG_CACHE_HOME = "XDG_CACHE_HOME"
+# Set by torch's own modules when imported (torch._dynamo sets the inductor cache folder as it loads).
+IMPORT_VARIABLES: tuple[str, ...] = ("TORCHINDUCTOR_CACHE_DIR",)
+_import_effects: dict[str, tuple[str | None, str]] = {}  # name: (value before the kernel's import, value it set)
 
 
 def _int_or(environ: Mapping[str, str], name: str, default: int | None) -> int | None:
@@ -355,3 +360,37 @@ def ensure_local_rank(local_rank: int) -> None:
     """Set ``LOCAL_RANK`` when it is unset (DeepSpeed reads it, also in a single process started without a
     launcher); a value the launcher set is kept."""
     os.environ.setdefault(LOCAL_RANK, str(local_rank))
+
+
+@contextmanager
+def imports_for_workers() -> Iterator[None]:
+    """Import modules in the kernel on the workers' behalf (the launcher's warm-up) without changing the
+    kernel's environment.
+
+    An import there is paid once and shared by every forked worker, so what it writes into ``os.environ``
+    (:data:`IMPORT_VARIABLES`: ``torch._dynamo`` sets ``TORCHINDUCTOR_CACHE_DIR``) belongs to the workers: it
+    is undone in the kernel when the block ends, where it would change where the user's own ``torch.compile``
+    writes, and kept for :func:`apply_import_effects`, which each worker calls.
+    """
+    before = {name: os.environ.get(name) for name in IMPORT_VARIABLES}
+    try:
+        yield
+    finally:
+        for name, old in before.items():
+            new = os.environ.get(name)
+            if new == old:
+                continue
+            if new is not None:
+                _import_effects[name] = (old, new)
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+def apply_import_effects() -> None:
+    """In a worker: set what the kernel's warm-up imports set and :func:`imports_for_workers` kept out of the
+    kernel, as if the worker had imported the modules itself; a variable the user changed since is left alone."""
+    for name, (old, new) in _import_effects.items():
+        if os.environ.get(name) == old:
+            os.environ[name] = new

@@ -143,6 +143,9 @@ class ProjectConfiguration:
         automatic_checkpoint_naming: name checkpoints by iteration inside ``project_dir``.
         total_limit: keep at most this many automatic checkpoints (oldest deleted).
         iteration: the number of the next automatic checkpoint.
+        save_on_each_node: every machine keeps its own copy of a checkpoint (node-local disks): ``save_state``
+            writes the shared files on each machine, not only on rank 0's, and each machine's ranks load their
+            own copy.
 
     Raises:
         ConfigurationError: a bad type, a negative limit or iteration, or automatic naming without ``project_dir``.
@@ -157,6 +160,7 @@ class ProjectConfiguration:
     automatic_checkpoint_naming: bool = False
     total_limit: int | None = None
     iteration: int = 0
+    save_on_each_node: bool = False
 
     def __post_init__(self) -> None:
         owner = "ProjectConfiguration"
@@ -166,6 +170,7 @@ class ProjectConfiguration:
                 check_type(owner, name, value, (str, os.PathLike), "a folder path (str) or None")
                 setattr(self, name, os.fspath(value))
         check_type(owner, "automatic_checkpoint_naming", self.automatic_checkpoint_naming, (bool,), "True or False")
+        check_type(owner, "save_on_each_node", self.save_on_each_node, (bool,), "True or False")
         if self.total_limit is not None:
             check_positive_int(owner, "total_limit", self.total_limit)
         check_positive_int(owner, "iteration", self.iteration, minimum=0)

@@ -63,7 +63,6 @@ def test_name_exists(name: str) -> None:
 NOT_PROVIDED = {
     "Accelerator": {"deepspeed_plugins", "dynamo_backend", "dynamo_plugin", "fsdp_plugin",
                     "megatron_lm_plugin", "parallelism_config", "torch_tp_plugin"},
-    "ProjectConfiguration": {"save_on_each_node"},
 }
 
 

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from notebook_accel import environment
 from notebook_accel.environment import LaunchEnvironment, cuda_visible_devices, patched_environ
 
 
@@ -66,3 +67,19 @@ def test_one_engine_variable_becomes_the_engine_and_two_are_refused_naming_both(
     assert LaunchEnvironment.from_environ(env.to_environ()) == env
     with pytest.raises(ValueError, match="NOTEBOOK_ACCEL_FSDP and NOTEBOOK_ACCEL_DEEPSPEED are both set"):
         LaunchEnvironment.from_environ({"NOTEBOOK_ACCEL_FSDP": "{}", "NOTEBOOK_ACCEL_DEEPSPEED": "{}"})
+
+
+def test_what_an_import_for_the_workers_sets_is_undone_here_and_set_in_a_worker_unless_changed_since(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = environment.IMPORT_VARIABLES[0]
+    monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(environment, "_import_effects", {})
+    with environment.imports_for_workers():
+        os.environ[name] = "/set/by/an/import"
+    assert name not in os.environ  # the kernel's environment as it was
+    environment.apply_import_effects()  # what a worker does: as if it had imported the module itself
+    assert os.environ[name] == "/set/by/an/import"
+    monkeypatch.setenv(name, "/chosen/by/the/user/since")
+    environment.apply_import_effects()
+    assert os.environ[name] == "/chosen/by/the/user/since"

@@ -7,6 +7,7 @@ import io
 import pytest
 
 from notebook_accel.terminal import MAX_LINE, Screen, ansi_to_html, palette, strip_ansi
+from notebook_accel.terminal.rows import CUT_NOTE
 
 
 def replay(*chunks: str) -> tuple[list[str], list[str]]:
@@ -102,9 +103,9 @@ def test_overwriting_keeps_each_cells_style() -> None:
     assert final == ["X\x1b[31med\x1b[0m", "next"]
 
 
-def test_over_long_line_is_cut() -> None:
-    final, live = replay("x" * (MAX_LINE + 10))
-    assert [len(line) for line in final] == [MAX_LINE] and live == ["x" * 10]
+def test_over_long_line_shows_head_and_tail() -> None:
+    final, live = replay("x" * (MAX_LINE + 10), "\n")
+    assert final == ["x" * (MAX_LINE // 2) + CUT_NOTE.format(cut=10) + "x" * (MAX_LINE // 2)] and live == []
 
 
 def test_close_makes_everything_final_and_resets() -> None:

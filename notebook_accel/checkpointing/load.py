@@ -187,6 +187,11 @@ def _validate(accelerator: Any, input_dir: str | os.PathLike[str] | None,
     objects = collect(accelerator, manifest)
     skipped = PER_RANK_KINDS if allow_world_size_change and manifest.world_size != state.num_processes else ()
     objects = [s for s in objects if s.entry.kind not in skipped]
+    if manifest.ranks is not None and state.process_index not in manifest.ranks and not skipped:
+        raise CheckpointError(
+            f"{path!r} holds the states of ranks {manifest.ranks} only (the ranks saved into different folders); "
+            f"rank {state.process_index} loads the folder it saved into: pass each rank the path its save_state() "
+            "returned")
     problems = compare(manifest, objects, state.num_processes, skipped)
     if problems:
         raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
@@ -210,7 +215,7 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
 
     Args:
         accelerator: the Accelerator to restore into.
-        input_dir: the checkpoint directory. ``None`` with automatic naming: the newest complete
+        input_dir: the checkpoint directory (after a save into per-rank folders, each rank's own). ``None`` with automatic naming: the newest complete
             ``<project_dir>/checkpoints/checkpoint_<n>`` (partial saves are skipped; a complete one a killed commit
             left under a ``.tmp-`` name counts as its number while ``checkpoint_<n>`` is missing), and
             ``project_configuration.iteration`` becomes ``n + 1`` so the next save does not collide.
@@ -241,9 +246,8 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
         path, manifest, objects, payloads = _validate(accelerator, input_dir, allow_world_size_change)
     except Exception as e:  # any failure must reach the other ranks, or they would wait forever
         error = error_text(e)
-    paths = agree(error, world, "load checkpoint", payload=path)
-    if len(set(paths)) != 1:
-        raise CheckpointError(f"the ranks resolved different checkpoints {paths}; pass load_state(input_dir).")
+    found = agree(error, world, "load checkpoint", payload=(path, manifest.save_id if manifest else None))
+    _same_save(found)
     payloads = read_collective(objects, payloads, path, world)  # FSDP shards: every rank validated
     manifest = cast(Manifest, manifest)  # no rank failed, so this rank validated
     error = _apply(objects, payloads)
@@ -256,6 +260,15 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     if state.is_main_process and is_temporary(os.path.basename(path)):
         _note_left_aside(path)
     return path
+
+
+def _same_save(found: list[tuple[str, str | None]]) -> None:
+    """Every rank loads one checkpoint: one folder, or the folders of one save into per-rank folders."""
+    paths = [path for path, _ in found]
+    ids = {save_id for _, save_id in found}
+    if len(set(paths)) != 1 and (len(ids) != 1 or None in ids):
+        raise CheckpointError(f"the ranks resolved different checkpoints {paths}, not the folders of one save; pass "
+                              "load_state(input_dir) with the path save_state() returned on each rank.")
 
 
 def _note_left_aside(path: str) -> None:

@@ -19,7 +19,7 @@ from notebook_accel.checkpointing.errors import CheckpointError
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Kind", "Entry", "Manifest", "read_manifest", "write_manifest"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest format read; 1 is written unless the save went into per-rank folders (2)
 MANIFEST_NAME = "manifest.json"
 
 Kind = Literal["model", "optimizer", "scheduler", "dataloader", "scaler", "custom", "rng"]
@@ -95,9 +95,12 @@ class Manifest:
         files: file name -> ``{"size": int, "sha256": str}`` for every file of the checkpoint.
         step: the Accelerator's ``step`` counter at save time.
         iteration: the automatic-naming iteration of this checkpoint (``None`` for an explicit ``output_dir``).
-        format_version: :data:`FORMAT_VERSION` of the writer.
+        format_version: the format written: 1, or 2 with ``ranks`` (newest read: :data:`FORMAT_VERSION`).
         complete: the completion marker; always True in a committed checkpoint.
         created: Unix time of the save.
+        ranks: the ranks whose per-rank files this folder holds when the ranks saved into different folders
+            (:mod:`~notebook_accel.checkpointing.folders`); ``None``: every rank's.
+        save_id: with ``ranks``, what the folders of one save share, so a load never mixes two saves.
     """
 
     world_size: int
@@ -105,13 +108,18 @@ class Manifest:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     step: int = 0
     iteration: int | None = None
-    format_version: int = FORMAT_VERSION
+    format_version: int = 1  # 2 for a save into per-rank folders (older readers cannot read those)
     complete: bool = True
     created: float = field(default_factory=time.time)
+    ranks: list[int] | None = None
+    save_id: str | None = None
 
     def to_json(self) -> str:
-        """Serialise to JSON text."""
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        """Serialise to JSON text (a save into one folder leaves ``ranks`` and ``save_id`` out: format 1)."""
+        fields = asdict(self)
+        if self.ranks is None:
+            del fields["ranks"], fields["save_id"]
+        return json.dumps(fields, indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, where: str) -> Manifest:
@@ -148,6 +156,12 @@ class Manifest:
         whole("format_version", self.format_version, 1)
         if not isinstance(self.complete, bool):
             out.append(f"complete is {self.complete!r:.40} ({type(self.complete).__name__}), expected true or false")
+        world = self.world_size if isinstance(self.world_size, int) else 0
+        if self.ranks is not None and not (isinstance(self.ranks, list) and self.ranks and all(
+                isinstance(r, int) and not isinstance(r, bool) and 0 <= r < world for r in self.ranks)):
+            out.append(f"ranks is {self.ranks!r:.40}, expected a list of ranks below world_size")
+        if self.ranks is not None and not isinstance(self.save_id, str):
+            out.append(f"save_id is {self.save_id!r:.40}, expected text")
         if isinstance(self.created, bool) or not isinstance(self.created, (int, float)):
             out.append(f"created is {self.created!r:.40}, expected a time in seconds")
         for e in self.entries:
@@ -169,8 +183,12 @@ class Manifest:
         return sorted((e for e in self.entries if e.kind == kind), key=lambda e: e.index)
 
     def all_files(self) -> list[str]:
-        """Every file the entries name."""
-        return [name for e in self.entries for name in e.files(self.world_size)]
+        """Every file the entries name (of a per-rank entry: the files of the ranks this folder holds)."""
+        if self.ranks is None:
+            return [name for e in self.entries for name in e.files(self.world_size)]
+        ranks = self.ranks
+        return [name for e in self.entries
+                for name in ([e.file.format(rank=r) for r in ranks] if e.per_rank else [e.file]) + list(e.shared_files)]
 
     def record_files(self, directory: str) -> None:
         """Fill :attr:`files` with the size and SHA-256 of every file, read from ``directory``."""

@@ -18,11 +18,13 @@ automatic loading ignores and the next successful automatic save deletes.
 from __future__ import annotations
 
 import os
+import secrets
 from typing import Any, cast
 
 from notebook_accel.checkpointing.agreement import agree
 from notebook_accel.checkpointing.atomic import commit_dir, make_dir, remove_dir, temp_sibling, write_torch
 from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.checkpointing.folders import Folders, folder_key
 from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Manifest, write_manifest
 from notebook_accel.checkpointing.naming import (
     checkpoint_path,
@@ -100,8 +102,8 @@ def _phase_prepare(path: str, automatic: bool) -> str:
 
 
 def _write_files(objects: list[Saved], snapshot: dict[int, Any], temp: str, rank: int, main: bool) -> None:
-    """Write this rank's share of the files into ``temp``; collective writers (FSDP shards) first, so every rank
-    reaches them whatever happens to its own files."""
+    """Write this rank's share of the files into ``temp`` (``main``: the folder's leader, which writes the shared
+    files); collective writers (FSDP shards) first, so every rank reaches them whatever happens to its own files."""
     for i, saved in enumerate(objects):
         if saved.write is not None:
             saved.write(temp, snapshot[i])
@@ -114,11 +116,16 @@ def _write_files(objects: list[Saved], snapshot: dict[int, Any], temp: str, rank
             write_torch(os.path.join(temp, saved.entry.file), saved.get())
 
 
-def _phase_commit(accelerator: Any, objects: list[Saved], temp: str, path: str, iteration: int | None) -> None:
-    """Main process: write the manifest, rename into place, rotate old automatic checkpoints."""
+def _phase_commit(accelerator: Any, objects: list[Saved], temp: str, path: str, iteration: int | None,
+                  group: tuple[list[int], str] | None = None) -> None:
+    """A folder's leader: write the manifest, rename into place, rotate old automatic checkpoints. ``group``:
+    the ranks this folder holds and the save's id, when the ranks save into different folders."""
     world = accelerator.state.num_processes
     manifest = Manifest(world_size=world, entries=[s.entry for s in objects],
                         step=int(getattr(accelerator, "step", 0) or 0), iteration=iteration)
+    if group is not None:
+        manifest.ranks, manifest.save_id = group
+        manifest.format_version = 2
     missing = [n for n in manifest.all_files() if not os.path.isfile(os.path.join(temp, n))]
     if missing:
         raise CheckpointError(
@@ -135,12 +142,33 @@ def _phase_commit(accelerator: Any, objects: list[Saved], temp: str, path: str, 
         remove_stale_temporaries(root)
 
 
+def _folders(accelerator: Any, objects: list[Saved], path: str, world: int, action: str) -> Folders:
+    """Every rank's folder (one exchange); raises on every rank when they differ but a state needs one folder."""
+    each_node = bool(getattr(getattr(accelerator, "project_configuration", None), "save_on_each_node", False))
+    folders = Folders.of([tuple(key) for key in agree(None, world, action, payload=folder_key(path, each_node))])
+    collective = [s.entry.label() for s in objects if s.write is not None]
+    if folders.split and collective:
+        raise CheckpointError(
+            f"could not {action}: the ranks save into different folders ({folders.two_paths()}), but "
+            f"{collective[0]} is written by the ranks together into one folder (an FSDP or DeepSpeed state). Pass "
+            "the same output_dir on every rank, on a file system all of them reach (and leave save_on_each_node "
+            "off)."
+        )
+    return folders
+
+
 def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = None) -> str:
     """Save the whole training state of ``accelerator`` into a checkpoint directory, atomically.
 
     Saves every prepared model (unwrapped weights), optimizer, scheduler, the GradScaler, every prepared loader's
     position/epoch/shuffle state and every rank's RNG (python, numpy, torch, cuda), and the objects given to
     ``register_for_checkpointing``. Called on every rank (it synchronises them).
+
+    Ranks may save into different folders, as in accelerate: another ``output_dir`` on each rank (a node-local
+    disk), or ``ProjectConfiguration(save_on_each_node=True)`` with the same path on every machine. Each folder
+    then holds what its ranks need to resume (the shared files, and their own RNG and loader states), and each
+    rank loads its own folder (:mod:`~notebook_accel.checkpointing.folders`). A state that every rank writes
+    into one folder (FSDP's sharded state dict, DeepSpeed's checkpoint) is refused there.
 
     Args:
         accelerator: the Accelerator whose state to save.
@@ -162,10 +190,12 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     """
     checked_folder(output_dir, "save_state(output_dir=...)", optional=True)
     state = accelerator.state
-    world, rank, main = state.num_processes, state.process_index, state.is_main_process
+    world, rank = state.num_processes, state.process_index
     objects = collect(accelerator)
     path, iteration = _target(accelerator, output_dir)
     action = f"save checkpoint {path!r}"
+    folders = _folders(accelerator, objects, path, world, action)
+    main = folders.leaders[rank] == rank  # this rank writes its folder's shared files and commits it
     error: str | None = None
     temp: str | None = None
     snapshot: dict[int, Any] = {}
@@ -177,7 +207,9 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     except Exception as e:  # any failure must reach the other ranks, or they would wait forever
         error = error_text(e)
     try:
-        shared = cast(str, agree(error, world, action, payload=temp)[0])  # the main process's temporary directory
+        temps = agree(error, world, action, payload=(temp, secrets.token_hex(8)))  # each folder's temporary one
+        shared = cast(str, temps[folders.leaders[rank]][0])
+        group = (list(folders.ranks_of(rank)), temps[0][1]) if folders.split else None
         error = None
         try:
             _write_files(objects, snapshot, shared, rank, main)
@@ -186,7 +218,7 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
         agree(error, world, action)
         if main:
             try:
-                _phase_commit(accelerator, objects, shared, path, iteration)
+                _phase_commit(accelerator, objects, shared, path, iteration, group)
             except Exception as e:
                 error = error_text(e)
         agree(error, world, action)

@@ -15,7 +15,9 @@ below/all), ``m`` (SGR: bold, dim, italic, underline, inverse, strike, 16/256/24
 (other CSI sequences, OSC titles and hyperlinks, other escapes, other control characters) is dropped. A line
 above the cursor is final as soon as no cursor-up seen so far could reach it; a line that was redrawn with
 ``\\r`` (a progress bar) stays live until the line after it ends too, since a nested bar moves back up to it
-only after the line feed.
+only after the line feed. A line longer than :data:`MAX_LINE` columns wraps; written as plain output it is
+handed out as one line, its head and tail with a note of how many characters were cut between them, while
+the screen's *transcript* (a log file) receives it whole: the cost stays linear however long the line gets.
 
 This package imports nothing beyond the standard library: the launcher, the console sink and the dashboard
 all use it.

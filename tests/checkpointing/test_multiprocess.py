@@ -58,3 +58,17 @@ def test_failure_before_writing_removes_the_temporary_directory(tmp_path) -> Non
     message = _launch(workers.one_rank_broken_loader, str(tmp_path))
     assert "rank 1: RuntimeError: loader state unavailable" in message
     assert os.listdir(tmp_path / "checkpoints") == []
+
+
+@pytest.mark.timeout(120)
+def test_each_rank_saves_into_its_own_folder_and_resumes_from_it(tmp_path) -> None:
+    """Issue 34 item 4: accelerate's per-rank temporary folders (node-local disks) failed at load_state with
+    "has no manifest.json: it is a partial save" on rank 1."""
+    out = _launch(workers.save_into_a_folder_per_rank, str(tmp_path))
+    assert out["ranks"] == [0] and out["format"] == 2
+    assert {"random_states_0.pkl", "dl_state_dict_rank0.bin", "manifest.json"} <= set(out["files"])
+    assert not {"random_states_1.pkl", "dl_state_dict_rank1.bin"} & set(out["files"])
+    assert any(name.startswith("pytorch_model") for name in out["files"])  # the weights in every folder
+    own_only, mixed = out["refusals"]
+    assert "holds the states of ranks [1] only" in own_only and "rank 0 loads the folder it saved into" in own_only
+    assert "not the folders of one save" in mixed

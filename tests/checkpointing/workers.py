@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import signal
@@ -139,3 +140,40 @@ def one_rank_broken_loader(project_dir: str) -> str:
     except CheckpointError as e:
         return str(e)
     raise AssertionError("save_state should have failed on every rank")
+
+
+def save_into_a_folder_per_rank(root: str) -> dict[str, Any]:
+    """Each rank saves into its own folder (accelerate's per-rank temporary folders, node-local disks), then
+    loads it back: each rank gets its own RNG stream and loader position, and the shared weights."""
+    acc = _fake(root)
+    rank = acc.state.process_index
+    torch.manual_seed(100 + rank)
+    random.seed(100 + rank)
+    train_step(acc)
+    own = os.path.join(root, f"node-local-{rank}")
+    path = save_state(acc, own)
+    assert path == own
+    expected = fingerprint(acc), (random.random(), torch.rand(2).tolist())
+    torch.manual_seed(7), random.seed(7)
+    train_step(acc)  # the state moves on: the load must bring it back
+    assert load_state(acc, own) == own
+    assert (fingerprint(acc), (random.random(), torch.rand(2).tolist())) == expected
+    with open(os.path.join(own, "manifest.json")) as f:
+        manifest = json.load(f)
+    refusals = []
+    for wrong in (os.path.join(root, "node-local-1"), _another_save(acc, root)):
+        try:
+            load_state(acc, wrong)  # rank 1's folder on every rank, then another save's folder on rank 1
+        except CheckpointError as e:
+            refusals.append(str(e))
+        else:
+            raise AssertionError(f"load_state({wrong!r}) should have been refused on every rank")
+    return {"files": sorted(os.listdir(own)), "ranks": manifest["ranks"], "format": manifest["format_version"],
+            "refusals": refusals}
+
+
+def _another_save(acc: Any, root: str) -> str:
+    """Rank 0's folder of this save, rank 1's folder of a second save: what a load must never mix."""
+    rank = acc.state.process_index
+    second = save_state(acc, os.path.join(root, f"second-{rank}"))
+    return os.path.join(root, "node-local-0") if rank == 0 else second

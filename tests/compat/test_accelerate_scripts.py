@@ -23,10 +23,9 @@ from tests.compat.accelerate_scripts import SCRIPTS, Script, run_script, scripts
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
-# The calls that pass under accelerate 1.15 on 2 CPU processes (torchrun, ACCELERATE_USE_CPU), 59 in all.
+# The calls that pass under accelerate 1.15 on 2 CPU processes (torchrun, ACCELERATE_USE_CPU), 61 in all.
 # Not here: calls that fail or hang under accelerate on CPU (its join_uneven_inputs is a no-op outside multi-GPU;
-# test_fault_tolerant, which hangs there; the stateful-loader checks need torchdata, not installed), and test_metrics'
-# GPU-only calls.
+# test_fault_tolerant, which hangs there), and test_metrics' GPU-only calls.
 PASSING_UNDER_ACCELERATE: dict[str, tuple[str, ...]] = {
     "test_script.py": (
         "init_state_check()",
@@ -79,6 +78,8 @@ PASSING_UNDER_ACCELERATE: dict[str, tuple[str, ...]] = {
         "test_data_loader(data_loader, accelerator)#2",
         "test_data_loader(data_loader, accelerator)#3",
         "test_data_loader(data_loader, accelerator)#4",
+        "test_stateful_dataloader(accelerator)",
+        "test_stateful_dataloader_save_state(accelerator)",
         "main",
     ),
     "test_notebook.py": (
@@ -106,6 +107,9 @@ PASSING_UNDER_ACCELERATE: dict[str, tuple[str, ...]] = {
 NEEDS: dict[str, tuple[str, ...]] = {
     "external_deps/test_metrics.py": ("datasets", "evaluate", "transformers"),
     "test_script.py::test_split_between_processes_dataset(datasets_Dataset)": ("datasets",),
+    # use_stateful_dataloader=True: accelerate's loaders are torchdata's StatefulDataLoader
+    "test_distributed_data_loop.py::test_stateful_dataloader(accelerator)": ("torchdata",),
+    "test_distributed_data_loop.py::test_stateful_dataloader_save_state(accelerator)": ("torchdata",),
 }
 
 

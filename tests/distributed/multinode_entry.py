@@ -8,7 +8,8 @@
 
 ``train`` runs the shared training body with 2 processes on this node (4 in all) and writes rank 0's result
 as JSON to OUT (node 0). ``wait`` does collectives until the other node disappears, then writes the error.
-``partition`` is ``wait`` with a 1 s heartbeat (lost after 3 missed beats), and every node writes its error.
+``partition`` is ``wait`` with a 1 s heartbeat (lost after 3 missed beats), and every node writes its error;
+``silent`` is the same with the default heartbeat (5 s, 3 beats).
 Every result also names the heartbeat threads still alive when the launch returned.
 ``secret`` runs :func:`keeps_a_secret` on 2 nodes (every node's launcher has ``NOTEBOOK_ACCEL_STORE_SECRET``).
 ``local`` is a one-machine run of 2 processes: once its process group is up, rank 0 writes every listening TCP
@@ -86,8 +87,8 @@ def main(mode: str, node_rank: int, master_addr: str, port: int, out: str) -> in
     except WorkerError as e:
         result = {"error": str(e)}
     result["threads"] = [t.name for t in threading.enumerate() if t.name.startswith("notebook-accel heartbeat")]
-    if node_rank == 0 or mode == "partition":
-        Path(f"{out}.node{node_rank}" if mode == "partition" else out).write_text(json.dumps(result))
+    if node_rank == 0 or mode in ("partition", "silent"):
+        Path(f"{out}.node{node_rank}" if mode in ("partition", "silent") else out).write_text(json.dumps(result))
     return 0
 
 

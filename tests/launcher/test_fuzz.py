@@ -66,7 +66,10 @@ add_hostile(POOLS, {"args": ("list",), "rdzv_id": ("long",)})  # where such a va
 def test_notebook_launcher_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NOTEBOOK_ACCEL_LOG_DIR", str(tmp_path / "runs"))
     # torch.distributed opens a pipe once per process, the first time the store is served: not a per-call leak
+    first = process_state()
     assert notebook_launcher(answer, num_processes=2, dashboard=RecordingSink()) == 42
+    after_first = process_state()  # its environment: the first launch imports torch._dynamo in this process
+    assert after_first.environ == first.environ, first.leaks(after_first)
     rng = random.Random(SEED)
     outcomes: dict[str, int] = {}
     gc.collect()  # garbage of earlier tests holding a file descriptor must not be collected mid-case (count drops)

@@ -259,6 +259,7 @@ def worker_main(
         redirect_output(spec.stdout_fd, spec.stderr_fd, kernel)
         ours = (sys.stdout, sys.stderr)
         spec.env.apply()
+        environment.apply_import_effects()  # what the kernel's warm-up imports set, kept out of the kernel
         use_in_worker(spec.board)
         if spec.store_folder is not None:
             use_private_store(spec.store_folder)

@@ -28,7 +28,7 @@ import os
 import sys
 import threading
 
-from notebook_accel import hardware
+from notebook_accel import environment, hardware
 
 __all__ = ["WARM_MODULES", "UI_MODULES", "warm_kernel", "start_early", "warming_needed"]
 
@@ -44,7 +44,8 @@ def _import_all(names: tuple[str, ...] | None = None) -> list[str]:
     for name in WARM_MODULES if names is None else names:
         if name not in sys.modules:
             try:
-                importlib.import_module(name)
+                with environment.imports_for_workers():  # what an import sets in os.environ is the workers'
+                    importlib.import_module(name)
             except Exception:  # noqa: BLE001 - a broken optional part of torch must not stop the launch
                 continue
             done.append(name)

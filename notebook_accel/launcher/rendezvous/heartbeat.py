@@ -7,9 +7,10 @@ each node's launcher keeps a heartbeat through node 0's rendezvous store, in a t
 
 - every ``interval`` seconds it writes ``<beat> <its address>`` under its node's key, and reads the others';
 - a node whose value has not changed for ``interval * attempts`` seconds is lost (node 0 sees this);
-- a store that does not answer within that time means node 0 is lost (the other nodes see this): a watchdog
-  thread checks the time of the last round trip, since a store operation on a silent link may block without
-  end whatever the store's timeout;
+- a store that does not answer within that time means this node lost the run (the other nodes see this: they
+  cannot tell a cut link from a frozen node 0, and it is their own run that ends): a watchdog thread checks the
+  time of the last round trip every second, since a store operation on a silent link may block without end
+  whatever the store's timeout, so a node cut off ends within the same bound as node 0 does;
 - a node that ends its run writes ``done`` (it is not watched any more), and a store connection that is
   closed or refused (node 0's run ended) just ends the watch: only silence counts as a loss.
 
@@ -56,6 +57,8 @@ class PeerWatch:
                  join_timeout: float, secret: bytes | None = None) -> None:
         self.host, self.port, self.node, self.nodes, self.local = host, port, node, nodes, local
         self.interval, self.limit, self.join_timeout = interval, interval * attempts, join_timeout
+        # silence after the last round trip that ends this node's run: the limit, but more than one beat's time
+        self._silence = self.limit if attempts > 1 else self.limit + interval
         self.lost: WorkerFailure | None = None
         self._secret = secret
         self._read, self._write = os.pipe()
@@ -64,6 +67,7 @@ class PeerWatch:
         self._store: Any = None
         self._connections: set[tuple[int, int]] = set()  # (fd, inode) of the store client's socket
         self._last_ok: float | None = None  # monotonic time of the last complete beat
+        self._address = ""  # this node's address on the route to node 0, found when connected
         self._thread = threading.Thread(target=self._run, name=f"notebook-accel heartbeat node {node}", daemon=True)
         self._watchdog = threading.Thread(target=self._watch_store, name=f"notebook-accel watchdog node {node}",
                                           daemon=True)
@@ -102,14 +106,25 @@ class PeerWatch:
 
     def _lose(self, node: int, address: str, why: str) -> None:
         """Record the loss of ``node`` (the first one only) and wake the supervisor."""
+        self._fail(node * self.local, f"node {node} ({address}, ranks {self._ranks(node)}) is unreachable: {why}; "
+                                      "every worker on this node was stopped. A network between the nodes that drops "
+                                      "packets (or a machine that froze) does this")
+
+    def _cut_off(self, seconds: float, detail: str) -> None:
+        """Record that this node cannot reach node 0's store (its run is lost) and wake the supervisor; the
+        failure is rank 0's, whose node this node cannot reach (the supervisor keeps one failure per rank)."""
+        address = self._address or _own_address(self.host, self.port)  # once cut off, there may be no route
+        self._fail(0, f"this node ({address}, ranks {self._ranks(self.node)}) cannot reach node 0's store at "
+                   f"{self.host}:{self.port} for {seconds:.0f} s: {detail}; this node lost the run and stopped its "
+                   "workers (the other nodes end theirs too). The network between the nodes drops this node's "
+                   "packets, or node 0's machine froze")
+
+    def _fail(self, rank: int, text: str) -> None:
+        """Record the first failure (with the timing that found it) and wake the supervisor."""
         if self.lost is not None or self._stop.is_set():
             return
-        self.lost = WorkerFailure(
-            node * self.local, None, None, "NodeUnreachable",
-            f"node {node} ({address}, ranks {self._ranks(node)}) is unreachable: {why}; every worker on this node "
-            f"was stopped. A network between the nodes that drops packets (or a machine that froze) does this; "
-            f"rdzv_conf keep_alive_interval/keep_alive_max_attempt set how soon it is noticed (now "
-            f"{self.limit:g} s)", "")
+        self.lost = WorkerFailure(rank, None, None, "NodeUnreachable", f"{text}; rdzv_conf keep_alive_interval/"
+                                  f"keep_alive_max_attempt set how soon it is noticed (now {self.limit:g} s)", "")
         with self._lock:
             if self._write >= 0:
                 os.write(self._write, b"x")
@@ -135,7 +150,7 @@ class PeerWatch:
                 if self._stop.wait(self.interval) or time.monotonic() > deadline:
                     return
         self._store = store
-        address = _own_address(self.host, self.port)
+        address = self._address = _own_address(self.host, self.port)
         seen: dict[int, tuple[str, float]] = {}
         beat = 0
         try:
@@ -159,18 +174,19 @@ class PeerWatch:
         except Exception as e:  # noqa: BLE001 - the store's errors have several types across torch versions
             text = str(e).lower()
             if self.node and not self._stop.is_set() and not any(word in text for word in _CLOSED):
-                self._lose(0, self.host, f"its rendezvous store at {self.host}:{self.port} did not answer within "
-                                         f"{self.limit:g} s ({type(e).__name__})")
+                last = self._last_ok
+                self._cut_off(self.limit if last is None else time.monotonic() - last,
+                              f"a store operation failed ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
 
 
     def _watch_store(self) -> None:
-        """The watchdog (nodes other than 0): node 0 is lost when no beat went through for the limit."""
+        """The watchdog (nodes other than 0): this node lost the run when no beat went through for the limit."""
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        while not self._stop.wait(self.interval):
+        while not self._stop.wait(min(self.interval, 1.0)):
             last = self._last_ok
-            if last is not None and time.monotonic() - last > self.limit + self.interval:
-                self._lose(0, self.host, f"its rendezvous store at {self.host}:{self.port} did not answer for "
-                                         f"{time.monotonic() - last:.0f} s")
+            if last is not None and time.monotonic() - last > self._silence:
+                self._cut_off(time.monotonic() - last, "no heartbeat went through (a store operation is still "
+                                                       "waiting for an answer)")
                 return
 
 

@@ -6,7 +6,10 @@ replayed by a :class:`~notebook_accel.terminal.Screen`, so a tqdm bar's ``\\r`` 
 come out as a terminal shows them, and becomes :class:`~notebook_accel.events.Log` events:
 
 - final lines at once (``Log(rank, stream, "line 1\\nline 2")``), each also appended, without colours, to the
-  rank's log file ``rank<N>.log`` in the run's folder, so the whole output stays reachable;
+  rank's log file ``rank<N>.log`` in the run's folder, so the whole output stays reachable. A line longer than
+  the screen is wide (:data:`~notebook_accel.terminal.MAX_LINE`) is shown as its head and tail with a note of
+  what was cut, and goes to the file whole, as it is written: a 100 MB line costs time linear in its length
+  and a bounded event, not 100 MB in the kernel's panes;
 - the live region (the line being written, or the rows of a nested bar) as ``Log(..., partial=True)`` once it
   has stayed unshown for ``delay`` seconds: a tqdm bar moves a few times a second, and a
   ``print(x, end="", flush=True)`` shows without a newline. The supervisor wakes for :meth:`RankOutput.due`
@@ -18,6 +21,7 @@ from __future__ import annotations
 import codecs
 import warnings
 from pathlib import Path
+from collections.abc import Callable
 from typing import IO, Literal
 
 from notebook_accel.events import Log
@@ -39,8 +43,8 @@ def _decoder() -> codecs.IncrementalDecoder:
 class _StreamState:
     """One stream of a rank: its screen, what consumers show of its live region, and since when that is stale."""
 
-    def __init__(self) -> None:
-        self.screen = Screen()
+    def __init__(self, transcript: Callable[[str], None]) -> None:
+        self.screen = Screen(transcript=transcript)
         self.shown = ""  # the live region consumers show now ("" after final lines cleared it)
         self.stale_since: float | None = None  # the live region differs from ``shown`` since then
 
@@ -66,7 +70,7 @@ class RankOutput:
         self.log_path = log_path
         self.delay = delay
         self._demux = Demux()
-        self._streams: dict[Stream, _StreamState] = {"stdout": _StreamState(), "stderr": _StreamState()}
+        self._streams: dict[Stream, _StreamState] = {name: _StreamState(self._log) for name in ("stdout", "stderr")}
         self._decoders = {"stdout": _decoder(), "stderr": _decoder(), "fd2": _decoder()}
         self._file: IO[str] | None = None
         if log_path is not None:
@@ -115,7 +119,6 @@ class RankOutput:
         was_shown = state.shown
         if finals:
             events.append(Log(self.rank, stream, "\n".join(finals)))
-            self._log(finals)
             state.shown = ""  # consumers drop the live region on final lines
         live = "\n".join(state.screen.live())
         if live == state.shown:
@@ -161,7 +164,6 @@ class RankOutput:
             state.stale_since = None
             if lines:
                 events.append(Log(self.rank, stream, "\n".join(lines)))
-                self._log(lines)
             elif state.shown:
                 events.append(Log(self.rank, stream, "", partial=True))  # clear a live region left blank
             state.shown = ""
@@ -171,12 +173,13 @@ class RankOutput:
         return events
 
     # -- the log file -------------------------------------------------------------------------------------
-    def _log(self, lines: list[str]) -> None:
-        """Append final lines, without colours, to the rank's file."""
+    def _log(self, text: str) -> None:
+        """Append what the screens made final (their transcript: lines with their newlines, a long line's rows
+        as it goes on), without colours, to the rank's file."""
         if self._file is None:
             return
         try:
-            self._file.write("\n".join(strip_ansi(line) for line in lines) + "\n")
+            self._file.write(strip_ansi(text))
         except (OSError, ValueError) as e:
             self._file_failed(e)
 

@@ -52,16 +52,40 @@ def test_start_early_only_in_a_kernel_with_torch_and_no_gpu(monkeypatch: pytest.
     assert not warmup._early[0].is_alive() and "torch._dynamo" in sys.modules
 
 
+_ENVIRON_SCRIPT = """
+import os, sys, torch
+from notebook_accel import notebook_launcher
+assert "torch._dynamo" not in sys.modules and "TORCHINDUCTOR_CACHE_DIR" not in os.environ, "needs a fresh kernel"
+before = dict(os.environ)
+def train():
+    return os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+value = notebook_launcher(train, num_processes=2, dashboard=False)
+changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+print("RESULT", changed, value == default_cache_dir())
+"""
+
+
+def test_the_warm_up_leaves_the_kernels_environment_and_sets_what_torch_sets_in_the_workers() -> None:
+    """Importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR: done in the kernel for the workers, it changed
+    where the user's own torch.compile in the kernel writes (issue 34, item 3)."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(_ENVIRON_SCRIPT)], capture_output=True,
+                          text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RESULT [] True" in done.stdout, done.stdout[-2000:]
+
+
 def test_a_kernel_imports_dynamo_in_the_background_before_any_launch() -> None:
     from tests.kernel.test_launcher_kernel import execute, running_kernel
 
     with running_kernel() as (_, kc):
-        cell = execute(kc, "import sys, time, torch\nfrom notebook_accel import notebook_launcher\n"
+        cell = execute(kc, "import os, sys, time, torch\nfrom notebook_accel import notebook_launcher\n"
                            "deadline = time.monotonic() + 120\n"
                            "while 'torch._dynamo' not in sys.modules and time.monotonic() < deadline:\n"
                            "    time.sleep(0.05)\n"
-                           "print('torch._dynamo' in sys.modules)", timeout=150)
-        assert cell.status == "ok" and cell.stdout == "True\n", cell.evalue
+                           "print('torch._dynamo' in sys.modules, 'TORCHINDUCTOR_CACHE_DIR' in os.environ)",
+                      timeout=150)
+        assert cell.status == "ok" and cell.stdout == "True False\n", cell.evalue  # the kernel's own environment
         launch = execute(kc, "def train():\n    return 'torch._dynamo' in sys.modules\n"
                              "notebook_launcher(train, num_processes=2, dashboard=False)", timeout=120)
         assert launch.status == "ok" and launch.result == "True", launch.evalue

@@ -7,6 +7,8 @@ from pathlib import Path
 from notebook_accel.events import Log
 from notebook_accel.launcher.supervision.output import RankOutput
 from notebook_accel.launcher.child.streams import frame
+from notebook_accel.terminal import MAX_LINE
+from notebook_accel.terminal.rows import CUT_NOTE
 
 
 def test_final_lines_at_once_in_write_order_across_streams(tmp_path: Path) -> None:
@@ -87,3 +89,15 @@ def test_a_finished_bar_comes_before_what_the_other_stream_writes_next() -> None
     out = RankOutput(0, None)
     assert out.ordered(frame(b"\r 50%|#####\r100%|##########\n"), now=0.0) == []  # a nested bar may come back
     assert out.ordered(b"done\n", now=0.0) == [Log(0, "stderr", "100%|##########"), Log(0, "stdout", "done")]
+
+
+def test_a_line_longer_than_the_screen_is_one_bounded_event_and_whole_in_the_log_file(tmp_path: Path) -> None:
+    out = RankOutput(0, tmp_path / "rank0.log")
+    line = "".join(str(i % 10) for i in range(3 * MAX_LINE + 7))
+    events = out.ordered(frame(b"before\n") + line.encode(), now=0.0)  # the long line goes on stdout
+    events += out.ordered(b"\nafter\n", now=1.0)
+    out.close()
+    cut = len(line) - MAX_LINE
+    shown = line[: MAX_LINE // 2] + CUT_NOTE.format(cut=cut) + line[-MAX_LINE // 2 :]
+    assert events == [Log(0, "stderr", "before"), Log(0, "stdout", shown + "\nafter")]
+    assert (tmp_path / "rank0.log").read_text() == f"before\n{line}\nafter\n"
