@@ -30,7 +30,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 FAST_IMPORTS = str(ROOT / "tests" / "fast_imports")  # see tests/fast_imports/rfc3987_syntax
 PYTHONPATH = f"{FAST_IMPORTS}{os.pathsep}{ROOT}"
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": "300000",
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": "300000", "RAY_AUTH_MODE": "disabled",
            "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "5", "PYTHONPATH": PYTHONPATH}
 
 
@@ -45,7 +45,6 @@ class RayTestCluster:
     host_link: str
     temp_dir: str
     ray: str
-    ports: int  # the head's GCS port; the nodes' agents use the ports just above it
 
     def start_worker(self) -> None:
         """(Re)start the worker node in its namespace and wait until the head counts two live nodes."""
@@ -54,7 +53,7 @@ class RayTestCluster:
                 _run(["ip", "netns", "exec", self.namespace, self.ray, "start", f"--address={self.address}",
                       f"--node-ip-address={self.worker_ip}", "--num-cpus=1", "--object-store-memory=80000000",
                       "--disable-usage-stats", f"--temp-dir={self.temp_dir}/w",
-                      *_fixed_ports(self.ports + 20 + 10 * attempt)], timeout=240)
+                      *_fixed_ports()], self.temp_dir, timeout=240)
                 break
             except RuntimeError:
                 self.stop_worker()
@@ -81,8 +80,7 @@ class RayTestCluster:
 
     def stop_worker(self) -> None:
         """Stop every Ray process of the worker node (they run in its namespace)."""
-        for pid in _ray_pids(self.temp_dir, namespace=self.namespace):
-            _kill(pid)
+        _end_all(self.temp_dir, self.namespace)
 
 
 def driver_env() -> dict[str, str]:
@@ -102,25 +100,40 @@ def result_of(stdout: str, stderr: str) -> dict[str, object]:
 _STARTS = 3  # Ray's raylet gives its agents a fixed 15 s to start (ray-project/ray#65983): a loaded machine retries
 
 
-def _fixed_ports(base: int) -> list[str]:
-    """Fixed ports for a node's agents: given a port, the raylet need not wait for the agents to write theirs to files
-    before it registers (a wait that Ray bounds at 30 s, too short for a loaded 2-core machine)."""
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free now (held together while chosen, so they differ)."""
+    import socket
+
+    held = [socket.socket() for _ in range(count)]
+    try:
+        for sock in held:
+            sock.bind(("0.0.0.0", 0))
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _fixed_ports() -> list[str]:
+    """Free ports given to a node's agents, so the raylet need not wait for the agents to write theirs to files
+    before it registers."""
     names = ("--dashboard-agent-grpc-port", "--dashboard-agent-listen-port", "--runtime-env-agent-port",
              "--metrics-export-port", "--node-manager-port", "--object-manager-port")
-    return [f"{name}={base + i}" for i, name in enumerate(names)]
+    return [f"{name}={port}" for name, port in zip(names, _free_ports(len(names)))]
 
 
-def _run(args: list[str], timeout: float = 60.0) -> None:
-    env = {**os.environ, **RAY_ENV}
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+def _run(args: list[str], temp_dir: str, timeout: float = 60.0) -> None:
+    env = {**os.environ, **RAY_ENV, "NOTEBOOK_ACCEL_TEST_RAY": temp_dir}
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env, cwd=temp_dir)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 
 
 def _ray_pids(temp_dir: str, namespace: str | None = None) -> list[int]:
-    """Processes whose command line names this session's Ray folder (only those in ``namespace`` if given)."""
-    import psutil
-
+    """The processes of this session's cluster (only those in ``namespace`` if given): every one started in the
+    session's folder (``ray start`` runs there) or inherits ``NOTEBOOK_ACCEL_TEST_RAY``. A command line is no mark
+    (Ray renames its processes, which also blanks what ``/proc`` shows of their environment)."""
+    marker = f"NOTEBOOK_ACCEL_TEST_RAY={temp_dir}".encode()
     found = []
     ns = None
     if namespace is not None:
@@ -128,18 +141,36 @@ def _ray_pids(temp_dir: str, namespace: str | None = None) -> list[int]:
             ns = os.stat(f"/run/netns/{namespace}").st_ino
         except OSError:
             return []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = " ".join(proc.info.get("cmdline") or [])
-        if temp_dir not in cmdline:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if not os.readlink(f"/proc/{entry}/cwd").startswith(temp_dir):
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker not in f.read().split(b"\0"):
+                        continue
+        except OSError:
             continue
         if ns is not None:
             try:
-                if os.stat(f"/proc/{proc.pid}/ns/net").st_ino != ns:
+                if os.stat(f"/proc/{entry}/ns/net").st_ino != ns:
                     continue
             except OSError:
                 continue
-        found.append(proc.pid)
+        found.append(int(entry))
     return found
+
+
+def _end_all(temp_dir: str, namespace: str | None = None) -> None:
+    """Kill the cluster's processes until none is left (a raylet killed mid-start may still spawn an agent)."""
+    quiet = 0
+    deadline = time.monotonic() + 20.0
+    while quiet < 3 and time.monotonic() < deadline:
+        pids = _ray_pids(temp_dir, namespace)
+        for pid in pids:
+            _kill(pid)
+        quiet = 0 if pids else quiet + 1
+        time.sleep(0.3)
 
 
 def _kill(pid: int) -> None:
@@ -177,14 +208,14 @@ def ray_cluster() -> Iterator[RayTestCluster]:
         subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
         subprocess.run(["ip", "link", "del", host_link], capture_output=True)
         pytest.skip(f"network namespaces are not available here: {e.stderr}")
-    port = 21000 + tag * 50
-    cluster = RayTestCluster(f"{head_ip}:{port}", head_ip, worker_ip, namespace, host_link, temp_dir, ray_bin, port)
+    port = _free_ports(1)[0]
+    cluster = RayTestCluster(f"{head_ip}:{port}", head_ip, worker_ip, namespace, host_link, temp_dir, ray_bin)
     try:
         for attempt in range(_STARTS):
             try:
                 _run([ray_bin, "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}", "--num-cpus=1",
                       "--include-dashboard=false", "--object-store-memory=80000000", "--disable-usage-stats",
-                      f"--temp-dir={temp_dir}", *_fixed_ports(port + 1 + 6 * attempt)], timeout=300)
+                      f"--temp-dir={temp_dir}", *_fixed_ports()], temp_dir, timeout=300)
                 break
             except RuntimeError:
                 for pid in _ray_pids(temp_dir):
@@ -195,8 +226,7 @@ def ray_cluster() -> Iterator[RayTestCluster]:
         cluster.start_worker()
         yield cluster
     finally:
-        for pid in _ray_pids(temp_dir):
-            _kill(pid)
+        _end_all(temp_dir)
         subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
         subprocess.run(["ip", "link", "del", host_link], capture_output=True)
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -140,6 +140,16 @@ def case_hang(ray: Any, cluster: Any, pidfile: str) -> dict[str, Any]:
     return {"error": error, "ended_at": time.time(), "left": leftovers(ray, wait=30.0)}
 
 
+def case_checkpoint(ray: Any, cluster: Any, root: str) -> dict[str, Any]:
+    """Each rank saves into a folder of its own (a node-local disk) and resumes from it, on the cluster."""
+    from notebook_accel import notebook_launcher
+    from tests.checkpointing import workers
+
+    value = notebook_launcher(workers.save_into_a_folder_per_rank, args=(root,), num_processes=2, cluster=cluster,
+                              dashboard=False)
+    return {"value": value, "left": leftovers(ray)}
+
+
 def main(argv: list[str]) -> int:
     what, address = argv[0], argv[1]
     ray = _join(address)
@@ -156,6 +166,8 @@ def main(argv: list[str]) -> int:
         result = case_refusals(ray, cluster)
     elif what == "stop":
         result = case_stop(ray, cluster)
+    elif what == "checkpoint":
+        result = case_checkpoint(ray, cluster, argv[2])
     elif what == "hang":
         result = case_hang(ray, cluster, argv[2])
     else:

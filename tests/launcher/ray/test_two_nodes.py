@@ -160,3 +160,14 @@ def test_a_lost_node_ends_the_run_naming_the_node(ray_cluster: RayTestCluster, t
     assert float(result["elapsed"]) < 60, result  # type: ignore[arg-type]
     print(f"{how}: the run ended {float(result['elapsed']):.1f} s after the node was lost")  # type: ignore[arg-type]
     assert result["left"]["actors"] == []  # type: ignore[index]
+
+
+def test_each_node_saves_into_its_own_folder_and_resumes_from_it(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """Node-local disks (issue 29 item 6): each rank's folder holds what it needs to resume; a folder of another rank
+    or of another save is refused, as in a local run (tests/checkpointing/test_multiprocess.py)."""
+    result = _driver(ray_cluster, "checkpoint", str(tmp_path))
+    out = result["value"]
+    assert isinstance(out, dict) and out["ranks"] == [0] and out["format"] == 2
+    own_only, mixed = out["refusals"]
+    assert "holds the states of ranks [1] only" in own_only and "not the folders of one save" in mixed
+    assert result["left"] == {"actors": [], "groups": []}
