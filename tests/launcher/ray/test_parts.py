@@ -256,3 +256,12 @@ def test_a_stopped_rank_is_no_failure_of_its_own() -> None:
         handle.reap()
         assert handle.control is not None
         handle.control.close()
+
+
+def test_no_sample_is_due_before_a_rank_sent_one() -> None:
+    """An empty sample would show a machine of 0 bytes in the system panel."""
+    watch = RunWatch(_FakeRay([]), [], node_timeout=30)
+    sampler = RemoteSampler(watch, interval=0.0)
+    assert not sampler.due(time.monotonic() + 10)
+    watch.samples[0] = SystemSample(1.0, (RankSystem(0, 10.0, 5, 5),), 100, 200)
+    assert sampler.due(time.monotonic() + 10)

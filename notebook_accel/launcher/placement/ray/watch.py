@@ -161,8 +161,9 @@ class RemoteSampler:
         self.next_due = time.monotonic() + interval
 
     def due(self, now: float) -> bool:
-        """Whether a sample is due at ``now``."""
-        return now >= self.next_due
+        """Whether a sample is due at ``now`` (never before a rank sent one: an empty sample would read as a machine
+        of 0 bytes)."""
+        return now >= self.next_due and bool(self.watch.latest())
 
     def sample(self) -> SystemSample:
         """The ranks' latest figures together (a rank that sent none yet is left out)."""
