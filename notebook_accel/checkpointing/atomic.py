@@ -19,10 +19,11 @@ import secrets
 import shutil
 import socket
 from collections.abc import Callable
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, cast
 
 import torch
 
+from notebook_accel.checkpointing.checksum import ALGORITHM, Algorithm, HashingWriter, file_checksum, record
 from notebook_accel.checkpointing.errors import CheckpointError
 
 __all__ = [
@@ -130,12 +131,15 @@ def make_dir(path: str, exist_ok: bool = False) -> None:
 
 
 def _write_with(path: str, writer: Callable[[IO[bytes]], None]) -> None:
-    """Open ``path`` for writing, let ``writer`` fill it, flush and fsync; OS errors become CheckpointError."""
+    """Open ``path`` for writing, let ``writer`` fill it (hashing every byte on the way), flush and fsync, and
+    :func:`~notebook_accel.checkpointing.checksum.record` its size and digest; OS errors become CheckpointError."""
     try:
         with open(path, "wb") as f:
-            writer(f)
+            stream = HashingWriter(f)
+            writer(cast(IO[bytes], stream))
             f.flush()
             os.fsync(f.fileno())
+        record(path, stream.size, stream.hexdigest())
     except OSError as e:
         raise _os_error("write", path, e) from e
     except RuntimeError as e:  # torch's writer reports a full disk as a RuntimeError ("unexpected pos ...")
@@ -159,7 +163,8 @@ def _writer_cause(path: str, error: RuntimeError) -> str:
 
 
 def write_torch(path: str, obj: Any) -> None:
-    """``torch.save(obj)`` into ``path``, durably (flushed and fsynced before returning)."""
+    """``torch.save(obj)`` into ``path``, durably (flushed and fsynced before returning), its digest computed
+    while it is written."""
     _write_with(path, lambda f: torch.save(obj, f))
 
 
@@ -195,18 +200,13 @@ def read_torch(path: str) -> Any:
         ) from e
 
 
-def file_digest(path: str) -> tuple[int, str]:
-    """Size in bytes and SHA-256 hex digest of ``path``."""
-    h = hashlib.sha256()
-    size = 0
+def file_digest(path: str, algorithm: Algorithm = ALGORITHM) -> tuple[int, str]:
+    """Size in bytes and hex digest (XXH3-128 unless ``algorithm`` says otherwise) of ``path``; an OS error
+    becomes a CheckpointError naming the file."""
     try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-                size += len(block)
+        return file_checksum(path, algorithm)
     except OSError as e:
         raise _os_error("read", path, e) from e
-    return size, h.hexdigest()
 
 
 def fsync_dir(path: str) -> None:

@@ -3,8 +3,10 @@
 Nothing is modified until every rank has read the manifest (every field's type, file names inside the folder),
 compared it with its prepared objects (world size, number, kind and type of each object, model keys, shapes and
 dtypes, optimizer parameter groups and buffer shapes, loader keys and value types, RNG parts restored into
-throw-away generators), checked its files (regular files, sizes; the main process also checks SHA-256) and mapped
-every file it needs with ``torch.load(weights_only=True, mmap=True)``. Only when all ranks report success is the
+throw-away generators), checked its files (regular files, sizes, and its share of the checksums: every file's is
+checked by one rank, see :func:`checked_by`) and mapped every file it needs with
+``torch.load(weights_only=True, mmap=True)``. A checksum is computed through a memory mapping of the file, which
+leaves its pages in the cache for the mapped load: the check costs a pass of the hash over memory, not another read. Only when all ranks report success is the
 state applied: the small states first (put back if one of them fails), then optimizers and models, RNG last.
 """
 
@@ -115,15 +117,42 @@ def _needed_files(objects: list[Saved], rank: int, world: int) -> list[str]:
     return files
 
 
-def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, main: bool) -> list[Any]:
+def checked_by(manifest: Manifest, needed: list[str], rank: int, world: int) -> list[str]:
+    """The files whose checksum ``rank`` checks (of ``world`` ranks; ``needed``: the files it reads).
+
+    Into one folder (the usual case) the ranks share the work, so every file is hashed once: a per-rank file by
+    the rank that reads it (saved rank ``s`` by rank ``s % world``), the others to the rank with the fewest bytes
+    so far, largest first. Every rank computes the same split from the manifest. After a save into per-rank
+    folders, which ranks load a folder is the user's choice, so each rank checks every file it reads there.
+    """
+    if manifest.ranks is not None:
+        return sorted(set(needed) & set(manifest.all_files()))
+    load = [0] * world
+    mine: list[str] = []
+    owner = {e.file.format(rank=s): s % world for e in manifest.entries if e.per_rank for s in range(manifest.world_size)}
+    rest = [name for name in manifest.all_files() if name not in owner]
+    for name in [n for n in manifest.all_files() if n in owner] + sorted(rest, key=lambda n: (-_size(manifest, n), n)):
+        who = owner.get(name, load.index(min(load)))
+        load[who] += _size(manifest, name)
+        if who == rank:
+            mine.append(name)
+    return mine
+
+
+def _size(manifest: Manifest, name: str) -> int:
+    """The size of file ``name`` in the manifest (0 when unlisted: the size check reports that)."""
+    return int(manifest.files.get(name, {}).get("size", 0))
+
+
+def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, world: int) -> list[Any]:
     """Check and load every file this rank needs (objects already compared); raises CheckpointError."""
     needed = _needed_files(objects, rank, manifest.world_size)
-    own = [s.entry.file.format(rank=rank) for s in objects if s.entry.per_rank and rank < manifest.world_size]
-    # sizes for everything this rank reads; SHA-256 for all files on the main process, own files elsewhere
+    main = rank == 0
+    # sizes for everything this rank reads (every file on the main process); checksums for this rank's share
     problems = manifest.verify_files(path, sorted(set(needed) | set(manifest.all_files() if main else [])),
                                      checksum=False)
     if not problems:
-        problems = manifest.verify_files(path, manifest.all_files() if main else own)
+        problems = manifest.verify_files(path, checked_by(manifest, needed, rank, world))
     if problems:
         raise CheckpointError(f"checkpoint {path!r} is damaged: " + "; ".join(problems))
     # collective readers (FSDP shards) read later, once every rank has validated its files
@@ -195,7 +224,7 @@ def _validate(accelerator: Any, input_dir: str | os.PathLike[str] | None,
     problems = compare(manifest, objects, state.num_processes, skipped)
     if problems:
         raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
-    return path, manifest, objects, _read_all(path, manifest, objects, state.process_index, state.is_main_process)
+    return path, manifest, objects, _read_all(path, manifest, objects, state.process_index, state.num_processes)
 
 
 def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None, *,

@@ -1,7 +1,8 @@
 """The manifest: ``manifest.json``, the list of what a checkpoint holds, written last, checked first.
 
 It records the format version, the world size, every saved object (kind, index, file, type name), and the size
-and SHA-256 of every file. Its presence with ``"complete": true`` in a directory whose name is not temporary is
+and checksum of every file: XXH3-128 (format 3), or SHA-256 in a checkpoint written before (formats 1 and 2), which
+still loads and is still verified with it (:mod:`~notebook_accel.checkpointing.checksum`). Its presence with ``"complete": true`` in a directory whose name is not temporary is
 the completion marker; :func:`read_manifest` refuses anything else with a clear :class:`CheckpointError`.
 """
 
@@ -15,11 +16,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
 from notebook_accel.checkpointing.atomic import file_digest, write_bytes
+from notebook_accel.checkpointing.checksum import ALGORITHM, ALGORITHMS, TITLES, Algorithm
 from notebook_accel.checkpointing.errors import CheckpointError
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Kind", "Entry", "Manifest", "read_manifest", "write_manifest"]
 
-FORMAT_VERSION = 2  # the newest format read; 1 is written unless the save went into per-rank folders (2)
+#: the format written and the newest read: 3 records XXH3-128 checksums (1 and 2, SHA-256: one folder / per-rank
+#: folders; a format-3 manifest with ``ranks`` is a save into per-rank folders)
+FORMAT_VERSION = 3
 MANIFEST_NAME = "manifest.json"
 
 Kind = Literal["model", "optimizer", "scheduler", "dataloader", "scaler", "custom", "rng"]
@@ -92,10 +96,11 @@ class Manifest:
     Attributes:
         world_size: number of processes that saved the checkpoint.
         entries: every saved object.
-        files: file name -> ``{"size": int, "sha256": str}`` for every file of the checkpoint.
+        files: file name -> ``{"size": int, "xxh3_128": str}`` for every file of the checkpoint (``"sha256"``
+            instead in a checkpoint of format 1 or 2).
         step: the Accelerator's ``step`` counter at save time.
         iteration: the automatic-naming iteration of this checkpoint (``None`` for an explicit ``output_dir``).
-        format_version: the format written: 1, or 2 with ``ranks`` (newest read: :data:`FORMAT_VERSION`).
+        format_version: the format written (:data:`FORMAT_VERSION`; older ones are read too).
         complete: the completion marker; always True in a committed checkpoint.
         created: Unix time of the save.
         ranks: the ranks whose per-rank files this folder holds when the ranks saved into different folders
@@ -108,7 +113,7 @@ class Manifest:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     step: int = 0
     iteration: int | None = None
-    format_version: int = 1  # 2 for a save into per-rank folders (older readers cannot read those)
+    format_version: int = FORMAT_VERSION
     complete: bool = True
     created: float = field(default_factory=time.time)
     ranks: list[int] | None = None
@@ -174,8 +179,8 @@ class Manifest:
                     out.append(f"entry {e.kind} {e.index}: {problem}")
         if not isinstance(self.files, dict) or not all(
                 isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("size"), int)
-                and isinstance(v.get("sha256"), str) for k, v in self.files.items()):
-            out.append("files must map each name to {size: int, sha256: str}")
+                and sum(isinstance(v.get(a), str) for a in ALGORITHMS) == 1 for k, v in self.files.items()):
+            out.append(f"files must map each name to {{size: int, <checksum>: str}} with one checksum of {ALGORITHMS}")
         return out
 
     def entries_of(self, kind: Kind) -> list[Entry]:
@@ -190,11 +195,13 @@ class Manifest:
         return [name for e in self.entries
                 for name in ([e.file.format(rank=r) for r in ranks] if e.per_rank else [e.file]) + list(e.shared_files)]
 
-    def record_files(self, directory: str) -> None:
-        """Fill :attr:`files` with the size and SHA-256 of every file, read from ``directory``."""
+    def record_files(self, directory: str, known: dict[str, tuple[int, str]] | None = None) -> None:
+        """Fill :attr:`files` with the size and XXH3-128 digest of every file: from ``known`` (file name ->
+        ``(size, digest)``, computed while the files were written), else read from ``directory``."""
+        known = known or {}
         for name in self.all_files():
-            size, digest = file_digest(os.path.join(directory, name))
-            self.files[name] = {"size": size, "sha256": digest}
+            size, digest = known.get(name) or file_digest(os.path.join(directory, name))
+            self.files[name] = {"size": size, ALGORITHM: digest}
 
     def verify_files(self, directory: str, names: list[str], checksum: bool = True) -> list[str]:
         """Problems with ``names`` in ``directory`` (missing, wrong size, wrong checksum); empty when all good."""
@@ -210,9 +217,15 @@ class Manifest:
                 problems.append(f"{name}: missing")
             elif os.path.getsize(path) != expected["size"]:
                 problems.append(f"{name}: {os.path.getsize(path)} bytes, the manifest says {expected['size']}")
-            elif checksum and file_digest(path)[1] != expected["sha256"]:
-                problems.append(f"{name}: SHA-256 differs from the manifest (the file was changed or corrupted)")
+            elif checksum and file_digest(path, (algorithm := _algorithm(expected)))[1] != expected[algorithm]:
+                problems.append(f"{name}: its {TITLES[algorithm]} checksum differs from the manifest's (the file was "
+                                "changed or corrupted after the save); load an older checkpoint or restore the file")
         return problems
+
+
+def _algorithm(expected: dict[str, Any]) -> Algorithm:
+    """The checksum algorithm of a file's manifest record (one of them, :meth:`Manifest.problems` checked)."""
+    return next(a for a in ALGORITHMS if a in expected)  # type: ignore[return-value]
 
 
 def write_manifest(directory: str, manifest: Manifest) -> None:

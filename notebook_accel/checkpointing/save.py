@@ -7,8 +7,12 @@ all-gather of per-rank errors that also acts as a barrier):
 1. the main process checks the target and creates the temporary sibling ``.tmp-<name>-<nonce>``;
 2. every rank writes its files into it (the main process the shared ones, each rank its own RNG and loader
    states), each flushed and fsynced;
-3. the main process records sizes and SHA-256 of every file in ``manifest.json``, fsyncs, renames the directory
+3. the main process records sizes and checksums of every file in ``manifest.json``, fsyncs, renames the directory
    into place, then (automatic naming) deletes the oldest checkpoints beyond ``total_limit``.
+
+The checksums (XXH3-128, :mod:`~notebook_accel.checkpointing.checksum`) are computed while the files are written,
+by the rank that writes them, and reach the main process with the agreement that ends phase 2: nothing is read
+back. Only a file written by a collective writer (DCP's shards) is hashed after the write, by its own rank.
 
 A failure anywhere makes every rank raise the same :class:`CheckpointError`; the temporary directory is removed
 and the previous checkpoint is untouched. A process killed mid-save leaves only a ``.tmp-`` directory, which
@@ -22,7 +26,8 @@ import secrets
 from typing import Any, cast
 
 from notebook_accel.checkpointing.agreement import agree
-from notebook_accel.checkpointing.atomic import commit_dir, make_dir, remove_dir, temp_sibling, write_torch
+from notebook_accel.checkpointing.atomic import commit_dir, file_digest, make_dir, remove_dir, temp_sibling, write_torch
+from notebook_accel.checkpointing.checksum import recording
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.folders import Folders, folder_key
 from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Manifest, write_manifest
@@ -101,38 +106,49 @@ def _phase_prepare(path: str, automatic: bool) -> str:
     return temp
 
 
-def _write_files(objects: list[Saved], snapshot: dict[int, Any], temp: str, rank: int, main: bool) -> None:
+Digests = dict[str, tuple[int, str]]  # file name -> (size, XXH3-128 digest)
+
+
+def _write_files(objects: list[Saved], snapshot: dict[int, Any], temp: str, rank: int, main: bool) -> Digests:
     """Write this rank's share of the files into ``temp`` (``main``: the folder's leader, which writes the shared
-    files); collective writers (FSDP shards) first, so every rank reaches them whatever happens to its own files."""
-    for i, saved in enumerate(objects):
-        if saved.write is not None:
-            saved.write(temp, snapshot[i])
-    for i, saved in enumerate(objects):
-        if saved.write is not None:
-            continue
-        if saved.entry.per_rank:
-            write_torch(os.path.join(temp, saved.entry.file.format(rank=rank)), snapshot[i])
-        elif main:
-            write_torch(os.path.join(temp, saved.entry.file), saved.get())
+    files); collective writers (FSDP shards) first, so every rank reaches them whatever happens to its own files.
+
+    Returns the size and digest of every file this rank wrote (a collective writer's own-rank file included)."""
+    with recording() as ledger:
+        for i, saved in enumerate(objects):
+            if saved.write is not None:
+                saved.write(temp, snapshot[i])
+                own = os.path.join(temp, saved.entry.file.format(rank=rank))
+                if saved.entry.per_rank and os.path.abspath(own) not in ledger and os.path.isfile(own):
+                    ledger[os.path.abspath(own)] = file_digest(own)  # written by DCP: hashed here, from the cache
+        for i, saved in enumerate(objects):
+            if saved.write is not None:
+                continue
+            if saved.entry.per_rank:
+                write_torch(os.path.join(temp, saved.entry.file.format(rank=rank)), snapshot[i])
+            elif main:
+                write_torch(os.path.join(temp, saved.entry.file), saved.get())
+    folder = os.path.abspath(temp)
+    return {os.path.basename(p): v for p, v in ledger.items() if os.path.dirname(p) == folder}
 
 
 def _phase_commit(accelerator: Any, objects: list[Saved], temp: str, path: str, iteration: int | None,
-                  group: tuple[list[int], str] | None = None) -> None:
-    """A folder's leader: write the manifest, rename into place, rotate old automatic checkpoints. ``group``:
-    the ranks this folder holds and the save's id, when the ranks save into different folders."""
+                  digests: Digests, group: tuple[list[int], str] | None = None) -> None:
+    """A folder's leader: write the manifest (with the ``digests`` its ranks computed while writing), rename into
+    place, rotate old automatic checkpoints. ``group``: the ranks this folder holds and the save's id, when the
+    ranks save into different folders."""
     world = accelerator.state.num_processes
     manifest = Manifest(world_size=world, entries=[s.entry for s in objects],
                         step=int(getattr(accelerator, "step", 0) or 0), iteration=iteration)
     if group is not None:
         manifest.ranks, manifest.save_id = group
-        manifest.format_version = 2
     missing = [n for n in manifest.all_files() if not os.path.isfile(os.path.join(temp, n))]
     if missing:
         raise CheckpointError(
             f"files written by other ranks are not visible to the main process in {temp!r}: {missing}. The "
             "checkpoint directory must be on a file system shared by all processes."
         )
-    manifest.record_files(temp)
+    manifest.record_files(temp, digests)
     write_manifest(temp, manifest)
     commit_dir(temp, path)
     if iteration is not None:
@@ -211,14 +227,16 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
         shared = cast(str, temps[folders.leaders[rank]][0])
         group = (list(folders.ranks_of(rank)), temps[0][1]) if folders.split else None
         error = None
+        written: Digests = {}
         try:
-            _write_files(objects, snapshot, shared, rank, main)
+            written = _write_files(objects, snapshot, shared, rank, main)
         except Exception as e:  # any failure must reach the other ranks, or they would wait forever
             error = error_text(e)
-        agree(error, world, action)
+        every = agree(error, world, action, payload=written)
         if main:
             try:
-                _phase_commit(accelerator, objects, shared, path, iteration, group)
+                digests = {k: v for r in folders.ranks_of(rank) for k, v in every[r].items()}
+                _phase_commit(accelerator, objects, shared, path, iteration, digests, group)
             except Exception as e:
                 error = error_text(e)
         agree(error, world, action)

@@ -1,5 +1,5 @@
 """Hostile checkpoint files for the tests: a pickle that runs code when unpickled in full, and a manifest made to
-agree with a rewritten file (anyone who can write the file can update its size and SHA-256)."""
+agree with a rewritten file (anyone who can write the file can update its size and checksum)."""
 
 from __future__ import annotations
 
@@ -34,12 +34,12 @@ def torch_bytes(obj: Any) -> bytes:
 
 
 def record(path: str | os.PathLike[str], *names: str) -> None:
-    """Make the manifest of checkpoint ``path`` agree with the files ``names`` as they are now (size, SHA-256)."""
+    """Make the manifest of checkpoint ``path`` agree with the files ``names`` as they are now (size, XXH3-128)."""
     file = os.path.join(path, MANIFEST_NAME)
     with open(file) as f:
         data = json.load(f)
     for name in names:
         size, digest = file_digest(os.path.join(path, name))
-        data["files"][name] = {"size": size, "sha256": digest}
+        data["files"][name] = {"size": size, "xxh3_128": digest}
     with open(file, "w") as f:
         json.dump(data, f)

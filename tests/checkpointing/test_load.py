@@ -121,7 +121,7 @@ def test_changed_file(saved) -> None:
     data[-30] ^= 0xFF
     with open(path, "wb") as f:
         f.write(data)
-    _refused(make_accelerator(seed=2), saved, "pytorch_model.bin: SHA-256 differs")
+    _refused(make_accelerator(seed=2), saved, "pytorch_model.bin: its XXH3-128 checksum differs")
 
 
 def test_unsafe_pickle_is_refused(saved) -> None:
@@ -133,13 +133,13 @@ def test_unsafe_pickle_is_refused(saved) -> None:
     from notebook_accel.checkpointing.atomic import file_digest
 
     size, digest = file_digest(path)
-    _edit_manifest(saved, lambda d: d["files"].update({"custom_checkpoint_0.pkl": {"size": size, "sha256": digest}}))
+    _edit_manifest(saved, lambda d: d["files"].update({"custom_checkpoint_0.pkl": {"size": size, "xxh3_128": digest}}))
     _refused(make_accelerator(seed=2), saved, "weights_only=True")
 
 
 # -- crafted payloads (issue 11, item 5): refused before anything changes ------------------------------------
 def _replace_payload(path: str, name: str, edit) -> None:
-    """Load ``name``, apply ``edit`` to it, save it back and make the manifest agree (size and SHA-256)."""
+    """Load ``name``, apply ``edit`` to it, save it back and make the manifest agree (size and XXH3-128)."""
     from notebook_accel.checkpointing.atomic import file_digest
 
     file = os.path.join(path, name)
@@ -147,7 +147,7 @@ def _replace_payload(path: str, name: str, edit) -> None:
     payload = edit(payload)
     torch.save(payload, file)
     size, digest = file_digest(file)
-    _edit_manifest(path, lambda d: d["files"].__setitem__(name, {"size": size, "sha256": digest}))
+    _edit_manifest(path, lambda d: d["files"].__setitem__(name, {"size": size, "xxh3_128": digest}))
 
 
 def test_rng_with_the_right_keys_but_wrong_types(saved) -> None:

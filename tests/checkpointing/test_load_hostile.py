@@ -1,6 +1,6 @@
 """Crafted checkpoints (consistent manifest, hostile content) are refused before any state changes, bit for bit.
 
-Each case rewrites one file of a good checkpoint and records its new size and SHA-256 in the manifest, so only the
+Each case rewrites one file of a good checkpoint and records its new size and checksum in the manifest, so only the
 content checks can catch it; load_state must then raise a CheckpointError and leave the weights (as bytes), the
 optimizer, scheduler, loader, custom object, step and every RNG (python, numpy, torch) exactly as they were.
 (The basic cases, one per kind of problem, are in test_load.py; these are the ones that slipped past them.)

@@ -46,7 +46,8 @@ def test_verify_reports_every_problem(tmp_path) -> None:
     (tmp_path / "pytorch_model.bin").write_bytes(b"xyz")
     problems = manifest.verify_files(str(tmp_path), manifest.all_files() + ["extra.bin"])
     assert problems == [
-        "pytorch_model.bin: SHA-256 differs from the manifest (the file was changed or corrupted)",
+        "pytorch_model.bin: its XXH3-128 checksum differs from the manifest's (the file was changed or corrupted "
+        "after the save); load an older checkpoint or restore the file",
         "random_states_0.pkl: missing",
         "random_states_1.pkl: 4 bytes, the manifest says 3",
         "extra.bin: not listed in the manifest",

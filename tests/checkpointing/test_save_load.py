@@ -48,7 +48,8 @@ def test_layout_and_manifest(tmp_path) -> None:
         "dl_state_dict_rank0.bin", "custom_checkpoint_0.pkl", "random_states_0.pkl",
     ])
     manifest = json.loads((tmp_path / "ckpt" / MANIFEST_NAME).read_text())
-    assert manifest["complete"] is True and manifest["world_size"] == 1 and manifest["format_version"] == 1
+    assert manifest["complete"] is True and manifest["world_size"] == 1 and manifest["format_version"] == 3
+    assert all(set(record) == {"size", "xxh3_128"} for record in manifest["files"].values())
     assert {e["kind"] for e in manifest["entries"]} == {"model", "optimizer", "scheduler", "scaler", "dataloader",
                                                         "custom", "rng"}
     assert set(manifest["files"]) == set(_layout(path)) - {MANIFEST_NAME}

@@ -108,8 +108,9 @@ def killed_mid_save(project_dir: str, victim: int) -> None:
 
         def dies_midway(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
             real(obj, f, *args, **kwargs)
-            f.flush()
-            f.truncate(f.tell() // 2)
+            file = getattr(f, "stream", f)  # the open file under the writer that hashes what is written
+            file.flush()
+            file.truncate(file.tell() // 2)
             os.kill(os.getpid(), signal.SIGKILL)
 
         torch.save = dies_midway  # type: ignore[assignment]
