@@ -5,7 +5,7 @@ and ``save_model`` here (``save_model`` writes accelerate's ``model.safetensors`
 
 Layout of a checkpoint directory (accelerate's names where it has one)::
 
-    manifest.json                    format version, world size, objects, file sizes + SHA-256 (written last)
+    manifest.json                    format version, world size, objects, file sizes + XXH3-128 (written last)
     pytorch_model.bin, _1.bin ...    unwrapped model weights
     optimizer.bin, optimizer_1.bin   optimizer states
     scheduler.bin, ...               scheduler states

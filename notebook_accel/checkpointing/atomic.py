@@ -134,8 +134,7 @@ def _write_with(path: str, writer: Callable[[IO[bytes]], None]) -> None:
     """Open ``path`` for writing, let ``writer`` fill it (hashing every byte on the way), flush and fsync, and
     :func:`~notebook_accel.checkpointing.checksum.record` its size and digest; OS errors become CheckpointError."""
     try:
-        with open(path, "wb") as f:
-            stream = HashingWriter(f)
+        with open(path, "wb") as f, HashingWriter(f) as stream:
             writer(cast(IO[bytes], stream))
             f.flush()
             os.fsync(f.fileno())

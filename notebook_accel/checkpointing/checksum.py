@@ -13,7 +13,7 @@ a save no longer spends a second reading back every gigabyte it has just written
 - Loading: :func:`file_checksum` hashes a file through a read-only memory mapping, which leaves its pages in the
   page cache for the ``torch.load(mmap=True)`` that follows: the check is the read, not a pass on top of it.
 
-Checkpoints written before this module recorded SHA-256 (:data:`LEGACY`); they are still verified with it.
+Checkpoints written before this module (formats 1 and 2) recorded SHA-256; they are still verified with it.
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ import hashlib
 import mmap
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Literal, get_args
 
 import xxhash
 
-__all__ = ["ALGORITHM", "LEGACY", "Algorithm", "HashingWriter", "recording", "record", "file_checksum"]
+__all__ = ["ALGORITHM", "Algorithm", "HashingWriter", "recording", "record", "file_checksum"]
 
 Algorithm = Literal["xxh3_128", "sha256"]
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
 ALGORITHM: Algorithm = "xxh3_128"  # what a save records now
-LEGACY: Algorithm = "sha256"  # what checkpoints of format 1 and 2 record; still verified
 
 #: the name of each algorithm in messages
 TITLES = {"xxh3_128": "XXH3-128", "sha256": "SHA-256"}
@@ -46,15 +46,23 @@ def _hasher(algorithm: Algorithm) -> Any:
     return xxhash.xxh3_128() if algorithm == "xxh3_128" else hashlib.sha256()
 
 
+_OVERLAP = 1 << 20  # from this size on, a buffer is hashed on a helper thread while it is being written
+
+
 class HashingWriter:
     """A write-only stream that hashes every byte on its way into ``stream``: one pass over the data.
 
     ``torch.save`` writes a zip archive front to back (it never seeks on a stream without ``seek``), so the
-    digest is that of the file. :attr:`size` counts the bytes written.
+    digest is that of the file. :attr:`size` counts the bytes written. A large buffer (a tensor's storage) is
+    hashed on a helper thread while the calling thread writes it (both release the GIL), and ``write`` returns
+    once both are done, so the buffer is never used after the call; :meth:`close` (or the ``with`` block's end)
+    stops the helper.
 
     Example:
         >>> import io
-        >>> w = HashingWriter(io.BytesIO()); w.write(b"abc"); w.size, len(w.hexdigest())
+        >>> with HashingWriter(io.BytesIO()) as w:
+        ...     _ = w.write(b"abc")
+        >>> w.size, len(w.hexdigest())
         (3, 32)
     """
 
@@ -62,14 +70,36 @@ class HashingWriter:
         self.stream = stream
         self.size = 0
         self._hash = _hasher(algorithm)
+        self._helper: ThreadPoolExecutor | None = None
 
     def write(self, data: Any) -> int:
-        """Hash ``data`` (bytes or any buffer), then write it; returns the number of bytes written."""
+        """Hash ``data`` (bytes or any buffer) and write it; returns the number of bytes written."""
         view = memoryview(data).cast("B")
-        self._hash.update(view)
-        self.stream.write(view)
+        if view.nbytes < _OVERLAP:
+            self._hash.update(view)
+            self.stream.write(view)
+        else:
+            if self._helper is None:
+                self._helper = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-hash")
+            hashed = self._helper.submit(self._hash.update, view)
+            try:
+                self.stream.write(view)
+            finally:
+                hashed.result()
         self.size += view.nbytes
         return view.nbytes
+
+    def close(self) -> None:
+        """Stop the helper thread (the underlying stream stays open)."""
+        if self._helper is not None:
+            self._helper.shutdown()
+            self._helper = None
+
+    def __enter__(self) -> HashingWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def flush(self) -> None:
         """Flush the underlying stream."""

@@ -13,7 +13,7 @@ import os
 import string
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from notebook_accel.checkpointing.atomic import file_digest, write_bytes
 from notebook_accel.checkpointing.checksum import ALGORITHM, ALGORITHMS, TITLES, Algorithm
@@ -225,7 +225,7 @@ class Manifest:
 
 def _algorithm(expected: dict[str, Any]) -> Algorithm:
     """The checksum algorithm of a file's manifest record (one of them, :meth:`Manifest.problems` checked)."""
-    return next(a for a in ALGORITHMS if a in expected)  # type: ignore[return-value]
+    return cast(Algorithm, next(a for a in ALGORITHMS if a in expected))
 
 
 def write_manifest(directory: str, manifest: Manifest) -> None:

@@ -45,12 +45,14 @@ def _refused(path: str, pattern: str) -> None:
     assert fingerprint(acc) == before
 
 
-def test_hashing_writer_digests_what_torch_save_writes() -> None:
+@pytest.mark.parametrize("numel", [1000, 1 << 20])  # hashed on the calling thread / on the helper meanwhile
+def test_hashing_writer_digests_what_torch_save_writes(numel: int) -> None:
     buffer = io.BytesIO()
-    writer = HashingWriter(buffer)
-    torch.save({"w": torch.randn(1000), "n": 3}, writer)  # type: ignore[arg-type]
+    with HashingWriter(buffer) as writer:
+        torch.save({"w": torch.randn(numel), "v": torch.randn(numel), "n": 3}, writer)  # type: ignore[arg-type]
     data = buffer.getvalue()
     assert writer.size == len(data) and writer.hexdigest() == xxhash.xxh3_128(data).hexdigest()
+    assert writer._helper is None  # the helper thread is gone after the block
     assert writer.write(memoryview(torch.ones(4).numpy())) == 16  # a buffer of floats counts its bytes
 
 

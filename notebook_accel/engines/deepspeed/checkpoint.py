@@ -1,7 +1,7 @@
 """DeepSpeed's own checkpoint inside ours, and the full weights of a ZeRO model.
 
 ``save_state`` asks DeepSpeed's engine to ``save_checkpoint`` straight into our temporary checkpoint folder
-(``tag="."``), so its files sit beside ours and the atomic commit, sizes and SHA-256 checks cover them:
+(``tag="."``), so its files sit beside ours and the atomic commit, sizes and checksums cover them:
 
 * ZeRO 0-2: ``mp_rank_00_model_states.pt`` (rank 0, full weights), ZeRO-3:
   ``zero_pp_rank_<r>_mp_rank_00_model_states.pt``;

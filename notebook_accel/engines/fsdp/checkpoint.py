@@ -8,7 +8,7 @@ see :mod:`.storage`.
 With ``"FULL_STATE_DICT"`` the full weights (``pytorch_model_fsdp_<i>.bin``) and the full optimizer state
 (``optimizer_<i>.bin``, keyed by parameter name) are gathered to rank 0, which writes them; on load rank 0 reads
 them and broadcasts each tensor into the other ranks' shards. Both kinds sit in the checkpoint's manifest like any
-other file, so the atomic commit, sizes and SHA-256 checks apply to them unchanged.
+other file, so the atomic commit, sizes and checksums apply to them unchanged.
 
 Loading reads into fresh tensors shaped and sharded like the live ones (``empty_like``), so nothing in the model
 or optimizer changes until every rank has read and checked its part; only then are the states applied.
