@@ -183,3 +183,43 @@ def log_system(folder: str, wanted: bool) -> int:
                 break
     accelerator.end_training()
     return step
+
+
+def _fill(chunks: list[bytearray], mib: int) -> None:
+    """Allocate ``mib`` MiB more and touch every page (so it is resident)."""
+    chunk = bytearray(mib << 20)
+    chunk[::4096] = b"\x01" * len(chunk[::4096])
+    chunks.append(chunk)
+
+
+def leak_until_killed(mib_a_second: int) -> None:
+    """Rank 1 grows by ``mib_a_second`` (in tenths of a second) until the kernel kills it, as the out-of-memory
+    killer's first choice; rank 0 waits to be stopped."""
+    if int(os.environ["RANK"]) != 1:
+        time.sleep(120)
+        return
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+    chunks: list[bytearray] = []
+    while True:
+        _fill(chunks, mib_a_second // 10)
+        time.sleep(0.1)
+
+
+def killed_at_high_memory(share: float) -> None:
+    """Rank 1 fills its memory cgroup to ``share`` of its limit, stays there for the sampler to see it, then a plain
+    SIGKILL (not the out-of-memory killer) ends it; rank 0 waits to be stopped."""
+    import signal
+
+    from notebook_accel.monitor.host import cgroup_memory
+
+    if int(os.environ["RANK"]) != 1:
+        time.sleep(120)
+        return
+    chunks: list[bytearray] = []
+    limit, usage = cgroup_memory(os.getpid())
+    while limit is not None and usage is not None and usage < share * limit:
+        _fill(chunks, 16)
+        limit, usage = cgroup_memory(os.getpid())
+    time.sleep(3)  # three samples at that level
+    os.kill(os.getpid(), signal.SIGKILL)
