@@ -4,6 +4,8 @@
 one thing the numbers clearly point at, or says nothing when they do not (no verdict beats a wrong one: users act
 on it). In this order:
 
+- **idle**: every rank's process tree has used no CPU and no GPU for 5 s or more up to now (a hang, see
+  :mod:`.idle`): what the run does now, whatever its steps said before;
 - **data-bound**, every rank: each rank waits 30% or more of its steps for its DataLoader (two equally slow loaders
   make the ranks wait for each other too: that is no straggler);
 - a **straggler**: one rank's own work per step (its step less its wait for data and for the others'
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from notebook_accel.events import StepTimes
+from notebook_accel.monitor.idle import idle_verdict
 
 __all__ = ["RankSteps", "StepBreakdown", "verdict"]
 
@@ -138,13 +141,19 @@ def _straggler(ranks: Mapping[int, RankSteps]) -> str | None:
             "collective")
 
 
-def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | None = None) -> str | None:
+def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | None = None, idle_seconds: float = 0.0,
+            waiting_in: str | None = None) -> str | None:
     """The one clear reason the run is slow, in words, or ``None`` when the numbers do not show one.
 
     Args:
         breakdown: every rank's step times.
         gpu_utilization: each rank's mean GPU utilisation % (empty or ``None`` on CPU).
+        idle_seconds: how long every rank has been idle up to now (:class:`~notebook_accel.monitor.idle.IdleWatch`).
+        waiting_in: the collective the ranks wait in, where known.
     """
+    idle = idle_verdict(idle_seconds, waiting_in)
+    if idle:
+        return idle
     ranks = {rank: r for rank, r in breakdown.ranks.items() if r.steps >= MIN_STEPS}
     if not ranks:
         return None

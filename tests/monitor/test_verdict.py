@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from notebook_accel import notebook_launcher
-from notebook_accel.events import StepTimes
+from notebook_accel import LaunchTimeoutError, notebook_launcher
+from notebook_accel.events import StepTimes, SystemSample
+from notebook_accel.monitor.summary import SystemSummary
 from notebook_accel.monitor.verdict import StepBreakdown, verdict
 from tests.engines.deepspeed import needs_deepspeed
 from tests.launcher.recording import RecordingSink
@@ -118,3 +119,23 @@ def test_a_rank_slower_by_noise_in_a_run_where_everyone_waits_is_no_straggler() 
     noisy.add(StepTimes(1, 10, 3.4, 0.0, 1.0, 0.8, 2.4, 0.4))
     found = verdict(noisy)
     assert found is not None and found.startswith("communication-bound: 59%"), found
+
+
+@pytest.mark.timeout(180)
+def test_a_hang_is_named_every_rank_idle_not_no_verdict() -> None:
+    # the issue: both ranks at 0-1% CPU in a hang, and the panel said "nothing clearly slows the run down"
+    sink = RecordingSink()
+    with pytest.raises(LaunchTimeoutError):
+        notebook_launcher(workers.hang_in_all_reduce, num_processes=2, dashboard=sink, timeout=15)
+    summary = SystemSummary()
+    for sample in sink.of_type(SystemSample):
+        summary.add(sample)  # type: ignore[arg-type]
+    found = verdict(StepBreakdown(), summary.gpu_means(), summary.idle.seconds())
+    assert found is not None and found.startswith("every rank idle for"), (found, summary.lines())
+
+
+def test_a_rank_busy_again_ends_the_idle_verdict() -> None:
+    breakdown = StepBreakdown()
+    breakdown.add(StepTimes(0, 10, 10.0, 0.5, 8.0, 4.0, 0.5, 0.5))  # a fine run so far
+    assert verdict(breakdown, None, 6.0, "all_reduce") == "every rank idle for 6 s (waiting in all_reduce?)"
+    assert verdict(breakdown, None, 4.0) is None  # too short to say

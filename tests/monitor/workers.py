@@ -140,7 +140,7 @@ def train_case(kind: str) -> None:
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     for x, y in loader:
         if kind == "straggler" and accelerator.process_index == 1:
-            time.sleep(0.15)
+            time.sleep(0.4)  # well above the compute even on a loaded machine (300 matmuls took 0.4 s there)
         if kind in ("straggler", "balanced"):
             x, y = x.reshape(-1, 256), y.reshape(-1, 1)
             for _ in range(300):  # compute that dominates the step
@@ -223,3 +223,15 @@ def killed_at_high_memory(share: float) -> None:
         limit, usage = cgroup_memory(os.getpid())
     time.sleep(3)  # three samples at that level
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hang_in_all_reduce() -> None:
+    """Rank 0 waits in an all_reduce that rank 1, asleep, never joins: every rank idle until the run's timeout."""
+    import torch.distributed as dist
+
+    from notebook_accel import Accelerator
+
+    Accelerator()
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))
+    time.sleep(120)
