@@ -108,7 +108,7 @@ class ExposedWait:
         self._hook: Any = None
 
     def arm(self, loss: Any) -> None:
-        """Mark the end of the computation of the backward of ``loss`` that is about to run (nothing without a graph)."""
+        """Mark the end of the computation of the coming backward of ``loss`` (nothing without a graph)."""
         self._disarm()
         grad_fn = getattr(loss, "grad_fn", None)
         if grad_fn is not None:
@@ -119,7 +119,7 @@ class ExposedWait:
         import torch
 
         try:
-            torch.autograd.Variable._execution_engine.queue_callback(self._computed_now)  # type: ignore[attr-defined]
+            torch.autograd.Variable._execution_engine.queue_callback(self._computed_now)
         except Exception:  # noqa: BLE001 - a private torch API: without it, the wait reads 0
             return
 

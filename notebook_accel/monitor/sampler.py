@@ -43,7 +43,8 @@ class MemoryPeaks:
     Example:
         >>> from notebook_accel.events import RankSystem
         >>> peaks = MemoryPeaks()
-        >>> peaks.add(SystemSample(time.time(), (RankSystem(1, 0.0, 9 * _GIB, 9 * _GIB, memory_limit=10 * _GIB),), 0, 1))
+        >>> full = RankSystem(1, 0.0, 9 * _GIB, 9 * _GIB, memory_limit=10 * _GIB)
+        >>> peaks.add(SystemSample(time.time(), (full,), 0, 1))
         >>> peaks.add(SystemSample(time.time(), (RankSystem(1, 0.0, 0, 9 * _GIB),), 20 * _GIB, 24 * _GIB))  # dying
         >>> peaks.get(1).ranks[0].rss_bytes // _GIB, peaks.get(0)
         (9, None)

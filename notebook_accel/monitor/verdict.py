@@ -170,7 +170,8 @@ def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | Non
     comm = min(r.share(r.comm) for r in ranks.values())
     if len(ranks) > 1 and comm >= COMM_BOUND:
         return (f"communication-bound: {comm:.0%} of the step is spent waiting for communication (gradients, and "
-                "parameters when sharded); a larger per-device batch or gradient_accumulation_steps=4 would amortise it")
+                "parameters when sharded); a larger per-device batch or gradient_accumulation_steps=4 would "
+                "amortise it")
     for rank, used in sorted((gpu_utilization or {}).items()):
         if used < 50:
             return f"rank {rank}'s GPU is busy only {used:.0f}% of the time"
