@@ -11,7 +11,9 @@ on it). In this order:
 - a **straggler**: one rank's own work per step (its step less its wait for data and for the others'
   communication) is 1.3x or more the others', while the others spend a fifth of their steps waiting in
   communication and it spends less than half their share there (it arrives last, so it hardly waits; a run where
-  everyone waits is communication-bound, not held up by one rank);
+  everyone waits is communication-bound, not held up by one rank), and its extra work explains at least 3/4 of
+  the others' wait (otherwise they mostly wait for the communication itself: a loaded machine slowing one rank of
+  a communication-heavy run is no straggler);
 - **data-bound**, one rank: it waits 30% or more of its steps for its DataLoader;
 - **communication-bound**: every rank *waits* for communication 30% or more of its steps (for DDP the all-reduce
   left when backward's computation ends, see :mod:`.steps`: a lower bound of what communication costs, since the
@@ -135,6 +137,9 @@ def _straggler(ranks: Mapping[int, RankSteps]) -> str | None:
     waiting = min(ranks[rank].share(ranks[rank].comm) for rank in ranks if rank != slowest)
     own_wait = ranks[slowest].share(ranks[slowest].comm)  # a straggler arrives last: it hardly waits itself
     if typical <= 0 or work[slowest] < 1.3 * typical or waiting < 0.2 or own_wait > 0.5 * waiting:
+        return None
+    their_wait = median(ranks[rank].comm / ranks[rank].steps for rank in ranks if rank != slowest)
+    if work[slowest] - typical < 0.75 * their_wait:  # they mostly wait for communication itself, not for it
         return None
     return (f"rank {slowest} is a straggler: its own work (compute, optimizer and the rest, its data wait left "
             f"out) takes {work[slowest] / typical:.1f}x the others' per step; the others wait for it in the next "

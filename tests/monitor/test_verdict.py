@@ -95,6 +95,13 @@ def test_two_equally_slow_loaders_are_data_bound_and_no_rank_a_straggler() -> No
     assert all(r.split()["data"] > 0.15 for r in breakdown.ranks.values()), breakdown.lines()
 
 
+def test_a_rank_slowed_by_load_in_a_communication_heavy_run_is_no_straggler() -> None:
+    loaded = StepBreakdown()  # seen under load in the communication-bound case: rank 1 waits 54%, rank 0's work 1.6x
+    loaded.add(StepTimes(0, 10, 7.69, 0.0, 6.3, 5.0, 2.0, 0.7))
+    loaded.add(StepTimes(1, 10, 7.69, 0.0, 7.07, 5.0, 4.15, 0.5))
+    assert verdict(loaded) is None
+
+
 def test_a_rank_waiting_for_data_has_no_straggling_own_work() -> None:
     waits = StepBreakdown()  # rank 0 waits longer for data; rank 1 waits for it in the all-reduce
     waits.add(StepTimes(0, 10, 10.0, 6.0, 3.0, 2.0, 0.2, 0.5))
