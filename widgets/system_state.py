@@ -129,7 +129,7 @@ class SystemState:
         once per change."""
         version, found = self._verdict
         if version != self.version:
-            found = verdict(self.steps, self.summary.gpu_means())
+            found = verdict(self.steps, self.summary.gpu_means(), self.summary.idle.seconds())
             self._verdict = (self.version, found)
         return found
 

@@ -245,7 +245,7 @@ class Accelerator(AccelerateMethods, ProcessFacade):
         """``loss.backward()``, divided by the accumulation steps and scaled under fp16 (under DeepSpeed, its
         ``engine.backward`` and, on the batch that syncs gradients, ``engine.step``)."""
         step_clock = steps.clock()
-        started = time.perf_counter()
+        started = step_clock.backward_begins(loss) if step_clock is not None else 0.0
         self._engine.backward(loss, self.gradient_state, self.scaler, **kwargs)
         if step_clock is not None:
             step_clock.backward(time.perf_counter() - started)

@@ -307,7 +307,7 @@ class ConsoleSink(BaseSink):
             self._write(sys.stdout, "System: " + "; ".join(self._summary.lines()))
         if self._steps.ranks:
             self._write(sys.stdout, "Steps: " + "; ".join(self._steps.lines()))
-        found = verdict(self._steps, self._summary.gpu_means())
+        found = verdict(self._steps, self._summary.gpu_means(), self._summary.idle.seconds())
         if found:
             self._write(sys.stdout, f"Verdict: {found}")
         elapsed = format_duration(outcome.elapsed)

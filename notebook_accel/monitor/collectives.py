@@ -1,7 +1,11 @@
 """Time the collectives of a training step for the step-time breakdown: :class:`CommTimer` collects when each
-one was in flight.
+one was in flight, :class:`ExposedWait` how long DDP's backward waited for its all-reduce.
 
-DDP measures its own gradient all-reduce (see :mod:`.steps`); the sharded engines time theirs into a
+DDP's wait is what the step loses to communication: its all-reduce starts bucket by bucket while backward still
+computes, and only what is left when the computation ends holds the step up. :class:`ExposedWait` queues a final
+callback on the autograd engine as backward starts (from a hook on the loss's gradient function); the engine runs
+final callbacks in the order they were queued once the graph is done, so it runs before the one DDP queues to wait
+for its buckets, and the time from it to the end of ``backward`` is the wait. The sharded engines time theirs into a
 :class:`CommTimer` (``notebook_accel.engines.fsdp.collectives``, ``notebook_accel.engines.deepspeed.collectives``)
 with :func:`timed_call`:
 
@@ -20,7 +24,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["CommTimer", "timed_call"]
+__all__ = ["CommTimer", "ExposedWait", "timed_call"]
 
 _MAX_PENDING = 4096  # GPU event pairs not yet read back: beyond this, the oldest are dropped (bounded memory)
 
@@ -85,6 +89,55 @@ class CommTimer:
             return []
         origin = done[0][0]
         return [(origin.elapsed_time(s) / 1e3, origin.elapsed_time(e) / 1e3) for s, e in done]
+
+
+class ExposedWait:
+    """How long ``backward`` ran past the end of its computation (DDP waiting for its last gradient buckets).
+
+    Example:
+        >>> import torch
+        >>> wait = ExposedWait()
+        >>> loss = (torch.ones(3, requires_grad=True) * 2).sum()
+        >>> wait.arm(loss); loss.backward()
+        >>> 0.0 <= wait.take() < 1.0
+        True
+    """
+
+    def __init__(self) -> None:
+        self._computed = -1.0  # when the armed backward's computation ended (< 0: not yet, or not armed)
+        self._hook: Any = None
+
+    def arm(self, loss: Any) -> None:
+        """Mark the end of the computation of the coming backward of ``loss`` (nothing without a graph)."""
+        self._disarm()
+        grad_fn = getattr(loss, "grad_fn", None)
+        if grad_fn is not None:
+            self._hook = grad_fn.register_prehook(self._queue)
+
+    def _queue(self, _grads: Any) -> None:
+        """Backward has started: ask the engine to call back when the graph is done."""
+        import torch
+
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._computed_now)
+        except Exception:  # noqa: BLE001 - a private torch API: without it, the wait reads 0
+            return
+
+    def _computed_now(self) -> None:
+        """The graph is done (the engine's final callback)."""
+        self._computed = time.perf_counter()
+
+    def _disarm(self) -> None:
+        """Remove the hook of the last :meth:`arm`."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def take(self) -> float:
+        """Seconds from the end of the armed backward's computation to now (0 when none was marked)."""
+        self._disarm()
+        computed, self._computed = self._computed, -1.0
+        return max(0.0, time.perf_counter() - computed) if computed >= 0 else 0.0
 
 
 def timed_call(timer: CommTimer, call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

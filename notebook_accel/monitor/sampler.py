@@ -1,8 +1,10 @@
 """The launcher's sampler: every local worker's process tree and GPU, and the machine's memory, once a second.
 
 It runs in the kernel on the supervising loop (a sample reads /proc through psutil and asks NVML; about a
-millisecond for a few workers), costs the workers nothing, and stops with the run. The last sample explains a
-worker the kernel killed for memory (:func:`memory_death_note`).
+millisecond for a few workers), costs the workers nothing, and stops with the run. A worker the kernel killed for
+memory is explained by the sample that showed its memory nearest to running out in its last seconds
+(:class:`MemoryPeaks`, :func:`memory_death_note`): not the last one, which may read a dying process that is
+already freeing its memory (0 bytes, its cgroup no longer readable).
 """
 
 from __future__ import annotations
@@ -15,10 +17,55 @@ from notebook_accel.events import RankSystem, SystemSample
 from notebook_accel.monitor.host import TreeMeter, cgroup_memory, machine_memory
 from notebook_accel.nvml import Nvml
 
-__all__ = ["SAMPLE_SECONDS", "SystemSampler", "device_memory_note", "memory_death_note"]
+__all__ = ["SAMPLE_SECONDS", "MemoryPeaks", "SystemSampler", "device_memory_note", "memory_death_note"]
 
 SAMPLE_SECONDS = 1.0
+PEAK_SECONDS = 10.0  # how long the tightest memory reading of a rank stays its evidence when later ones are looser
 _GIB = 1024**3
+
+
+def _pressure(sample: SystemSample, rank: int) -> float:
+    """How near ``rank``'s memory was to running out in ``sample``, as a fraction of its room (0 when unknown):
+    of its cgroup limit where it has one, else of the machine's memory."""
+    mine = next((r for r in sample.ranks if r.rank == rank), None)
+    if mine is None:
+        return 0.0
+    if mine.memory_limit:
+        return max(mine.memory_group_usage or 0, mine.rss_bytes) / mine.memory_limit
+    if sample.host_total <= 0:
+        return 0.0
+    return max(mine.rss_bytes / sample.host_total, 1 - sample.host_available / sample.host_total)
+
+
+class MemoryPeaks:
+    """Each rank's sample with its memory nearest to running out over the last ``window`` seconds.
+
+    Example:
+        >>> from notebook_accel.events import RankSystem
+        >>> peaks = MemoryPeaks()
+        >>> full = RankSystem(1, 0.0, 9 * _GIB, 9 * _GIB, memory_limit=10 * _GIB)
+        >>> peaks.add(SystemSample(time.time(), (full,), 0, 1))
+        >>> peaks.add(SystemSample(time.time(), (RankSystem(1, 0.0, 0, 9 * _GIB),), 20 * _GIB, 24 * _GIB))  # dying
+        >>> peaks.get(1).ranks[0].rss_bytes // _GIB, peaks.get(0)
+        (9, None)
+    """
+
+    def __init__(self, window: float = PEAK_SECONDS) -> None:
+        self.window = window
+        self._kept: dict[int, tuple[float, SystemSample]] = {}  # rank: (pressure, sample)
+
+    def add(self, sample: SystemSample) -> None:
+        """Take a sample: it replaces a rank's kept one when it is as tight, or the kept one is too old."""
+        for r in sample.ranks:
+            pressure = _pressure(sample, r.rank)
+            kept = self._kept.get(r.rank)
+            if kept is None or pressure >= kept[0] or sample.time - kept[1].time > self.window:
+                self._kept[r.rank] = (pressure, sample)
+
+    def get(self, rank: int) -> SystemSample | None:
+        """``rank``'s tightest recent sample, ``None`` before its first."""
+        kept = self._kept.get(rank)
+        return kept[1] if kept is not None else None
 
 
 class SystemSampler:
@@ -46,6 +93,7 @@ class SystemSampler:
         self.peak_rss: dict[int, int] = dict.fromkeys(self.meters, 0)
         self.peak_gpu: dict[int, int] = {}
         self.last: SystemSample | None = None
+        self.peaks = MemoryPeaks()
         self.next_due = time.monotonic() + interval
         self._uuids = _gpu_uuids(devices)
         self._own_nvml = nvml is None and bool(self._uuids)
@@ -75,7 +123,12 @@ class SystemSampler:
                 limit if limit is not None and limit < total else None, group_usage,
             ))
         self.last = SystemSample(time.time(), tuple(ranks), available, total)
+        self.peaks.add(self.last)
         return self.last
+
+    def before_death(self, rank: int) -> SystemSample | None:
+        """The recent sample that showed ``rank``'s memory nearest to running out (for :func:`memory_death_note`)."""
+        return self.peaks.get(rank)
 
     def close(self) -> None:
         """End the NVML session this sampler opened."""
@@ -95,8 +148,9 @@ def _gpu_uuids(devices: Mapping[int, str]) -> dict[int, str]:
 
 
 def memory_death_note(sample: SystemSample | None, rank: int) -> str | None:
-    """Why a rank killed by SIGKILL most likely met the out-of-memory killer, from the last sample before its
-    death, or ``None`` when that sample does not show memory running out.
+    """Why a rank killed by SIGKILL most likely met the out-of-memory killer, from a sample before its death (the
+    tightest recent one, :meth:`SystemSampler.before_death`), or ``None`` when that sample does not show memory
+    running out.
 
     Running out: the rank's memory cgroup (a container's limit) was at 80% or more of its limit, or its process
     tree held 70% of that limit; without a cgroup limit, under a tenth of the machine's memory was available or

@@ -5,15 +5,19 @@ monotonic clock and no synchronisation:
 
 - **data**: the wait for the next batch inside the prepared DataLoader (its fetch);
 - **backward**: ``accelerator.backward``; forward plus backward is the time from the batch to the end of backward;
-- **communication**: DDP's own measurement of its gradient all-reduce, from the first bucket sent to the last one
-  back (torch's DDP logger times the first ten iterations and every hundredth, on gloo and NCCL alike, at no
-  cost to the others; its running mean is used); for FSDP, the time its parameter all-gathers and gradient
-  reduce-scatters were in flight (:mod:`.collectives`). Communication overlapping the forward and backward
-  passes counts as communication, not compute;
+- **communication**: for DDP, the communication the step *waits* for: the time from the end of backward's
+  computation to the return of ``backward`` (DDP waits there for its last gradient bucket), measured every step
+  with a final callback queued on the autograd engine when backward starts. The all-reduce that overlaps the
+  backward computation costs the step nothing and is not counted (torch's own figure, from the first bucket sent
+  to the last one back, counts it, and called compute-bound runs communication-bound). On a GPU the CPU does not
+  wait there, so torch's DDP logger gives it instead (the last bucket's return less the end of the computation,
+  CUDA events; it samples the first ten iterations and every hundredth). For FSDP and DeepSpeed, the time their
+  collectives were in flight (:mod:`.collectives`), overlap included;
 - **optimizer**: ``optimizer.step()``;
 - **other**: the rest (logging, evaluation, the user's own code after the step).
 
-Steps without a backward (evaluation) are not counted. Sums over about a second of steps travel to the kernel as
+Steps without a backward (evaluation) are not counted, nor a clock's first step (DDP rebuilds its buckets there, and
+allocators warm up). Sums over about a second of steps travel to the kernel as
 one :class:`~notebook_accel.events.StepTimes` event, so measuring costs a few clock reads per step.
 """
 
@@ -28,28 +32,30 @@ from typing import Any
 from notebook_accel import channel
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import StepTimes
-from notebook_accel.monitor.collectives import CommTimer
+from notebook_accel.monitor.collectives import CommTimer, ExposedWait
 
 __all__ = ["StepClock", "clock", "flush", "paused", "reset"]
 
 _POST_SECONDS = 1.0
+WARMUP_STEPS = 1  # a clock's first steps are not counted: they are slower than the run (allocation, bucket rebuild)
 _clock: StepClock | None = None
 _owner: Any = None  # the channel writer the clock posts to
 _paused = False
 
 
 class StepClock:
-    """Accumulates one worker's step phases and posts them through ``writer`` about once a second.
+    """Accumulates one worker's step phases and posts them through ``post`` about once a second; the first
+    ``warmup`` steps are left out.
 
     Example:
         >>> sent = []
-        >>> c = StepClock(0, sent.append)
+        >>> c = StepClock(0, sent.append, warmup=0)
         >>> c.batch_ready(0.0, now=1.0); c.backward(0.5); c.batch_ready(0.1, now=2.0)
         >>> c.flush(); sent[0].steps, sent[0].step_seconds, sent[0].backward_seconds
         (1, 1.0, 0.5)
     """
 
-    def __init__(self, rank: int, post: Any, loader_workers: int = 0) -> None:
+    def __init__(self, rank: int, post: Any, loader_workers: int = 0, warmup: int = WARMUP_STEPS) -> None:
         self.rank = rank
         self._post = post
         self.loader_workers = loader_workers
@@ -57,8 +63,11 @@ class StepClock:
         self.comm_timer = CommTimer()  # FSDP's collectives, timed as they run
         self._step_start = -1.0  # < 0: no step open
         self._data = self._backward = self._optimizer = self._forward_backward = 0.0  # the open step's phases
-        self._sums = [0.0] * 5  # step, data, forward+backward, backward, optimizer
+        self._exposed = 0.0  # the open step's wait for DDP's communication after backward's computation
+        self._sums = [0.0] * 6  # step, data, forward+backward, backward, optimizer, exposed communication
         self._steps = 0
+        self._warmup = warmup
+        self._wait = ExposedWait()
         self._next_post = time.perf_counter() + _POST_SECONDS
 
     def watch(self, model: Any) -> None:
@@ -72,7 +81,7 @@ class StepClock:
         if self._step_start >= 0 and self._backward > 0:
             self._close_step(now)
         self._step_start = now
-        self._data = self._backward = self._optimizer = self._forward_backward = 0.0
+        self._data = self._backward = self._optimizer = self._forward_backward = self._exposed = 0.0
         if now >= self._next_post:
             self.flush()
 
@@ -81,11 +90,19 @@ class StepClock:
         if self._step_start >= 0 and self._backward > 0:
             self._close_step(time.perf_counter())
         self._step_start = -1.0
-        self._data = self._backward = self._optimizer = self._forward_backward = 0.0
+        self._data = self._backward = self._optimizer = self._forward_backward = self._exposed = 0.0
         self.flush()
+
+    def backward_begins(self, loss: Any) -> float:
+        """``accelerator.backward(loss)`` is about to run: with a watched DDP model on a CPU, mark the end of its
+        computation. Returns the time now (``time.perf_counter()``)."""
+        if any(getattr(ref(), "device_type", "") == "cpu" for ref in self._models):
+            self._wait.arm(loss)
+        return time.perf_counter()
 
     def backward(self, seconds: float) -> None:
         """``accelerator.backward`` took ``seconds`` (it ended just now)."""
+        self._exposed += self._wait.take()
         self._backward += seconds
         if self._step_start >= 0:
             self._forward_backward = max(time.perf_counter() - self._step_start, seconds)
@@ -95,38 +112,45 @@ class StepClock:
         self._optimizer += seconds
 
     def _close_step(self, now: float) -> None:
-        """Add the step that ends at ``now`` to the sums."""
+        """Add the step that ends at ``now`` to the sums (a warm-up step is left out)."""
+        if self._warmup > 0:
+            self._warmup -= 1
+            return
         sums = self._sums
         sums[0] += now - self._step_start
         sums[1] += self._data
         sums[2] += self._forward_backward
         sums[3] += self._backward
         sums[4] += self._optimizer
+        sums[5] += self._exposed
         self._steps += 1
 
-    def _comm_per_step(self) -> float:
-        """Seconds of gradient communication per step, as DDP measured it (0 without a DDP model)."""
-        total = 0.0
+    def _ddp_wait(self, measured: float) -> float:
+        """Seconds of DDP communication the steps waited for: ``measured`` on CPU, torch's sampled figure on a GPU."""
+        sampled = 0.0
         for ref in self._models:
             model = ref()
-            try:
-                total += model._get_ddp_logging_data().get("avg_backward_comm_time", 0) / 1e9 if model else 0.0
-            except Exception:  # noqa: BLE001 - a private torch API: without it, communication reads 0
+            if model is None or getattr(model, "device_type", "cpu") != "cuda":
                 continue
-        return total
+            try:
+                data = model._get_ddp_logging_data()
+            except Exception:  # noqa: BLE001 - a private torch API: without it, the GPU's wait reads 0
+                continue
+            exposed = data.get("avg_backward_comm_time", 0) - data.get("avg_backward_compute_comm_overlap_time", 0)
+            sampled += max(0, exposed) / 1e9 * self._steps
+        return measured + sampled
 
     def flush(self) -> None:
         """Post the steps measured since the last post (nothing when there were none)."""
         self._next_post = time.perf_counter() + _POST_SECONDS
         if not self._steps:
             return
-        step, data, forward_backward, backward, optimizer = self._sums
-        ddp = min(self._comm_per_step() * self._steps, forward_backward)  # a mean of sampled steps: DDP's all-reduce
-        measured = ddp + self.comm_timer.take()  # runs inside backward, so no more than forward+backward
-        comm = min(measured, max(0.0, step - data))
+        step, data, forward_backward, backward, optimizer, exposed = self._sums
+        ddp = min(self._ddp_wait(exposed), forward_backward)  # it ends backward, so no more than forward+backward
+        comm = min(ddp + self.comm_timer.take(), max(0.0, step - data))
         self._post(StepTimes(self.rank, self._steps, step, data, forward_backward, backward, comm, optimizer,
                              self.loader_workers))
-        self._sums = [0.0] * 5
+        self._sums = [0.0] * 6
         self._steps = 0
 
 

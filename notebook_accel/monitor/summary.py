@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from notebook_accel.events import RankSystem, SystemSample
+from notebook_accel.monitor.idle import IdleWatch
 
 __all__ = ["SystemSummary", "gib", "sample_line"]
 
@@ -64,10 +65,12 @@ class SystemSummary:
 
     ranks: dict[int, _RankTotals] = field(default_factory=dict)
     last: SystemSample | None = None
+    idle: IdleWatch = field(default_factory=IdleWatch)
 
     def add(self, sample: SystemSample) -> None:
-        """Take one sample into the sums."""
+        """Take one sample into the sums (and into :attr:`idle`, how long every rank has been idle)."""
         self.last = sample
+        self.idle.add(sample)
         for r in sample.ranks:
             totals = self.ranks.setdefault(r.rank, _RankTotals())
             totals.samples += 1

@@ -1,14 +1,23 @@
 """Why a run is slow, in plain words, from the workers' step times and the GPUs' utilisation.
 
 :class:`StepBreakdown` adds up each rank's :class:`~notebook_accel.events.StepTimes`; :func:`verdict` names the
-one thing the numbers clearly point at, or says nothing when they do not (no verdict beats a wrong one):
+one thing the numbers clearly point at, or says nothing when they do not (no verdict beats a wrong one: users act
+on it). In this order:
 
-- a **straggler**: one rank's own work per step (its step less the time its gradients were in flight, which is
-  where the others wait for it) is 1.3x or more the others', while the others spend a fifth of their steps in
+- **idle**: every rank's process tree has used no CPU and no GPU for 5 s or more up to now (a hang, see
+  :mod:`.idle`): what the run does now, whatever its steps said before;
+- **data-bound**, every rank: each rank waits 30% or more of its steps for its DataLoader (two equally slow loaders
+  make the ranks wait for each other too: that is no straggler);
+- a **straggler**: one rank's own work per step (its step less its wait for data and for the others'
+  communication) is 1.3x or more the others', while the others spend a fifth of their steps waiting in
   communication and it spends less than half their share there (it arrives last, so it hardly waits; a run where
-  everyone waits is communication-bound, not held up by one rank);
-- **data-bound**: a rank waits 30% or more of its steps for its DataLoader;
-- **communication-bound**: every rank has gradients in flight for 40% or more of its steps;
+  everyone waits is communication-bound, not held up by one rank), and its extra work explains at least 3/4 of
+  the others' wait (otherwise they mostly wait for the communication itself: a loaded machine slowing one rank of
+  a communication-heavy run is no straggler);
+- **data-bound**, one rank: it waits 30% or more of its steps for its DataLoader;
+- **communication-bound**: every rank *waits* for communication 30% or more of its steps (for DDP the all-reduce
+  left when backward's computation ends, see :mod:`.steps`: a lower bound of what communication costs, since the
+  all-reduce that overlaps the computation also slows it where they share the CPU);
 - a **GPU** that is busy less than half the time, when no other reason was found.
 """
 
@@ -19,10 +28,12 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from notebook_accel.events import StepTimes
+from notebook_accel.monitor.idle import idle_verdict
 
 __all__ = ["RankSteps", "StepBreakdown", "verdict"]
 
 MIN_STEPS = 5
+COMM_BOUND = 0.3  # the least share of every rank's step spent waiting for communication that is named
 
 
 @dataclass
@@ -60,8 +71,9 @@ class RankSteps:
 
     @property
     def own_work(self) -> float:
-        """Per step: the time not spent with gradients in flight (waiting for the others shows up there)."""
-        return (self.step - self.comm) / self.steps if self.steps else 0.0
+        """Per step: the time neither waiting for data nor for communication (waiting for the others shows up
+        there)."""
+        return max(0.0, self.step - self.comm - self.data) / self.steps if self.steps else 0.0
 
     def split(self) -> dict[str, float]:
         """Fractions of the step: data, compute, communication, optimizer, other. They add up to 1 (to about 1 only
@@ -126,38 +138,45 @@ def _straggler(ranks: Mapping[int, RankSteps]) -> str | None:
     own_wait = ranks[slowest].share(ranks[slowest].comm)  # a straggler arrives last: it hardly waits itself
     if typical <= 0 or work[slowest] < 1.3 * typical or waiting < 0.2 or own_wait > 0.5 * waiting:
         return None
-    r = ranks[slowest]
-    excess = {"it waits for data": r.data / r.steps - median(ranks[k].data / ranks[k].steps for k in ranks if k != slowest),
-              "its own computation is slower": (r.compute + r.other) / r.steps
-              - median((ranks[k].compute + ranks[k].other) / ranks[k].steps for k in ranks if k != slowest)}
-    cause = max(excess, key=lambda k: excess[k])
-    return (f"rank {slowest} is a straggler: its own work takes {work[slowest] / typical:.1f}x the others' per step "
-            f"({cause}); the others wait for it in the next collective")
+    their_wait = median(ranks[rank].comm / ranks[rank].steps for rank in ranks if rank != slowest)
+    if work[slowest] - typical < 0.75 * their_wait:  # they mostly wait for communication itself, not for it
+        return None
+    return (f"rank {slowest} is a straggler: its own work (compute, optimizer and the rest, its data wait left "
+            f"out) takes {work[slowest] / typical:.1f}x the others' per step; the others wait for it in the next "
+            "collective")
 
 
-def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | None = None) -> str | None:
+def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | None = None, idle_seconds: float = 0.0,
+            waiting_in: str | None = None) -> str | None:
     """The one clear reason the run is slow, in words, or ``None`` when the numbers do not show one.
 
     Args:
         breakdown: every rank's step times.
         gpu_utilization: each rank's mean GPU utilisation % (empty or ``None`` on CPU).
+        idle_seconds: how long every rank has been idle up to now (:class:`~notebook_accel.monitor.idle.IdleWatch`).
+        waiting_in: the collective the ranks wait in, where known.
     """
+    idle = idle_verdict(idle_seconds, waiting_in)
+    if idle:
+        return idle
     ranks = {rank: r for rank, r in breakdown.ranks.items() if r.steps >= MIN_STEPS}
     if not ranks:
         return None
-    found = _straggler(ranks)
-    if found:
-        return found
     data = {rank: r.share(r.data) for rank, r in ranks.items()}
     worst = max(data, key=lambda rank: data[rank])
+    everyone = len(ranks) > 1 and min(data.values()) >= 0.3
+    found = None if everyone else _straggler(ranks)
+    if found:
+        return found
     if data[worst] >= 0.3:
-        who = f"rank {worst} waits" if len(ranks) == 1 or min(data.values()) < 0.3 else "every rank waits"
+        who = "every rank waits" if everyone else f"rank {worst} waits"
         return (f"data-bound: {who} {data[worst]:.0%} of each step for its DataLoader; raise num_workers "
                 f"(now {ranks[worst].loader_workers}) or make loading cheaper")
     comm = min(r.share(r.comm) for r in ranks.values())
-    if len(ranks) > 1 and comm >= 0.4:
-        return (f"communication-bound: {comm:.0%} of the step is spent communicating (gradients, and parameters "
-                "when sharded); a larger per-device batch or gradient_accumulation_steps=4 would amortise it")
+    if len(ranks) > 1 and comm >= COMM_BOUND:
+        return (f"communication-bound: {comm:.0%} of the step is spent waiting for communication (gradients, and "
+                "parameters when sharded); a larger per-device batch or gradient_accumulation_steps=4 would "
+                "amortise it")
     for rank, used in sorted((gpu_utilization or {}).items()):
         if used < 50:
             return f"rank {rank}'s GPU is busy only {used:.0f}% of the time"

@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
-from notebook_accel import notebook_launcher
-from notebook_accel.events import StepTimes
+from notebook_accel import LaunchTimeoutError, notebook_launcher
+from notebook_accel.events import StepTimes, SystemSample
+from notebook_accel.monitor.summary import SystemSummary
 from notebook_accel.monitor.verdict import StepBreakdown, verdict
 from tests.engines.deepspeed import needs_deepspeed
 from tests.launcher.recording import RecordingSink
 from tests.monitor import workers
 
 
-def breakdown_of(kind: str) -> StepBreakdown:
+def run_of(function: Callable[..., Any], *args: Any) -> tuple[StepBreakdown, Any, set[str | None]]:
+    """Launch ``function(*args)`` on 2 processes; every rank's step times, rank 0's result, and each verdict the
+    run showed on the way (the panel shows it live, after each report: a wrong one misleads at any moment)."""
     sink = RecordingSink()
-    notebook_launcher(workers.train_case, (kind,), num_processes=2, dashboard=sink)
+    result = notebook_launcher(function, args, num_processes=2, dashboard=sink)
     breakdown = StepBreakdown()
+    shown: set[str | None] = set()
     for event in sink.of_type(StepTimes):
         breakdown.add(event)  # type: ignore[arg-type]
+        shown.add(verdict(breakdown))
     assert set(breakdown.ranks) == {0, 1} and all(r.steps >= 5 for r in breakdown.ranks.values())
+    return breakdown, result, shown
+
+
+def breakdown_of(kind: str) -> StepBreakdown:
+    breakdown, _, _ = run_of(workers.train_case, kind)
     return breakdown
 
 
@@ -32,7 +45,11 @@ def test_a_slow_dataset_is_named_data_bound() -> None:
 def test_many_parameters_and_a_tiny_batch_are_named_communication_bound() -> None:
     breakdown = breakdown_of("comm")
     found = verdict(breakdown)
-    assert found is not None and found.startswith("communication-bound:"), (found, breakdown.lines())
+    # the wait counted is a lower bound (the all-reduce that overlaps backward also slows it on a shared CPU): on a
+    # loaded 2-core machine one rank's share can fall under the bar (24% and 48% seen), where saying nothing is
+    # right; any other verdict is wrong, and the waits must show (a share over 20%, 0-5% in compute-bound runs)
+    assert found is None or found.startswith("communication-bound:"), (found, breakdown.lines())
+    assert max(r.split()["comm"] for r in breakdown.ranks.values()) > 0.2, breakdown.lines()
 
 
 @pytest.mark.timeout(300)
@@ -62,6 +79,41 @@ def test_a_balanced_compute_bound_run_gets_no_verdict() -> None:
     assert split["compute"] > 0.5 and abs(sum(split.values()) - 1) < 0.1
 
 
+@pytest.mark.timeout(300)
+def test_a_compute_bound_ddp_run_is_called_communication_bound_only_when_it_is() -> None:
+    # the issue's case: DDP's own figure (first bucket sent to the last one back, overlapping backward) said
+    # communication-bound in 7 of 7 runs while the step lost 0-39% to the all-reduce; the real share is measured
+    # here with and without no_sync, after the monitored steps
+    breakdown, real, shown = run_of(workers.compute_bound_ddp, 12, 9)
+    for found in shown:
+        assert found is None or (found.startswith("communication-bound:") and min(real) >= 0.3), (
+            found, breakdown.lines(), [f"real communication share {share:.0%}" for share in real])
+
+
+@pytest.mark.timeout(300)
+def test_two_equally_slow_loaders_are_data_bound_and_no_rank_a_straggler() -> None:
+    breakdown, _, shown = run_of(workers.twin_slow_loaders)
+    for found in shown:  # both ranks wait for data; which one waits a little longer is chance: no straggler
+        assert found is None or (found.startswith("data-bound:") and "num_workers (now 1)" in found), (
+            found, breakdown.lines())
+    assert all(r.split()["data"] > 0.15 for r in breakdown.ranks.values()), breakdown.lines()
+
+
+def test_a_rank_slowed_by_load_in_a_communication_heavy_run_is_no_straggler() -> None:
+    loaded = StepBreakdown()  # seen under load in the communication-bound case: rank 1 waits 54%, rank 0's work 1.6x
+    loaded.add(StepTimes(0, 10, 7.69, 0.0, 6.3, 5.0, 2.0, 0.7))
+    loaded.add(StepTimes(1, 10, 7.69, 0.0, 7.07, 5.0, 4.15, 0.5))
+    assert verdict(loaded) is None
+
+
+def test_a_rank_waiting_for_data_has_no_straggling_own_work() -> None:
+    waits = StepBreakdown()  # rank 0 waits longer for data; rank 1 waits for it in the all-reduce
+    waits.add(StepTimes(0, 10, 10.0, 6.0, 3.0, 2.0, 0.2, 0.5))
+    waits.add(StepTimes(1, 10, 10.0, 3.5, 5.8, 2.0, 3.0, 0.5))
+    found = verdict(waits)
+    assert found is not None and found.startswith("data-bound: every rank waits 60%"), found
+
+
 def test_too_few_steps_or_a_gpu_idle() -> None:
     few = StepBreakdown()
     few.add(StepTimes(0, 3, 3.0, 2.0, 0.5, 0.3, 0.0, 0.1))
@@ -78,3 +130,23 @@ def test_a_rank_slower_by_noise_in_a_run_where_everyone_waits_is_no_straggler() 
     noisy.add(StepTimes(1, 10, 3.4, 0.0, 1.0, 0.8, 2.4, 0.4))
     found = verdict(noisy)
     assert found is not None and found.startswith("communication-bound: 59%"), found
+
+
+@pytest.mark.timeout(180)
+def test_a_hang_is_named_every_rank_idle_not_no_verdict() -> None:
+    # the issue: both ranks at 0-1% CPU in a hang, and the panel said "nothing clearly slows the run down"
+    sink = RecordingSink()
+    with pytest.raises(LaunchTimeoutError):
+        notebook_launcher(workers.hang_in_all_reduce, num_processes=2, dashboard=sink, timeout=15)
+    summary = SystemSummary()
+    for sample in sink.of_type(SystemSample):
+        summary.add(sample)  # type: ignore[arg-type]
+    found = verdict(StepBreakdown(), summary.gpu_means(), summary.idle.seconds())
+    assert found is not None and found.startswith("every rank idle for"), (found, summary.lines())
+
+
+def test_a_rank_busy_again_ends_the_idle_verdict() -> None:
+    breakdown = StepBreakdown()
+    breakdown.add(StepTimes(0, 10, 10.0, 0.5, 8.0, 4.0, 0.5, 0.5))  # a fine run so far
+    assert verdict(breakdown, None, 6.0, "all_reduce") == "every rank idle for 6 s (waiting in all_reduce?)"
+    assert verdict(breakdown, None, 4.0) is None  # too short to say

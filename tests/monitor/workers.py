@@ -44,6 +44,67 @@ class SlowItems(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return torch.ones(8), torch.ones(1)
 
 
+class TwelveMsItems(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """960 items that take 12 ms each to load (the issue's two identical slow loaders)."""
+
+    def __len__(self) -> int:
+        return 960
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(0.012)
+        return torch.ones(8), torch.ones(1)
+
+
+def twin_slow_loaders() -> None:
+    """Both ranks load through one DataLoader worker each, 12 ms an item, batch 8: every rank waits for data."""
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loader = torch.utils.data.DataLoader(TwelveMsItems(), batch_size=8, num_workers=1)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def _probe_step(model: torch.nn.Module, x: torch.Tensor, sync: bool) -> float:
+    """Seconds of one forward and backward of ``model`` (DDP), with its all-reduce or under ``no_sync``."""
+    import contextlib
+
+    started = time.perf_counter()
+    with contextlib.nullcontext() if sync else model.no_sync():  # type: ignore[operator]
+        model(x).square().mean().backward()
+    return time.perf_counter() - started
+
+
+def compute_bound_ddp(steps: int, probes: int) -> list[float]:
+    """Seven Linear(768, 768) under DDP, batch 256 of in-memory rows, for ``steps`` steps; then ``probes`` pairs of
+    steps with and without the all-reduce (``no_sync``, not measured by the monitor). Returns every rank's real
+    communication share of a step: 1 - (median step without) / (median step with)."""
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(768, 768) for _ in range(7)])
+    data = torch.utils.data.TensorDataset(torch.randn(2 * 256 * steps, 768), torch.randn(2 * 256 * steps, 768))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, torch.utils.data.DataLoader(data, batch_size=256))
+    for x, y in loader:
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+    x = torch.randn(256, 768)
+    timed = [(_probe_step(model, x, True), _probe_step(model, x, False)) for _ in range(probes)]
+    with_sync = sorted(t for t, _ in timed)[probes // 2]
+    without = sorted(t for _, t in timed)[probes // 2]
+    shares = [None] * accelerator.num_processes
+    torch.distributed.all_gather_object(shares, 1 - without / with_sync)
+    return [float(share) for share in shares]  # type: ignore[arg-type]
+
+
 def train_case(kind: str) -> None:
     """A short training loop built to be data-bound, communication-bound, to have a straggler, or balanced."""
     from torch.utils.data import DataLoader, TensorDataset
@@ -79,7 +140,7 @@ def train_case(kind: str) -> None:
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     for x, y in loader:
         if kind == "straggler" and accelerator.process_index == 1:
-            time.sleep(0.15)
+            time.sleep(0.4)  # well above the compute even on a loaded machine (300 matmuls took 0.4 s there)
         if kind in ("straggler", "balanced"):
             x, y = x.reshape(-1, 256), y.reshape(-1, 1)
             for _ in range(300):  # compute that dominates the step
@@ -122,3 +183,55 @@ def log_system(folder: str, wanted: bool) -> int:
                 break
     accelerator.end_training()
     return step
+
+
+def _fill(chunks: list[bytearray], mib: int) -> None:
+    """Allocate ``mib`` MiB more and touch every page (so it is resident)."""
+    chunk = bytearray(mib << 20)
+    chunk[::4096] = b"\x01" * len(chunk[::4096])
+    chunks.append(chunk)
+
+
+def leak_until_killed(mib_a_second: int) -> None:
+    """Rank 1 grows by ``mib_a_second`` (in tenths of a second) until the kernel kills it, as the out-of-memory
+    killer's first choice; rank 0 waits to be stopped."""
+    if int(os.environ["RANK"]) != 1:
+        time.sleep(120)
+        return
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+    chunks: list[bytearray] = []
+    while True:
+        _fill(chunks, mib_a_second // 10)
+        time.sleep(0.1)
+
+
+def killed_at_high_memory(share: float) -> None:
+    """Rank 1 fills its memory cgroup to ``share`` of its limit, stays there for the sampler to see it, then a plain
+    SIGKILL (not the out-of-memory killer) ends it; rank 0 waits to be stopped."""
+    import signal
+
+    from notebook_accel.monitor.host import cgroup_memory
+
+    if int(os.environ["RANK"]) != 1:
+        time.sleep(120)
+        return
+    chunks: list[bytearray] = []
+    limit, usage = cgroup_memory(os.getpid())
+    while limit is not None and usage is not None and usage < share * limit:
+        _fill(chunks, 16)
+        limit, usage = cgroup_memory(os.getpid())
+    time.sleep(3)  # three samples at that level
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hang_in_all_reduce() -> None:
+    """Rank 0 waits in an all_reduce that rank 1, asleep, never joins: every rank idle until the run's timeout."""
+    import torch.distributed as dist
+
+    from notebook_accel import Accelerator
+
+    Accelerator()
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))
+    time.sleep(120)

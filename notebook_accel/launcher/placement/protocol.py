@@ -40,6 +40,10 @@ class Sampler(Protocol):
         """Every worker's figures now (remembered as :attr:`last`)."""
         ...
 
+    def before_death(self, rank: int) -> SystemSample | None:
+        """The recent sample that showed ``rank``'s memory nearest to running out (what explains its death)."""
+        ...
+
     def close(self) -> None:
         """Stop sampling; :attr:`last` stays."""
         ...

@@ -175,19 +175,23 @@ class LaunchTimeoutError(NotebookAccelError, TimeoutError):
 def death_message(exit_code: int, name: str | None, oom_before: int | None = None,
                   oom_now: int | None = None, memory_note: str | None = None) -> str:
     """How a worker that sent no exception ended, for the error message. The out-of-memory killer is named
-    only on evidence: the last system sample showed the worker's memory running out (``memory_note``, see
-    :func:`notebook_accel.monitor.memory_death_note`), or the system's count of its kills (``oom_before`` at the
-    start, ``oom_now``) rose."""
-    if name == "SIGKILL" and memory_note:
-        return f"killed by SIGKILL (exit code {exit_code}) before the function returned: {memory_note}"
-    if name is not None:
-        hint = ""
-        if name == "SIGKILL" and oom_before is not None and oom_now is not None:
-            hint = (" (the system's out-of-memory killer killed a process during the run: check memory use, "
-                    "e.g. with dmesg)" if oom_now > oom_before else
-                    " (not by the out-of-memory killer, which killed nothing during the run: another process "
+    only on evidence, and never against it: where the system's count of its kills is known (``oom_before`` at
+    the start, ``oom_now``; it counts kills inside memory cgroups too) and did not rise, it killed nothing, however
+    full memory was; otherwise a sample that showed the worker's memory running out (``memory_note``, see
+    :func:`notebook_accel.monitor.memory_death_note`) names it with its figures, or the count's rise alone."""
+    end = f"killed by {name} (exit code {exit_code}) before the function returned"
+    if name == "SIGKILL":
+        rise = oom_now - oom_before if oom_before is not None and oom_now is not None else None
+        if rise is not None and rise <= 0:
+            return (f"{end} (not by the out-of-memory killer, which killed nothing during the run: another process "
                     "sent it)")
-        return f"killed by {name} (exit code {exit_code}) before the function returned{hint}"
+        if memory_note:
+            return f"{end}: {memory_note}"
+        if rise is not None:
+            return (f"{end} (the system's out-of-memory killer killed a process during the run: check memory use, "
+                    "e.g. with dmesg)")
+    if name is not None:
+        return end
     return (
         f"exited with code {exit_code} before the function returned, without an exception "
         "(os._exit(), a crash in C code, or a failure in the worker's set-up: see its output above)"

@@ -222,7 +222,7 @@ class _Supervisor:
         elif handle.rank in self.stopped and name in ("SIGTERM", "SIGKILL"):
             return  # stopped by us because another rank failed
         else:
-            note = memory_death_note(self.sampler.last, handle.rank) if self.sampler is not None else None
+            note = memory_death_note(self.sampler.before_death(handle.rank) if self.sampler else None, handle.rank)
             message = handle.death_reason or death_message(code, name, self.oom_kills, oom_kills(), note)
             self.failures[handle.rank] = WorkerFailure(handle.rank, code, name, "", message, "")
             self.begin_stop()

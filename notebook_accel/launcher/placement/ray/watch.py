@@ -20,6 +20,7 @@ from typing import Any
 from notebook_accel.events import RankSystem, SystemSample
 from notebook_accel.launcher.placement.ray.handles import RayWorkerHandle
 from notebook_accel.launcher.placement.ray.link import FrameReader
+from notebook_accel.monitor.sampler import MemoryPeaks
 
 __all__ = ["RunWatch", "RemoteSampler", "CLOSED_GRACE"]
 
@@ -158,6 +159,7 @@ class RemoteSampler:
         self.watch = watch
         self.interval = interval
         self.last: SystemSample | None = None
+        self.peaks = MemoryPeaks()
         self.next_due = time.monotonic() + interval
 
     def due(self, now: float) -> bool:
@@ -173,7 +175,12 @@ class RemoteSampler:
         tightest = min(latest.values(), key=lambda s: s.host_available, default=None)
         self.last = SystemSample(time.time(), tuple(sorted(ranks, key=lambda r: r.rank)),
                                  tightest.host_available if tightest else 0, tightest.host_total if tightest else 0)
+        self.peaks.add(self.last)
         return self.last
+
+    def before_death(self, rank: int) -> SystemSample | None:
+        """The recent sample that showed ``rank``'s memory nearest to running out."""
+        return self.peaks.get(rank)
 
     def close(self) -> None:
         """Nothing to close (the watch owns the streams)."""

@@ -1,0 +1,61 @@
+"""Whether every rank has been idle, and for how long, from the system samples: a hang (a collective waiting for a
+rank that never comes, a lock) or a wait outside the ranks shows as every worker's process tree using no CPU and no
+GPU, which the step times cannot show (no step ends while it lasts).
+
+A sample's CPU % covers the interval since the previous one, so an idle stretch starts at the sample before the
+first idle one.
+"""
+
+from __future__ import annotations
+
+from notebook_accel.events import SystemSample
+
+__all__ = ["IDLE_PERCENT", "IDLE_SECONDS", "IdleWatch", "idle_verdict"]
+
+IDLE_PERCENT = 5.0  # below this CPU % (of one core) and GPU utilisation % a rank is idle
+IDLE_SECONDS = 5.0  # the shortest stretch with every rank idle that is worth a verdict
+
+
+class IdleWatch:
+    """How long every rank has been idle, up to the latest sample.
+
+    Example:
+        >>> from notebook_accel.events import RankSystem
+        >>> watch = IdleWatch()
+        >>> for t, cpu in ((0.0, 90.0), (1.0, 1.0), (2.0, 0.5), (7.5, 0.0)):
+        ...     watch.add(SystemSample(t, (RankSystem(0, cpu, 1, 1), RankSystem(1, 0.0, 1, 1)), 1, 2))
+        >>> watch.seconds()
+        7.5
+        >>> watch.add(SystemSample(8.5, (RankSystem(0, 50.0, 1, 1), RankSystem(1, 0.0, 1, 1)), 1, 2))
+        >>> watch.seconds()
+        0.0
+    """
+
+    def __init__(self) -> None:
+        self._since: float | None = None  # when the current stretch with every rank idle began
+        self._previous: float | None = None  # the previous sample's time
+        self._latest = 0.0
+
+    def add(self, sample: SystemSample) -> None:
+        """Take one sample of every rank."""
+        idle = bool(sample.ranks) and all(r.cpu_percent < IDLE_PERCENT and (r.gpu_utilization or 0) < IDLE_PERCENT
+                                          for r in sample.ranks)
+        if not idle:
+            self._since = None
+        elif self._since is None:
+            self._since = self._previous if self._previous is not None else sample.time
+        self._previous = self._latest = sample.time
+
+    def seconds(self) -> float:
+        """Seconds every rank has been idle until the latest sample (0 when one is busy)."""
+        return self._latest - self._since if self._since is not None else 0.0
+
+
+def idle_verdict(seconds: float, waiting_in: str | None = None) -> str | None:
+    """``every rank idle for 42 s (...)`` when ``seconds`` is :data:`IDLE_SECONDS` or more, else ``None``; names
+    the collective the ranks wait in only when it is known (``waiting_in``)."""
+    if seconds < IDLE_SECONDS:
+        return None
+    why = (f"waiting in {waiting_in}?" if waiting_in else "no CPU or GPU use: waiting, e.g. in a collective that a "
+           "rank never reaches, or for a process outside the ranks")
+    return f"every rank idle for {seconds:.0f} s ({why})"
