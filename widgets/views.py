@@ -13,6 +13,7 @@ from notebook_accel.terminal import ansi_to_html
 from notebook_accel.widgets.log_style import line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.log_buffer import LogLine
+from notebook_accel.widgets.progress_model import progress_column
 from notebook_accel.widgets.run_model import RunState
 
 __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
@@ -76,14 +77,15 @@ def ranks_html(state: RunState, with_detail: bool = True) -> str:
     main process only, and a column empty for every other rank would say nothing). ``with_detail=False`` leaves
     the detail out (the static result names the error once, above)."""
     with_progress = sum(1 for s in state.ranks.values() if s.progress) > 1
-    names = ("rank", "status", "device", "pid", *(("progress",) if with_progress else ()),
+    heading, counts = progress_column({rank: s.loops for rank, s in state.ranks.items()})
+    names = ("rank", "status", "device", "pid", *((heading,) if with_progress else ()),
              *(("",) if with_detail else ()))
-    head = "".join(f"<th {_CELL}>{h}</th>" for h in names)
+    head = "".join(f"<th {_CELL}>{html.escape(h)}</th>" for h in names)
     rows = []
     for rank, s in sorted(state.ranks.items()):
         cells = [str(rank), _badge(s.status), html.escape(s.device), "" if s.pid is None else str(s.pid)]
         if with_progress:
-            cells.append(html.escape(s.progress))
+            cells.append(html.escape(counts.get(rank, "")))
         if with_detail:
             cells.append(html.escape(s.detail[:200]))
         rows.append("<tr>" + "".join(f"<td {_CELL}>{c}</td>" for c in cells) + "</tr>")
