@@ -98,11 +98,11 @@ def _memory_text(r: RankSystem, peak: int) -> tuple[str, str]:
     return value, title
 
 
-def _cells(state: SystemState, figures: RankFigures) -> list[str]:
-    """The rank's figure cells, GPU ones only where they exist."""
+def _cells(state: SystemState, figures: RankFigures, final: bool = False) -> list[str]:
+    """The rank's figure cells, GPU ones only where they exist (``final``: the run is over, nothing is "yet")."""
     r = figures.last
     if r is None:
-        return [f'<span style="{_CELL};{_NOTE}">no sample yet</span>']
+        return [f'<span style="{_CELL};{_NOTE}">{"no sample taken" if final else "no sample yet"}</span>']
     spark = figures.sparks.get
     out = []
     if r.gpu_utilization is not None:
@@ -122,9 +122,9 @@ def _cells(state: SystemState, figures: RankFigures) -> list[str]:
     return out
 
 
-def step_bar_html(window: RankSteps | None) -> str:
+def step_bar_html(window: RankSteps | None, final: bool = False) -> str:
     """Where the last reported steps' time went, as a stacked bar with the step time above it (a grey frame of
-    the same size before the first report).
+    the same size before the first report; ``final``: the run is over, and a rank without a report says so).
 
     Example:
         >>> "data wait 50%" in step_bar_html(RankSteps(10, 1.0, 0.5, 0.4, 0.0, 0.05))
@@ -133,7 +133,8 @@ def step_bar_html(window: RankSteps | None) -> str:
     frame = f"width:{_BAR_W}px;height:10px;display:flex;background:#f3f4f6;border-radius:2px;overflow:hidden"
     box = f"{_CELL};width:{_BAR_W}px;gap:2px"
     if window is None or not window.steps:
-        return f'<span style="{box}"><span style="{_NOTE}">steps: none measured yet</span><span style="{frame}"></span></span>'
+        note = "steps: none measured" if final else "steps: none measured yet"
+        return f'<span style="{box}"><span style="{_NOTE}">{note}</span><span style="{frame}"></span></span>'
 
     split = window.split()
     parts, words = [], []
@@ -177,8 +178,8 @@ def panel_html(state: SystemState, final: bool = False) -> str:
     for rank in sorted(state.ranks):
         figures = state.ranks[rank]
         rows.append(f'<div class="nacc-system-rank" data-rank="{rank}" style="{_ROW}">'
-                    f'<b style="flex:0 0 48px">rank {rank}</b>{step_bar_html(figures.window)}'
-                    f'{"".join(_cells(state, figures))}</div>')
+                    f'<b style="flex:0 0 48px">rank {rank}</b>{step_bar_html(figures.window, final)}'
+                    f'{"".join(_cells(state, figures, final))}</div>')
     found = state.verdict()
     verdict = (f'<b style="color:#b45309">verdict:</b> {html.escape(found)}' if found else
                f'<span style="{_NOTE}">no verdict: nothing clearly {"slowed" if final else "slows"} the run down'
