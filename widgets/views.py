@@ -6,7 +6,7 @@ Pure functions (no widgets), so they are cheap to test and the dashboard only de
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from notebook_accel.float8.facts import precision_label
 from notebook_accel.terminal import ansi_to_html
@@ -17,7 +17,7 @@ from notebook_accel.widgets.progress_model import progress_column
 from notebook_accel.widgets.run_model import RunState
 
 __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
-           "error_html", "bar_row_html", "first_frame_html", "part_html", "STATUS_COLORS", "LOG_HEIGHT",
+           "error_html", "bar_row_html", "first_frame_html", "part_html", "top_html", "body_html", "CURVES_HEIGHT", "STATUS_COLORS", "LOG_HEIGHT",
            "TAB_BAR_HEIGHT"]
 
 STATUS_COLORS = {
@@ -37,6 +37,7 @@ _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
 _STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
 LOG_HEIGHT = 180  # px of the log pane's scroll box
+CURVES_HEIGHT = 184  # px of the row of SVG panels (svg.PANEL_HEIGHT) with its gap: reserved before the first point
 TAB_BAR_HEIGHT = 26  # px of ipywidgets' tab bar (24 px tabs and the current tab's 2 px top border)
 _TAB_PADDING = 15  # px around a tab's content (--jp-widgets-container-padding), inside a 1 px border
 _WIDGET_MARGIN = 2  # px around each ipywidgets HTML widget (--jp-widgets-margin)
@@ -171,6 +172,24 @@ def bar_row_html(fraction: float | None, label: str, style: str = "", css_class:
     cls = f' class="{css_class}"' if css_class else ""
     return (f'<div{cls} style="display:flex;align-items:center;min-height:24px">{bar}'
             f'<div style="flex:1 1 auto">{label_html(label)}</div></div>')
+
+
+def top_html(parts: Mapping[str, str]) -> str:
+    """The top part of the live view from its ``parts``: header, ranks, the run's and the loop's progress rows, the
+    error."""
+    return part_html(
+        f'<div class="nacc-header" style="min-height:24px;display:flex;align-items:center">{parts["header"]}</div>'
+        f'<div class="nacc-ranks">{parts["ranks"]}</div>{parts["overall"]}{parts["bar"]}{parts["error"]}')
+
+
+def body_html(parts: Mapping[str, str]) -> str:
+    """The curves (their row held from the first frame; more panels scroll sideways, never wrap to a second row)
+    beside the table of latest values (at most the curves' height; it scrolls beyond)."""
+    return part_html(
+        '<div style="display:flex;flex-flow:row nowrap;align-items:flex-start;gap:8px">'
+        f'<div class="nacc-curves" style="min-height:{CURVES_HEIGHT}px;flex:0 1 auto;min-width:0">'
+        f'{parts["curves"]}</div><div class="nacc-metrics" style="flex:0 0 auto;max-height:{CURVES_HEIGHT}px;'
+        f'overflow-y:auto">{parts["metrics"]}</div></div>')
 
 
 def part_html(inner: str) -> str:
