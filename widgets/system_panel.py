@@ -29,9 +29,11 @@ from notebook_accel.widgets.system_state import RankFigures, SystemState
 
 __all__ = ["SystemPanel", "panel_html", "panel_height", "sparkline_svg", "step_bar_html", "PARTS"]
 
-# the stacked bar's parts: (RankSteps.split() key, label, colour)
-PARTS = (("data", "data wait", "#f59e0b"), ("compute", "forward+backward", "#2563eb"),
-         ("comm", "communication", "#db2777"), ("optimizer", "optimizer", "#16a34a"), ("other", "other", "#9ca3af"))
+# the stacked bar's parts: (RankSteps.split() key, label, colour); short labels, so the legend and a cell's "most"
+# fit beside the other figures at a 1,000 px wide notebook (the bar's tooltip and the final lines say them in full)
+PARTS = (("data", "data wait", "#f59e0b"), ("compute", "fwd+bwd", "#2563eb"),
+         ("comm", "comm", "#db2777"), ("optimizer", "optimizer", "#16a34a"), ("other", "other", "#9ca3af"))
+_IN_FULL = {"fwd+bwd": "forward+backward", "comm": "communication"}
 _SPARK_W, _SPARK_H = 80, 16
 _NOTE = "color:#6b7280"
 # fixed heights (px), so the panel's height is known before it is drawn: reserved from the dashboard's first frame
@@ -131,7 +133,7 @@ def step_bar_html(window: RankSteps | None, final: bool = False) -> str:
         True
     """
     frame = f"width:{_BAR_W}px;height:10px;display:flex;background:#f3f4f6;border-radius:2px;overflow:hidden"
-    box = f"{_CELL};width:{_BAR_W}px;gap:2px"
+    box = f"{_CELL};min-width:{_BAR_W}px;gap:2px"  # at least the bar's width; wider text widens it, never overlaps
     if window is None or not window.steps:
         note = "steps: none measured" if final else "steps: none measured yet"
         return f'<span style="{box}"><span style="{_NOTE}">{note}</span><span style="{frame}"></span></span>'
@@ -141,11 +143,11 @@ def step_bar_html(window: RankSteps | None, final: bool = False) -> str:
     for key, label, color in PARTS:
         share = max(0.0, min(split[key], 1.0))
         parts.append(f'<span data-part="{key}" style="width:{100 * share:.1f}%;background:{color}"></span>')
-        words.append(f"{label} {share:.0%}")
+        words.append(f"{_IN_FULL.get(label, label)} {share:.0%}")
     title = ", ".join(words)
     return (f'<span style="{box}" title="{title}">'
             f'<span><span style="{_NOTE}">step</span> {1000 * window.step / window.steps:.0f} ms '
-            f'<span style="{_NOTE}">· most: {html.escape(_largest(split))}</span></span>'
+            f'<span style="{_NOTE}">· {html.escape(_largest(split))}</span></span>'
             f'<span class="nacc-step-bar" style="{frame}">{"".join(parts)}</span></span>')
 
 
@@ -157,7 +159,8 @@ def _largest(split: dict[str, float]) -> str:
 
 def _legend() -> str:
     """The colours of the step bar's parts."""
-    return " ".join(f'<span style="color:{color}">&#9632;</span>&nbsp;{label}' for _, label, color in PARTS)
+    return " ".join(f'<span title="{_IN_FULL.get(label, label)}"><span style="color:{color}">&#9632;</span>&nbsp;'
+                    f"{label}</span>" for _, label, color in PARTS)
 
 
 def panel_html(state: SystemState, final: bool = False) -> str:

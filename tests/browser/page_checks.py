@@ -12,7 +12,8 @@ from dataclasses import dataclass
 __all__ = ["OVERFLOW_JS", "FRAME_JS", "RED_LINES_JS", "Frame", "parse_duration", "inconsistent", "height_jumps"]
 
 # Every visible element of ``root`` whose text is cut: a box that hides its overflow (or ends it with an
-# ellipsis) and holds more than it shows, a dropdown whose chosen value is wider than the room left beside its
+# ellipsis) and holds more than it shows, a box of text that may not wrap and is wider than its box (scrolled out
+# of sight, or drawn over the next figure), a dropdown whose chosen value is wider than the room left beside its
 # arrow, or a blank dropdown. Returns one line per problem.
 OVERFLOW_JS = """(root) => {
   const bad = [];
@@ -40,7 +41,9 @@ OVERFLOW_JS = """(root) => {
     }
     const cs = getComputedStyle(el);
     const hides = ['hidden', 'clip'].includes(cs.overflowX) || cs.textOverflow === 'ellipsis';
-    if (hides && el.scrollWidth > el.clientWidth + 1 && el.innerText && el.innerText.trim()
+    // text that may not wrap and is wider than its box: scrolled out of sight, or drawn over its neighbour
+    const nowrap = cs.whiteSpace === 'nowrap' && cs.display !== 'inline';
+    if ((hides || nowrap) && el.scrollWidth > el.clientWidth + 1 && el.innerText && el.innerText.trim()
         && !el.querySelector('svg, img, canvas')) {
       bad.push(`"${el.innerText.trim().slice(0, 80)}" is ${el.scrollWidth}px wide in ${el.clientWidth}px`);
     }
@@ -104,6 +107,8 @@ def inconsistent(frame: Frame) -> str:
         return f"header says finished while ranks are {frame.ranks}"
     if frame.status == "starting" and any(r in ended for r in frame.ranks):
         return f"header says starting while ranks are {frame.ranks}"
+    if frame.status in ("timeout", "stopped") and "failed" in frame.ranks:
+        return f"header says {frame.status} while ranks are {frame.ranks}: no rank failed"
     return ""
 
 
