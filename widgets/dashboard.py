@@ -350,7 +350,7 @@ class Dashboard(BaseSink):
 
     def _body_html(self) -> str:
         """The curves beside the table of latest values."""
-        return views.body_html(self.parts)
+        return views.body_html(self.parts, self.state is not None and bool(self.state.series))
 
     def _log_html(self, main: bool) -> str:
         """The main process's output pane, or every rank's."""

@@ -107,7 +107,10 @@ def summary_html(state: RunState, elapsed: float, image: bytes | None = None, wh
         rows += f'<tr><td colspan="3"><i>{esc(note)}</i></td></tr>' if note else ""
         parts.append(f"<table><tr><th>metric</th><th>step</th><th>last value</th></tr>{rows}</table>")
     output = _last_output(state, SNAPSHOT_HTML_LINES)
-    if output:
+    if not output:  # the live view's one grey line, as a fact
+        parts.append(f'<div style="color:#6b7280;font-size:12px;margin:2px 0">rank {state.main_rank} printed '
+                     "nothing</div>")
+    else:
         # open, at the live pane's height: the cell keeps the size it had while the run was live
         parts.append(f"<details open><summary>output of rank {state.main_rank} ({len(output)} lines)</summary>"
                      f'<pre style="white-space:pre-wrap;max-height:180px;overflow:auto;font-size:12px">'

@@ -182,9 +182,13 @@ def top_html(parts: Mapping[str, str]) -> str:
         f'<div class="nacc-ranks">{parts["ranks"]}</div>{parts["overall"]}{parts["bar"]}{parts["error"]}')
 
 
-def body_html(parts: Mapping[str, str]) -> str:
-    """The curves (their row held from the first frame; more panels scroll sideways, never wrap to a second row)
-    beside the table of latest values (at most the curves' height; it scrolls beyond)."""
+def body_html(parts: Mapping[str, str], drawn: bool = True) -> str:
+    """The curves (one row, held from the first metric on; more panels scroll sideways, never wrap to a second row)
+    beside the table of latest values (at most the curves' height; it scrolls beyond). Before the first metric
+    (``drawn`` false): one grey line, no empty room (a run that logs nothing keeps a small view and result)."""
+    if not drawn:
+        return part_html('<div class="nacc-curves" style="font-family:sans-serif;font-size:12px;color:#6b7280">'
+                         "curves and values appear here after the first accelerator.log(...)</div>")
     return part_html(
         '<div style="display:flex;flex-flow:row nowrap;align-items:flex-start;gap:8px">'
         f'<div class="nacc-curves" style="min-height:{CURVES_HEIGHT}px;flex:0 1 auto;min-width:0">'
@@ -239,7 +243,8 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
     (tqdm bars, INFO lines, warnings) looks like ordinary output with a thin grey mark at its left. The live
     lines (a tqdm bar being redrawn) come last. When ``lines`` is a :class:`~.log_buffer.LogBuffer`
     whose output is kept in files, a caption says where (the pane keeps only a tail). Without any line there is
-    no box: one grey line, in a space of the box's height (the box appears there, nothing below moves).
+    no box, one grey line (a run that prints nothing keeps a small view, and a small result); the first line brings
+    the box at its full ``height_px`` at once, so later lines move nothing.
     ``flex-direction: column-reverse`` keeps the box scrolled to the end without any script.
     """
     everything = list(lines)
@@ -252,9 +257,9 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
             '<div style="font-family:sans-serif;font-size:11px;color:#6b7280;margin:2px 0">'
             f"{shown}every rank&#x27;s full output: <code>{html.escape(where)}/rank&lt;N&gt;.log</code></div>"
         )
-    if not tail:  # the box's outer height (content, padding, border): the box comes there, nothing moves
-        return (f'{caption}<div style="height:{height_px + 10}px;font-family:sans-serif;font-size:12px;'
-                'color:#6b7280">no output yet (print() and logging show here)</div>')
+    if not tail:  # one line, not an empty box: a run that prints nothing keeps a small view (and result)
+        return (f'{caption}<div class="nacc-no-output" style="font-family:sans-serif;font-size:12px;color:#6b7280">'
+                "no output yet (print() and logging show here)</div>")
     out = []
     for line, kind in zip(tail, line_kinds([line.text for line in tail])):
         text = ansi_to_html(line.styled) if line.styled else html.escape(line.text, quote=False)

@@ -22,7 +22,11 @@ def test_a_running_header_over_ended_ranks_is_inconsistent() -> None:
 def test_heights_beyond_ten_percent_of_the_first_frame_are_jumps() -> None:
     frames = [Frame(0.0, "running", 0.0, (), 500), Frame(1.0, "running", 1.0, (), 540),
               Frame(2.0, "running", 2.0, (), 560)]
-    assert height_jumps(frames) == ["560px at 2.0s (first frame 500px)"]
+    assert height_jumps(frames) == ["560px at 2.0s (first full frame 500px at 0.0s)"]
+    growing = [Frame(0.0, "running", 0.0, (), 300), Frame(1.0, "running", 1.0, (), 480, (True, False)),
+               Frame(2.0, "running", 2.0, (), 660, (True, True)), Frame(3.0, "running", 3.0, (), 700, (True, True)),
+               Frame(4.0, "running", 4.0, (), 900, (True, True))]
+    assert height_jumps(growing) == ["900px at 4.0s (first full frame 660px at 2.0s)"]  # grown once, then jumped
 
 
 def test_the_overflow_check_finds_cut_text_in_a_real_page() -> None:

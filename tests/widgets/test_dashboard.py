@@ -324,7 +324,11 @@ def test_one_clock_and_one_vocabulary_from_the_first_frame_to_the_result() -> No
 
 
 def test_the_layout_has_its_places_from_the_first_frame() -> None:
-    dash, _, _ = _dashboard()
+    dash, clock, _ = _dashboard()
+    assert "min-height" not in dash.view.body.value and "after the first accelerator.log" in dash.view.body.value  # type: ignore[union-attr]
+    dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))
+    clock.now += 1
+    dash.tick(clock.now)  # the first metric brings the curves' row, held from then on
     assert 'class="nacc-curves" style="min-height:184px;' in dash.view.body.value  # type: ignore[union-attr]
     assert 'min-width:4.2em;font-variant-numeric:tabular-nums' in dash.parts["header"]  # a clock of fixed width
     run_row = 'class="nacc-run" style="display:flex;align-items:center;min-height:24px"'
