@@ -148,6 +148,7 @@ class Dashboard(BaseSink):
         all_ranks = self._log_html(main=False) if self._tabbed() else None
         view = self.view = LiveView(self._top_html(), self._body_html(), self._log_html(main=True), all_ranks,
                                     self.show_all_ranks)
+        view.show_output(self._has_output())
         if self._stop is not None:
             view.add_stop_button(self._stop)
         if self.state is not None:
@@ -190,9 +191,13 @@ class Dashboard(BaseSink):
         with the room its widget will have (the widgets replace it in place, nothing moves)."""
         state = self.state
         text = "" if state is None else f"{state.info.function_name}: {state.shown_status}"
-        logs = self._log_html(main=True)
+        logs = self._log_html(main=True) if self._has_output() else None
         room = 0 if state is None else panel_height(state.info.num_processes)  # the system panel's, as live
         return Summary(views.first_frame_html(self._top_html(), self._body_html(), logs, self._tabbed(), room), text)
+
+    def _has_output(self) -> bool:
+        """Whether any rank printed (until then the output pane is hidden and the body says so)."""
+        return self.state is not None and len(self.state.logs_all) > 0
 
     def _tick_frame(self, now: float) -> None:
         """Before the widgets: move the first frame's clock (a new frame in its place, at most every
@@ -304,6 +309,7 @@ class Dashboard(BaseSink):
         view.set(view.top, self._top_html())
         view.set(view.body, self._body_html())
         if logs_changed:
+            view.show_output(self._has_output())
             view.set(view.log_main, self._log_html(main=True))
             if view.log_all is not None:
                 view.set(view.log_all, self._log_html(main=False))
@@ -350,7 +356,7 @@ class Dashboard(BaseSink):
 
     def _body_html(self) -> str:
         """The curves beside the table of latest values."""
-        return views.body_html(self.parts, self.state is not None and bool(self.state.series))
+        return views.body_html(self.parts, self.state is not None and bool(self.state.series), self._has_output())
 
     def _log_html(self, main: bool) -> str:
         """The main process's output pane, or every rank's."""

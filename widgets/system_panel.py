@@ -198,7 +198,7 @@ def panel_html(state: SystemState, final: bool = False) -> str:
 class SystemPanel:
     """Holds the panel's widget. Until the run reports a sample or step times there is none: the dashboard's box
     keeps the panel's height free below its other parts (a bottom padding), so the panel's arrival moves nothing;
-    then one ``HTML`` widget of that height takes the place of the padding, redrawn when the state changed.
+    then one ``HTML`` widget of that height is drawn over that room, redrawn when the state changed.
 
     Example:
         >>> from notebook_accel.events import RunInfo
@@ -229,16 +229,20 @@ class SystemPanel:
             return
         self._seen = state.version
         text = panel_html(state)
-        height = f"{panel_height(len(state.ranks)) - _WIDGET_MARGIN}px"
+        room = panel_height(len(state.ranks))
+        height = f"{room - _WIDGET_MARGIN}px"
+        # drawn over the room kept free (a negative bottom margin as tall as the widget): the box keeps its height
+        # in one message, where giving the room back and adding the widget took two (a frame with both showed)
+        margin = f"{_WIDGET_MARGIN // 2}px 0 -{room - _WIDGET_MARGIN // 2}px 0"
         self.redraws += 1
         if self.widget is None:
             import ipywidgets as w  # the widgets package's own dependency; imported when a panel is first needed
 
-            self.widget = w.HTML(text, layout=w.Layout(height=height))
+            self.widget = w.HTML(text, layout=w.Layout(height=height, margin=margin))
             self.widget.add_class("nacc-system")
             box.children = (*box.children, self.widget)
-            box.layout.padding = None  # the room kept free is the panel's now
             return
         self.widget.value = text
         if self.widget.layout.height != height:  # a rank reported that the first sample did not have
-            self.widget.layout.height = height
+            box.layout.padding = f"0 0 {room}px 0"
+            self.widget.layout.height, self.widget.layout.margin = height, margin

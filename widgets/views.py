@@ -33,6 +33,7 @@ STATUS_COLORS = {
 # the clock keeps its width as its digits change, so nothing after it (or beside the header) moves
 _CLOCK = 'style="display:inline-block;min-width:4.2em;font-variant-numeric:tabular-nums"'
 _NOTE = "color:#6b7280"
+_QUIET = "font-family:sans-serif;font-size:12px;color:#6b7280"  # a one-line note in place of an empty part
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
 _STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
@@ -182,18 +183,21 @@ def top_html(parts: Mapping[str, str]) -> str:
         f'<div class="nacc-ranks">{parts["ranks"]}</div>{parts["overall"]}{parts["bar"]}{parts["error"]}')
 
 
-def body_html(parts: Mapping[str, str], drawn: bool = True) -> str:
+def body_html(parts: Mapping[str, str], drawn: bool = True, output: bool = True) -> str:
     """The curves (one row, held from the first metric on; more panels scroll sideways, never wrap to a second row)
     beside the table of latest values (at most the curves' height; it scrolls beyond). Before the first metric
-    (``drawn`` false): one grey line, no empty room (a run that logs nothing keeps a small view and result)."""
-    if not drawn:
-        return part_html('<div class="nacc-curves" style="font-family:sans-serif;font-size:12px;color:#6b7280">'
-                         "curves and values appear here after the first accelerator.log(...)</div>")
-    return part_html(
-        '<div style="display:flex;flex-flow:row nowrap;align-items:flex-start;gap:8px">'
-        f'<div class="nacc-curves" style="min-height:{CURVES_HEIGHT}px;flex:0 1 auto;min-width:0">'
-        f'{parts["curves"]}</div><div class="nacc-metrics" style="flex:0 0 auto;max-height:{CURVES_HEIGHT}px;'
-        f'overflow-y:auto">{parts["metrics"]}</div></div>')
+    (``drawn`` false), and before the first output line (``output`` false: the pane is hidden), a grey line each,
+    no empty room (a run that logs and prints nothing keeps a small view and result)."""
+    if drawn:
+        curves = ('<div style="display:flex;flex-flow:row nowrap;align-items:flex-start;gap:8px">'
+                  f'<div class="nacc-curves" style="min-height:{CURVES_HEIGHT}px;flex:0 1 auto;min-width:0">'
+                  f'{parts["curves"]}</div><div class="nacc-metrics" style="flex:0 0 auto;max-height:{CURVES_HEIGHT}px;'
+                  f'overflow-y:auto">{parts["metrics"]}</div></div>')
+    else:
+        curves = (f'<div class="nacc-curves" style="{_QUIET}">curves and values appear here after the first '
+                  "accelerator.log(...)</div>")
+    quiet = "" if output else f'<div class="nacc-no-output" style="{_QUIET}">no output yet (print() and logging show here)</div>'
+    return part_html(curves + quiet)
 
 
 def part_html(inner: str) -> str:
@@ -202,13 +206,13 @@ def part_html(inner: str) -> str:
     return f'<div style="line-height:1.4">{inner}</div>'
 
 
-def first_frame_html(top: str, body: str, logs: str, tabbed: bool, reserve: int = 0) -> str:
+def first_frame_html(top: str, body: str, logs: str | None, tabbed: bool, reserve: int = 0) -> str:
     """The live view's parts as one static HTML output, each in the room its widget will take (the widget's
     margin; the output pane inside the frame of the "main process | all ranks" tabs when ``tabbed``; ``reserve``
     px below for a part that comes later), so the widgets that replace it in place move nothing."""
     margin = f'style="margin:{_WIDGET_MARGIN}px"'
-    pane = f"<div {margin}>{logs}</div>"
-    if tabbed:
+    pane = "" if logs is None else f"<div {margin}>{logs}</div>"  # None: no output yet, the pane is hidden
+    if tabbed and logs is not None:
         tab = (f'<span style="display:inline-block;width:144px;height:{TAB_BAR_HEIGHT - 1}px;line-height:'
                f'{TAB_BAR_HEIGHT - 1}px;padding:0 10px;box-sizing:border-box;font-family:sans-serif;font-size:13px;'
                'color:#616161">')

@@ -387,7 +387,7 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
                 background.get_by_text("slow: stopped in").first.wait_for(timeout=60_000)
                 time.sleep(1.0)
                 background.screenshot(path=str(shot("background-stopped")))
-                background_text = _cell_text(page, 3)
+                background_text = _cell_text(page, 5)
                 page.keyboard.press("Control+s")
                 time.sleep(1.5)
                 page.close()

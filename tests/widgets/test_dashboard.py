@@ -406,3 +406,17 @@ def test_the_curves_stay_in_one_row_and_the_result_draws_them_as_the_live_view_d
     dash.finish(RunOutcome("finished", 1.0))
     assert dash.image is not None and dash.image.count(b'<svg x="') == 4  # 3 a row: 2 rows in one image
     assert b'height="366"' in dash.image.split(b">", 1)[0]
+
+
+def test_the_output_pane_is_hidden_until_the_first_line_and_the_body_says_so_in_one_line() -> None:
+    dash, clock, _ = _dashboard()
+    assert dash.view is not None and dash.view.pane.layout.display == "none"
+    assert "no output yet" in dash.view.body.value  # one grey line instead of an empty framed pane
+    dash.handle(Log(1, "stdout", "hello from rank 1\n"))
+    clock.now += 1
+    dash.tick(clock.now)
+    assert dash.view.pane.layout.display is None and "no output yet" not in dash.view.body.value
+    one, one_clock, _ = _dashboard()
+    one.start(RunInfo(1, ("cpu",), "gloo", "train"))  # one rank: a single pane with a layout of its own
+    assert one.view is not None and one.view.pane is one.view.log_main and one.view.pane.layout.display == "none"
+    assert one.view.top.layout.display is None

@@ -128,7 +128,10 @@ def test_no_panel_widget_until_the_first_sample_then_one_at_the_bottom() -> None
     after = _widgets(dash.view.root)
     assert len(after) == len(before) + 1 and dash.view.root.children[-1] is dash.system.widget  # below everything
     assert "77%" in dash.system.widget.value and "nacc-system" in dash.system.widget._dom_classes
-    assert dash.view.root.layout.padding is None and dash.system.widget.layout.height == f"{panel_height(2) - 4}px"
+    assert dash.system.widget.layout.height == f"{panel_height(2) - 4}px"
+    # drawn over the room kept for it, which stays: the box's height does not move, in one message
+    assert dash.view.root.layout.padding == f"0 0 {panel_height(2)}px 0"
+    assert dash.system.widget.layout.margin == f"2px 0 -{panel_height(2) - 2}px 0"
     redraws = dash.system.redraws
     dash.refresh()
     assert dash.system.redraws == redraws  # nothing changed: not redrawn
