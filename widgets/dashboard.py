@@ -146,7 +146,7 @@ class Dashboard(BaseSink):
         """Make the live view (:class:`~notebook_accel.widgets.live_view.LiveView`) with the parts as they are."""
         self._compose()
         all_ranks = self._log_html(main=False) if self._tabbed() else None
-        view = self.view = LiveView(self._top_html(), self._body_html(), self._log_html(main=True), all_ranks,
+        view = self.view = LiveView(views.top_html(self.parts), self._body_html(), self._log_html(main=True), all_ranks,
                                     self.show_all_ranks)
         view.show_output(self._has_output())
         if self._stop is not None:
@@ -193,7 +193,8 @@ class Dashboard(BaseSink):
         text = "" if state is None else f"{state.info.function_name}: {state.shown_status}"
         logs = self._log_html(main=True) if self._has_output() else None
         room = 0 if state is None else panel_height(state.info.num_processes)  # the system panel's, as live
-        return Summary(views.first_frame_html(self._top_html(), self._body_html(), logs, self._tabbed(), room), text)
+        return Summary(views.first_frame_html(views.top_html(self.parts), self._body_html(), logs, self._tabbed(),
+                                              room), text)
 
     def _has_output(self) -> bool:
         """Whether any rank printed (until then the output pane is hidden and the body says so)."""
@@ -306,7 +307,7 @@ class Dashboard(BaseSink):
         self.refreshes += 1
         self._next_refresh = now + self.refresh_interval
         logs_changed = self._compose(force)
-        view.set(view.top, self._top_html())
+        view.set(view.top, views.top_html(self.parts))
         view.set(view.body, self._body_html())
         if logs_changed:
             view.show_output(self._has_output())
@@ -349,10 +350,6 @@ class Dashboard(BaseSink):
             return ""
         held = state.failure is not None and self._failed_at is not None and now < self._failed_at + ERROR_GRACE
         return "" if held else views.error_html(state)
-
-    def _top_html(self) -> str:
-        """Header, ranks, the run's and the loop's progress rows, the error."""
-        return views.top_html(self.parts)
 
     def _body_html(self) -> str:
         """The curves beside the table of latest values."""

@@ -159,12 +159,12 @@ def progress_column(loops: Mapping[int, Mapping[str, str]]) -> tuple[str, dict[i
         >>> progress_column({0: {"train": "32/32", "epochs": "3/3"}, 1: {"train": "32/32"}})
         ('progress (train)', {0: '32/32', 1: '32/32'})
     """
-    reporting = {rank: counts for rank, counts in loops.items() if counts}
+    reporting = {rank: list(counts.items()) for rank, counts in loops.items() if counts}
     if not reporting:
         return "progress", {}
-    common = set.intersection(*(set(counts) for counts in reporting.values()))
-    first = reporting[min(reporting)]
-    name = next((n for n in reversed(first) if n in common), None)
+    common = set.intersection(*({name for name, _ in counts} for counts in reporting.values()))
+    name = next((n for n, _ in reversed(reporting[min(reporting)]) if n in common), None)
     if name is None:
-        return "progress", {rank: " ".join(next(reversed(counts.items()))).strip() for rank, counts in reporting.items()}
-    return (f"progress ({name})" if name else "progress"), {rank: counts[name] for rank, counts in reporting.items()}
+        return "progress", {rank: " ".join(counts[-1]).strip() for rank, counts in reporting.items()}
+    found = {rank: dict(counts)[name] for rank, counts in reporting.items()}
+    return (f"progress ({name})" if name else "progress"), found

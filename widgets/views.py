@@ -17,8 +17,8 @@ from notebook_accel.widgets.progress_model import progress_column
 from notebook_accel.widgets.run_model import RunState
 
 __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
-           "error_html", "bar_row_html", "first_frame_html", "part_html", "top_html", "body_html", "CURVES_HEIGHT", "STATUS_COLORS", "LOG_HEIGHT",
-           "TAB_BAR_HEIGHT"]
+           "error_html", "bar_row_html", "first_frame_html", "part_html", "top_html", "body_html", "CURVES_HEIGHT",
+           "STATUS_COLORS", "LOG_HEIGHT", "TAB_BAR_HEIGHT"]
 
 STATUS_COLORS = {
     "starting": "#6b7280",
@@ -196,7 +196,8 @@ def body_html(parts: Mapping[str, str], drawn: bool = True, output: bool = True)
     else:
         curves = (f'<div class="nacc-curves" style="{_QUIET}">curves and values appear here after the first '
                   "accelerator.log(...)</div>")
-    quiet = "" if output else f'<div class="nacc-no-output" style="{_QUIET}">no output yet (print() and logging show here)</div>'
+    quiet = "" if output else (f'<div class="nacc-no-output" style="{_QUIET}">no output yet (print() and logging '
+                               "show here)</div>")
     return part_html(curves + quiet)
 
 

@@ -91,7 +91,8 @@ class Frame:
         clock = parse_duration(bits[2]) if len(bits) > 2 else None
         filled = tuple(raw.get("filled", (False, False)))  # type: ignore[call-overload]
         return cls(float(raw["t"]), bits[1] if len(bits) > 1 else "", clock,  # type: ignore[arg-type]
-                   tuple(raw["ranks"]), float(raw["height"]), (bool(filled[0]), bool(filled[1])))  # type: ignore[arg-type]
+                   tuple(raw["ranks"]), float(raw["height"]),  # type: ignore[arg-type]
+                   (bool(filled[0]), bool(filled[1])))
 
 
 def parse_duration(text: str) -> float | None:
@@ -127,4 +128,5 @@ def height_jumps(frames: list[Frame], tolerance: float = 0.10) -> list[str]:
     base = next(f for f in frames if all(have or not wanted for have, wanted in zip(f.filled, parts)))
     first = base.height
     return [f"{f.height:.0f}px at {f.t - frames[0].t:.1f}s (first full frame {first:.0f}px at "
-            f"{base.t - frames[0].t:.1f}s)" for f in frames[frames.index(base):] if abs(f.height - first) > tolerance * first]
+            f"{base.t - frames[0].t:.1f}s)" for f in frames[frames.index(base):]
+            if abs(f.height - first) > tolerance * first]

@@ -325,7 +325,8 @@ def test_one_clock_and_one_vocabulary_from_the_first_frame_to_the_result() -> No
 
 def test_the_layout_has_its_places_from_the_first_frame() -> None:
     dash, clock, _ = _dashboard()
-    assert "min-height" not in dash.view.body.value and "after the first accelerator.log" in dash.view.body.value  # type: ignore[union-attr]
+    body = dash.view.body.value  # type: ignore[union-attr]
+    assert "min-height" not in body and "after the first accelerator.log" in body
     dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))
     clock.now += 1
     dash.tick(clock.now)  # the first metric brings the curves' row, held from then on
@@ -386,7 +387,8 @@ def test_the_first_frames_clock_ticks_before_the_widgets_come() -> None:
     dash.handle(Started(0, 1, "cpu"))
     clock.now += 0.3
     dash.tick(clock.now)  # a run under live_after: its time still runs on the page
-    assert dash.view is None and len(shown.updates) == 1 and "0.3s" in shown.updates[0]._repr_html_()  # type: ignore[attr-defined]
+    assert dash.view is None and len(shown.updates) == 1
+    assert "0.3s" in shown.updates[0]._repr_html_()  # type: ignore[attr-defined]
     clock.now += 0.1
     dash.tick(clock.now)  # within the refresh interval: no message
     assert len(shown.updates) == 1
