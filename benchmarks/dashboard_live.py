@@ -64,15 +64,15 @@ CELL = textwrap.dedent(
             super().__init__(plot_interval=1.0, plot_share=0.025, **kw)
             from notebook_accel.widgets.plots import CurvePlot
             self.plot = CurvePlot()  # the dashboard makes its own only at the end
-            self.image = w.Image(format="png")
+            self.picture = w.Image(format="png")
         def _build_widgets(self):
             view = super()._build_widgets()
-            kids = list(view.root.children); kids[kids.index(view.body)] = self.image; view.root.children = kids
+            kids = list(view.root.children); kids[kids.index(view.body)] = self.picture; view.root.children = kids
             return view
         def _redraw(self, now):
             t, started = time.thread_time(), time.perf_counter()
-            self.png = self.plot.render(self.state.series); self.image.value = self.png; self.redraws += 1
-            self._next_plot = now + max(self.plot_interval, (time.perf_counter() - started) / self.plot_share)
+            self.picture.value = self.plot.render(self.state.series); self.curves.redraws += 1
+            self.curves._next = now + max(1.0, (time.perf_counter() - started) / 0.025)  # its schedule, as it was
             self._record(time.thread_time() - t)
         def tick(self, now):
             pass  # the previous dashboard had no periodic wake-up

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from notebook_accel.accelerator.collectives import any_process_flagged, gather_for_metrics
-from notebook_accel.accelerator.preparing import (record_prepared, refuse_dispatch_slicing,
+from notebook_accel.accelerator.preparing import (models_training, record_prepared, refuse_dispatch_slicing,
                                                   scheduler_optimizers)
 from notebook_accel.accelerator.training_probe import TrainingProbe
 from notebook_accel.config import ConfigError
@@ -30,6 +30,33 @@ class _Owner:
 
     def _models_training(self) -> bool | None:
         return self.training
+
+
+class _EngineLike(torch.nn.Module):
+    """Wraps a module as DeepSpeed's engine does: ``train``/``eval`` reach the module, its own flag stays True."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def train(self, mode: bool = True) -> "_EngineLike":
+        self.module.train(mode)
+        return self
+
+    def eval(self) -> "_EngineLike":
+        return self.train(False)
+
+
+def test_a_wrapper_that_keeps_its_own_training_flag_still_reads_as_eval() -> None:
+    engine = _EngineLike(torch.nn.Linear(2, 2))
+    engine.eval()
+    assert engine.training is True  # what DeepSpeed's engine does: the old check read this flag
+    assert models_training([engine]) is False
+    engine.train()
+    assert models_training([engine]) is True
+    assert models_training([]) is None
+    plain = torch.nn.Linear(2, 2).eval()
+    assert models_training([plain, engine]) is True and models_training([plain]) is False
 
 
 def test_config_error_is_the_configuration_error_of_a_whole_config() -> None:

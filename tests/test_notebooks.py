@@ -8,6 +8,7 @@ static dashboard snapshots show on a repository page), and that they were built 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -77,7 +78,7 @@ def test_html_export_of_the_quickstart_shows_the_static_result() -> None:
     from nbconvert import HTMLExporter
 
     page, _ = HTMLExporter().from_filename(str(ROOT / "notebooks" / "01_quickstart.ipynb"))
-    assert "train: finished in" in page and 'src="data:image/png;base64,' in page
+    assert "train: finished in" in page and re.search(r'src="data:image/(png|svg\+xml);base64,', page)
     assert "<details>" in page and "widget-view" not in page and "VBox(children" not in page
 
 

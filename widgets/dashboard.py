@@ -19,8 +19,9 @@ at least every :data:`~notebook_accel.events.TICK_SECONDS`: it moves the clock (
 every value held back by the throttle, so nothing waits for the next event (:attr:`needs_tick`). (A timer thread
 in the dashboard would do the same but would write widget traits, and so send comm messages, from a second thread
 while the main thread does too; the launcher's loop already wakes for its own deadlines, so the tick costs
-nothing.) The curves are rebuilt at most every ``plot_interval`` seconds (and never more than ``plot_share`` of the
-time) when new metrics arrived.
+nothing.) The curves (with the table of values, one message) are rebuilt when new metrics arrived, at most every
+``plot_interval`` seconds, less often while their picture stops changing
+(:class:`~notebook_accel.widgets.live_curves.LiveCurves`).
 
 Layout: every part has its place from the first frame (the curves' height is reserved before the first point, the
 progress rows and the log pane have fixed heights, the clock a fixed width, the stop button a fixed place), so the
@@ -29,7 +30,7 @@ page below does not jump as the run fills in. Before the workers report, the hea
 dashboard's clock from :meth:`start`, stopped when the last rank ends.
 
 At ``finish`` the live widget view is *replaced in place* (its display id) by one static output
-(:class:`~notebook_accel.widgets.snapshot.StaticResult`: the curves drawn once by matplotlib as a PNG, the
+(:class:`~notebook_accel.widgets.snapshot.StaticResult`: the curves as one SVG image (the live drawing, a few ms), the
 summary, the error once, the output in a collapsible block), and the widgets are closed: a saved notebook, an
 HTML export and GitHub show that result and no widget view.
 """
@@ -42,20 +43,21 @@ from collections.abc import Callable
 from typing import Any
 
 from notebook_accel.display.base import BaseSink
+from notebook_accel.durations import format_duration
 from notebook_accel.events import EngineReady, Event, Exited, Failed, Finished, RunInfo, RunOutcome, Started
 from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.widgets import views
+from notebook_accel.widgets.live_curves import LiveCurves
 from notebook_accel.widgets.live_view import LiveView
 from notebook_accel.widgets.snapshot import StaticResult, Summary
 from notebook_accel.widgets.run_model import RunState
-from notebook_accel.widgets.svg import curves_svg
+from notebook_accel.widgets.svg import curves_image, curves_svg
 from notebook_accel.widgets.system_panel import SystemPanel, panel_height
 
 __all__ = ["Dashboard"]
 
 _URGENT = (Started, Finished, Failed, Exited, EngineReady)
 _BAR_STYLES = {"finished": "success", "failed": "danger", "timeout": "danger", "stopped": "warning"}
-_CURVES_HEIGHT = 184  # px of one row of SVG panels (svg._H) with its gap: reserved before the first point
 ERROR_GRACE = 2.0  # seconds a failure waits for the launcher's verdict before the live error box shows it
 
 
@@ -67,7 +69,7 @@ def _ipython_display(obj: object) -> Any:
 
 
 class Dashboard(BaseSink):
-    """Live view of a launched run, built from ipywidgets (curves as inline SVG; matplotlib for the final PNG).
+    """Live view of a launched run, built from ipywidgets (curves as inline SVG, and as an SVG image at the end).
 
     Args:
         show_all_ranks: open the log pane on the "all ranks" tab instead of "main process".
@@ -99,7 +101,7 @@ class Dashboard(BaseSink):
         show_all_ranks: bool = False,
         *,
         refresh_interval: float = 0.25,
-        plot_interval: float = 0.25,
+        plot_interval: float = 0.5,
         plot_share: float = 0.05,
         budget: int = 200,
         max_log_lines: int = 1000,
@@ -110,8 +112,6 @@ class Dashboard(BaseSink):
     ) -> None:
         self.show_all_ranks = show_all_ranks
         self.refresh_interval = refresh_interval
-        self.plot_interval = plot_interval
-        self.plot_share = plot_share
         self.budget = budget
         self.max_log_lines = max_log_lines
         self.shown_log_lines = shown_log_lines
@@ -120,21 +120,19 @@ class Dashboard(BaseSink):
         self._live_at = 0.0
         self._display = display if display is not None else _ipython_display
         self.state: RunState | None = None
-        self.plot: Any = None  # the matplotlib CurvePlot that drew the final PNG (made at the end)
-        self.png: bytes | None = None
-        self.svg = ""
+        self.image: bytes | None = None  # the final curves (one SVG document), made at the end
+        self.curves = LiveCurves(plot_interval, plot_share)
         self.display_handle: Any = None
         self.ticks = 0
         self.refreshes = 0
-        self.redraws = 0
         self.frozen = False
         self.sink_errors: list[str] = []
         self._started_at = 0.0
         self._next_refresh = 0.0
-        self._next_plot = 0.0
         self._seen: dict[str, int] = {}
         self._stop: Callable[[], None] | None = None
         self._failed_at: float | None = None
+        self._frame_clock = ""  # the clock the first frame shows (it moves until the widgets replace it)
         self._clear_widgets()
 
     def _clear_widgets(self) -> None:
@@ -148,8 +146,9 @@ class Dashboard(BaseSink):
         """Make the live view (:class:`~notebook_accel.widgets.live_view.LiveView`) with the parts as they are."""
         self._compose()
         all_ranks = self._log_html(main=False) if self._tabbed() else None
-        view = self.view = LiveView(self._top_html(), self._body_html(), self._log_html(main=True), all_ranks,
+        view = self.view = LiveView(views.top_html(self.parts), self._body_html(), self._log_html(main=True), all_ranks,
                                     self.show_all_ranks)
+        view.show_output(self._has_output())
         if self._stop is not None:
             view.add_stop_button(self._stop)
         if self.state is not None:
@@ -173,7 +172,8 @@ class Dashboard(BaseSink):
         """Show the dashboard under the cell for the run described by ``info``."""
         if self.state is not None:  # the same dashboard passed to a second launch: fresh widgets, old view kept
             self._clear_widgets()
-            self.png, self.svg, self._seen, self._next_plot = None, "", {}, 0.0
+            self.image, self._seen = None, {}
+            self.curves.reset()
         self.state = RunState(info, budget=self.budget, max_log_lines=self.max_log_lines)
         self._started_at = self._next_refresh = self.clock()
         self.frozen = False
@@ -183,6 +183,7 @@ class Dashboard(BaseSink):
             self.display_handle = self._display(self._build_widgets().root)
             return
         self._compose()
+        self._frame_clock = format_duration(0.0)
         self.display_handle = self._display(self._frame())
 
     def _frame(self) -> Summary:
@@ -190,9 +191,26 @@ class Dashboard(BaseSink):
         with the room its widget will have (the widgets replace it in place, nothing moves)."""
         state = self.state
         text = "" if state is None else f"{state.info.function_name}: {state.shown_status}"
-        logs = self._log_html(main=True)
+        logs = self._log_html(main=True) if self._has_output() else None
         room = 0 if state is None else panel_height(state.info.num_processes)  # the system panel's, as live
-        return Summary(views.first_frame_html(self._top_html(), self._body_html(), logs, self._tabbed(), room), text)
+        return Summary(views.first_frame_html(views.top_html(self.parts), self._body_html(), logs, self._tabbed(),
+                                              room), text)
+
+    def _has_output(self) -> bool:
+        """Whether any rank printed (until then the output pane is hidden and the body says so)."""
+        return self.state is not None and len(self.state.logs_all) > 0
+
+    def _tick_frame(self, now: float) -> None:
+        """Before the widgets: move the first frame's clock (a new frame in its place, at most every
+        ``refresh_interval``), so a run shorter than :attr:`live_after` shows its time running from the start."""
+        clock = format_duration(self._elapsed(now))
+        update = getattr(self.display_handle, "update", None)
+        if update is None or now < self._next_refresh or clock == self._frame_clock:
+            return
+        self._next_refresh = now + self.refresh_interval
+        self._frame_clock = clock
+        self._compose()
+        update(self._frame())
 
     def _go_live(self) -> None:
         """Build the widgets and put them where the first frame is. Without a display handle the first frame
@@ -235,10 +253,13 @@ class Dashboard(BaseSink):
         if self.state is None or self.frozen:
             return
         self.ticks += 1
+        if self.view is None and self.clock() < self._live_at:
+            self._guarded(self._tick_frame, self.clock())
+            return
         self._guarded(self._refresh, False)
 
     def finish(self, outcome: RunOutcome) -> None:
-        """Replace the live view in place by the static result (PNG curves, summary, error, output); close it."""
+        """Replace the live view in place by the static result (the curves' image, summary, error, output); close it."""
         state = self.state
         if state is None or self.frozen:
             return
@@ -246,25 +267,16 @@ class Dashboard(BaseSink):
         self._guarded(self._refresh, False, False)  # the final status at once, while the result's image is drawn
         self.frozen = True
         if state.series:
-            self._guarded(self._render_png)
+            self.image = curves_image(state.series)
         position = views.position_text(state)
         where = views.ranks_html(state, with_detail=False) + (views.label_html(position) if position else "")
-        result = StaticResult(state, self.png if state.series else None, self._elapsed(self.clock()), where)
+        result = StaticResult(state, self.image if state.series else None, self._elapsed(self.clock()), where)
         update = getattr(self.display_handle, "update", None)
         if update is not None:
             self._guarded(update, result)
         else:
             self._guarded(self._display, result)
         self._guarded(self._close_widgets)
-
-    def _render_png(self) -> None:
-        """Draw the final curves with matplotlib for the static result (imported only now: the first launch's
-        dashboard appears without waiting for matplotlib)."""
-        from notebook_accel.widgets.plots import CurvePlot
-
-        if self.state is not None:
-            self.plot = CurvePlot()
-            self.png = self.plot.render(self.state.series)
 
     def _close_widgets(self) -> None:
         """Close the live view's widgets (their models leave the front end; nothing is left to save)."""
@@ -295,9 +307,10 @@ class Dashboard(BaseSink):
         self.refreshes += 1
         self._next_refresh = now + self.refresh_interval
         logs_changed = self._compose(force)
-        view.set(view.top, self._top_html())
+        view.set(view.top, views.top_html(self.parts))
         view.set(view.body, self._body_html())
         if logs_changed:
+            view.show_output(self._has_output())
             view.set(view.log_main, self._log_html(main=True))
             if view.log_all is not None:
                 view.set(view.log_all, self._log_html(main=False))
@@ -323,11 +336,10 @@ class Dashboard(BaseSink):
             if state.failure is not None and self._failed_at is None:
                 self._failed_at = now
         parts["error"] = self._error_part(now)
-        if self._changed("table", state.metrics_version):
+        if (force or self.curves.due(now)) and self._changed("plot", state.metrics_version):
+            self._redraw(now)  # the table follows the curves' pace: one message for both
             parts["metrics"] = views.metrics_html(state)
-        if (force or now >= self._next_plot) and (self._changed("plot", state.metrics_version) or not self.svg):
-            self._redraw(now)
-        parts["curves"] = self.svg
+        parts["curves"] = self.curves.svg or curves_svg({})
         return self._changed("logs", state.logs_version) or force
 
     def _error_part(self, now: float) -> str:
@@ -339,20 +351,9 @@ class Dashboard(BaseSink):
         held = state.failure is not None and self._failed_at is not None and now < self._failed_at + ERROR_GRACE
         return "" if held else views.error_html(state)
 
-    def _top_html(self) -> str:
-        """Header, ranks, the run's and the loop's progress rows, the error."""
-        p = self.parts
-        return views.part_html(
-            f'<div class="nacc-header" style="min-height:24px;display:flex;align-items:center">{p["header"]}</div>'
-            f'<div class="nacc-ranks">{p["ranks"]}</div>{p["overall"]}{p["bar"]}{p["error"]}')
-
     def _body_html(self) -> str:
-        """The curves (their height held before the first point) beside the table of latest values."""
-        p = self.parts
-        return views.part_html(
-            '<div style="display:flex;flex-flow:row wrap;align-items:flex-start">'
-            f'<div class="nacc-curves" style="min-height:{_CURVES_HEIGHT}px">{p["curves"]}</div>'
-            f'<div class="nacc-metrics">{p["metrics"]}</div></div>')
+        """The curves beside the table of latest values."""
+        return views.body_html(self.parts, self.state is not None and bool(self.state.series), self._has_output())
 
     def _log_html(self, main: bool) -> str:
         """The main process's output pane, or every rank's."""
@@ -368,15 +369,14 @@ class Dashboard(BaseSink):
         return max(end - self._started_at, 0.0)
 
     def _redraw(self, now: float) -> None:
-        """Rebuild the SVG curves; schedule the next redraw from how long this one took."""
-        state = self.state
-        if state is None:
-            return
-        started = time.perf_counter()
-        self.svg = curves_svg(state.series)
-        self.redraws += 1
-        cost = time.perf_counter() - started
-        self._next_plot = now + max(self.plot_interval, cost / self.plot_share)
+        """Rebuild the SVG curves (:class:`~notebook_accel.widgets.live_curves.LiveCurves` schedules the next)."""
+        if self.state is not None:
+            self.curves.draw(self.state.series, now)
+
+    @property
+    def redraws(self) -> int:
+        """How many redraws changed the curves."""
+        return self.curves.redraws
 
     def _changed(self, key: str, version: int) -> bool:
         """True (once) when ``version`` moved since the last time ``key`` was drawn."""

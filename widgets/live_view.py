@@ -47,8 +47,18 @@ class LiveView:
             self.log_all = w.HTML(log_all, layout=layout, style=style)
             pane = self.logs = w.Tab(children=[self.log_main, self.log_all], titles=("main process", "all ranks"),
                                      selected_index=1 if all_ranks_first else 0)
+        else:
+            self.log_main.layout = w.Layout()  # its own: hidden while there is no output (show_output)
         pane.add_class("nacc-logs")
+        self.pane = pane
         self.root = w.VBox([self.top, self.body, pane], _dom_classes=("nacc-dashboard",))
+
+    def show_output(self, shown: bool) -> None:
+        """Show the output pane (its tabs too), or hide it while there is no output (the body then says so in one
+        line: an empty pane's frame would be room kept for nothing)."""
+        display = None if shown else "none"
+        if self.pane.layout.display != display:
+            self.pane.layout.display = display
 
     @staticmethod
     def set(widget: w.HTML | None, value: str) -> bool:

@@ -14,11 +14,12 @@ no loop reports at all). Pure Python and O(1) per event; :mod:`notebook_accel.wi
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from notebook_accel.events import Progress
 
-__all__ = ["ProgressState", "RunProgress", "Overall"]
+__all__ = ["ProgressState", "RunProgress", "Overall", "progress_column"]
 
 
 @dataclass
@@ -144,3 +145,26 @@ class RunProgress:
             s = self.steps
             return Overall(s.n, None, "steps", None, None, s.rate, None)
         return None
+
+
+def progress_column(loops: Mapping[int, Mapping[str, str]]) -> tuple[str, dict[int, str]]:
+    """The ranks table's progress column: its heading and each rank's cell, all of the same loop.
+
+    ``loops`` maps each rank to its loops' counts (loop name -> ``"9/23"``, the loop reported last at the end).
+    The column shows the loop every reporting rank reports, the one the first of them reported last (rank 0's
+    ``tqdm(desc="epochs")`` beside rank 1's training loader would mix two loops in one column); without a loop
+    common to all, each cell names its own loop.
+
+    Example:
+        >>> progress_column({0: {"train": "32/32", "epochs": "3/3"}, 1: {"train": "32/32"}})
+        ('progress (train)', {0: '32/32', 1: '32/32'})
+    """
+    reporting = {rank: list(counts.items()) for rank, counts in loops.items() if counts}
+    if not reporting:
+        return "progress", {}
+    common = set.intersection(*({name for name, _ in counts} for counts in reporting.values()))
+    name = next((n for n, _ in reversed(reporting[min(reporting)]) if n in common), None)
+    if name is None:
+        return "progress", {rank: " ".join(counts[-1]).strip() for rank, counts in reporting.items()}
+    found = {rank: dict(counts)[name] for rank, counts in reporting.items()}
+    return (f"progress ({name})" if name else "progress"), found

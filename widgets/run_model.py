@@ -29,6 +29,7 @@ from notebook_accel.events import (
     SystemSample,
 )
 from notebook_accel.metrics_batch import NO_STEP, MetricsBatch
+from notebook_accel.peer_loss import is_peer_loss
 from notebook_accel.widgets.log_buffer import LogBuffer, LogLine
 from notebook_accel.widgets.progress_model import ProgressState, RunProgress
 from notebook_accel.widgets.series import Series
@@ -66,7 +67,8 @@ def label_of(name: str) -> str:
 
 @dataclass
 class RankState:
-    """One worker: its status, device, pid and last progress count."""
+    """One worker: its status, device, pid, last progress count and each loop's count (``loops``: loop name ->
+    ``"9/23"``, the most recently reported last); ``consequence``: it was stopped because another rank failed."""
 
     rank: int
     status: RankStatus = "starting"
@@ -74,6 +76,8 @@ class RankState:
     pid: int | None = None
     progress: str = ""
     detail: str = ""
+    loops: dict[str, str] = field(default_factory=dict)
+    consequence: bool = False
 
 
 class RunState:
@@ -214,12 +218,21 @@ class RunState:
             self.ended_at = now
 
     def finish(self, outcome: RunOutcome) -> None:
-        """Record how the run ended; ranks still marked running are marked stopped (or failed if named)."""
+        """Record how the run ended. A timeout's ranks were stopped by it (the header says ``timeout``, their rows
+        ``stopped``); after a failure, the named ranks failed, except those only stopped because another rank
+        failed first; ranks still marked running are marked stopped."""
         self.version += 1
         self.outcome = outcome
         self.status = outcome.status
-        for rank in outcome.failed_ranks:
-            self._rank(rank).status = "failed"
+        if outcome.status == "timeout":
+            for rank in outcome.failed_ranks:
+                state = self._rank(rank)
+                state.status, state.detail = "stopped", "stopped by the run's timeout"
+        else:
+            named = [self._rank(rank) for rank in outcome.failed_ranks]
+            real = [state for state in named if not state.consequence] or named
+            for state in real:
+                state.status = "failed"
         for state in self.ranks.values():
             if state.status in ("starting", "running"):
                 state.status = "finished" if outcome.status == "finished" else "stopped"
@@ -315,6 +328,8 @@ class RunState:
         rank = self._rank(event.rank)
         count = f"{event.n}/{event.total}" if event.total is not None else str(event.n)
         rank.progress = f"{event.desc} {count}" if event.desc else count
+        rank.loops.pop(event.desc, None)  # re-inserted: the last key is the loop reported last
+        rank.loops[event.desc] = count
         if event.rank != self.main_rank:
             return
         self.run_progress.apply(event, self._now)
@@ -327,21 +342,27 @@ class RunState:
             self.logs_main.add(event)
 
     def _failed(self, event: Failed) -> None:
-        """Mark the rank failed; the first failure is the one shown."""
+        """Mark the rank failed; the first failure is the one shown. A rank whose error only says that its peer
+        vanished (:func:`~notebook_accel.peer_loss.is_peer_loss`) did not fail itself: it was stopped."""
         state = self._rank(event.rank)
-        state.status = "failed"
         state.detail = f"{event.exc_type}: {event.message}"
+        if is_peer_loss(event.exc_type, event.message):
+            state.status, state.consequence = "stopped", True
+            state.detail = f"stopped: another rank ended under it ({state.detail})"
+            return
+        state.status = "failed"
         if self.failure is None:
             self.failure = event
 
     def _exited(self, event: Exited) -> None:
         """A process ended: an unexpected non-zero exit is a failure; a stop signal after a failure is a stop."""
         state = self._rank(event.rank)
-        if state.status in ("finished", "failed") or event.exit_code == 0:
+        if state.status in ("finished", "failed") or state.consequence or event.exit_code == 0:
             if state.status in ("starting", "running"):
                 state.status = "finished"
             return
         how = f"killed by {event.signal_name}" if event.signal_name else f"exit code {event.exit_code}"
         stopped = self.failure is not None or event.signal_name in _STOP_SIGNALS
         state.status = "stopped" if stopped else "failed"
+        state.consequence = self.failure is not None
         state.detail = how

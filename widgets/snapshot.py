@@ -3,7 +3,7 @@
 Widgets need a live kernel (or saved widget state) to render; a saved notebook, an HTML export, GitHub and an
 nbval run see only plain outputs. So when the run ends the dashboard *replaces* its live widget view in place
 (its display id) with :class:`StaticResult`: one ``text/html`` output (the headline, the error once as one
-line, the curves as an inline PNG, the final metric values, the main process's output in a collapsible
+line, the curves as an inline SVG image, the final metric values, the main process's output in a collapsible
 ``<details>`` block, the system panel's last frame with a line per rank: mean use, peak memory, the step-time
 split) with a ``text/plain`` twin for terminals and nbval. The full worker traceback is not
 repeated: the exception raised in the cell carries it.
@@ -82,9 +82,10 @@ def summary_text(state: RunState, elapsed: float) -> str:
     return "\n".join(lines)
 
 
-def summary_html(state: RunState, elapsed: float, png: bytes | None = None, where: str = "") -> str:
+def summary_html(state: RunState, elapsed: float, image: bytes | None = None, where: str = "") -> str:
     """The HTML result: headline, the error (one line), ``where`` (the ranks' rows and the last position, as the
-    live view showed them: the cell keeps about its live height), the curves (inline PNG), final values, output."""
+    live view showed them: the cell keeps about its live height), the curves (``image``: an SVG document, or PNG
+    bytes, inlined as an ``<img>``), final values, output."""
     esc = html.escape
     color = {"finished": "#1a7f37", "stopped": "#b45309"}.get(state.shown_status, "#b42318")
     parts = [f'<div style="font-family:sans-serif;font-size:13px"><b style="color:{color}">'
@@ -93,9 +94,10 @@ def summary_html(state: RunState, elapsed: float, png: bytes | None = None, wher
         parts.append(f'<div style="color:#b42318;white-space:pre-wrap;margin:2px 0">{esc(_error(state))}</div>')
     if where:
         parts.append(f'<div style="margin:2px 0">{where}</div>')
-    if png is not None:
-        data = base64.b64encode(png).decode("ascii")
-        parts.append(f'<div><img alt="training curves" style="max-width:100%" src="data:image/png;base64,{data}"/></div>')
+    if image is not None:
+        data = base64.b64encode(image).decode("ascii")
+        mime = "image/png" if image.startswith(b"\x89PNG") else "image/svg+xml"
+        parts.append(f'<div><img alt="training curves" style="max-width:100%" src="data:{mime};base64,{data}"/></div>')
     if state.latest:
         rows = "".join(
             f"<tr><td>{esc(name)}</td><td>{step}</td><td>{format_value(value)}</td></tr>"
@@ -105,7 +107,10 @@ def summary_html(state: RunState, elapsed: float, png: bytes | None = None, wher
         rows += f'<tr><td colspan="3"><i>{esc(note)}</i></td></tr>' if note else ""
         parts.append(f"<table><tr><th>metric</th><th>step</th><th>last value</th></tr>{rows}</table>")
     output = _last_output(state, SNAPSHOT_HTML_LINES)
-    if output:
+    if not output:  # the live view's one grey line, as a fact
+        parts.append(f'<div style="color:#6b7280;font-size:12px;margin:2px 0">rank {state.main_rank} printed '
+                     "nothing</div>")
+    else:
         # open, at the live pane's height: the cell keeps the size it had while the run was live
         parts.append(f"<details open><summary>output of rank {state.main_rank} ({len(output)} lines)</summary>"
                      f'<pre style="white-space:pre-wrap;max-height:180px;overflow:auto;font-size:12px">'
@@ -146,8 +151,8 @@ class StaticResult(Summary):
         'train: finished in 1.0s (1 process, gloo)'
     """
 
-    def __init__(self, state: RunState, png: bytes | None, elapsed: float, where: str = "") -> None:
-        super().__init__(summary_html(state, elapsed, png, where), summary_text(state, elapsed))
+    def __init__(self, state: RunState, image: bytes | None, elapsed: float, where: str = "") -> None:
+        super().__init__(summary_html(state, elapsed, image, where), summary_text(state, elapsed))
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
         """Both forms in one output (no widget view, so a saved or exported notebook shows it as is)."""

@@ -20,10 +20,13 @@ from collections.abc import Mapping
 from notebook_accel.widgets.series import Series
 from notebook_accel.widgets.run_model import group_of, label_of
 
-__all__ = ["curves_svg", "nice_ticks", "COLORS"]
+__all__ = ["curves_svg", "curves_image", "nice_ticks", "COLORS", "PANEL_HEIGHT"]
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 _W, _H = 300, 180  # panel size in px
+PANEL_HEIGHT = _H
+_GAP = 6  # px between panels
+_SVG_HEAD = '<svg xmlns="http://www.w3.org/2000/svg" '
 _L, _R, _T, _B = 46, 8, 24, 22  # plot-area margins
 
 
@@ -67,7 +70,7 @@ def _panel(title: str, lines: list[tuple[str, str, list[float], list[float]]]) -
     """One ``<svg>``: axes, ticks, grid, a polyline and a last-point dot per line, and the legend."""
     xs_all = [x for _, _, xs, _ in lines for x in xs]
     ys_all = [y for _, _, _, ys in lines for y in ys]
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
+    out = [f'{_SVG_HEAD}width="{_W}" height="{_H}" '
            f'style="font:10px sans-serif;background:#fff">',
            f'<text x="{_W / 2:.0f}" y="11" text-anchor="middle" font-weight="bold" font-size="11">'
            f'{html.escape(title)}</text>']
@@ -103,11 +106,14 @@ def _panel(title: str, lines: list[tuple[str, str, list[float], list[float]]]) -
     return "".join(out)
 
 
-def curves_svg(series: Mapping[str, Series]) -> str:
-    """The live curves of ``series`` as HTML: one SVG panel per metric group, wrapped in a flex row.
+def curves_svg(series: Mapping[str, Series], cache: dict[str, tuple[tuple[object, ...], str, float | None]] | None
+               = None) -> str:
+    """The live curves of ``series`` as HTML: one SVG panel per metric group, in one row.
 
     Args:
         series: metric name -> downsampled series (the dashboard's :attr:`RunState.series`).
+        cache: each panel as last drawn, by group (filled here): a panel whose series took no value since is
+            reused as is, without reading its points.
 
     Returns:
         An HTML string (a placeholder note when nothing was logged yet).
@@ -120,13 +126,52 @@ def curves_svg(series: Mapping[str, Series]) -> str:
     if not series:
         return ('<div style="color:#6b7280;font:12px sans-serif;padding:4px">'
                 "curves appear here after the first accelerator.log(...)</div>")
-    groups: dict[str, list[tuple[str, str, list[float], list[float]]]] = {}
-    last = None
-    for i, (name, s) in enumerate(series.items()):
-        xs, ys = s.points()
-        groups.setdefault(group_of(name), []).append((label_of(name), COLORS[i % len(COLORS)], xs, ys))
-        if xs and (last is None or xs[-1] > last):
-            last = xs[-1]
-    panels = "".join(_panel(title, lines) for title, lines in groups.items())
+    members: dict[str, list[tuple[int, str]]] = {}
+    for i, name in enumerate(series):
+        members.setdefault(group_of(name), []).append((i, name))
+    panels, last = [], None
+    for title, names in members.items():
+        key = tuple((name, series[name].count) for _, name in names)
+        hit = cache.get(title) if cache is not None else None
+        if hit is None or hit[0] != key:
+            lines = [(label_of(name), COLORS[i % len(COLORS)], *series[name].points()) for i, name in names]
+            ends = [xs[-1] for _, _, xs, _ in lines if xs]
+            hit = (key, _panel(title, lines), max(ends) if ends else None)
+            if cache is not None:
+                cache[title] = hit
+        panels.append(hit[1])
+        if hit[2] is not None and (last is None or hit[2] > last):
+            last = hit[2]
     step = "" if last is None else f' data-last-step="{last:.15g}"'  # the newest plotted step, for tests and tools
-    return f'<div style="display:flex;flex-wrap:wrap;gap:6px"{step}>{panels}</div>'
+    # one row that scrolls sideways when the panels outgrow the cell: a new group never adds a row (the page
+    # below would jump)
+    return (f'<div style="display:flex;flex-wrap:nowrap;gap:{_GAP}px;overflow-x:auto;overflow-y:hidden"{step}>'
+            f'{"".join(panels)}</div>')
+
+
+def _groups(series: Mapping[str, Series]) -> dict[str, list[tuple[str, str, list[float], list[float]]]]:
+    """Each panel's lines (label, colour, xs, ys), in first-seen order."""
+    groups: dict[str, list[tuple[str, str, list[float], list[float]]]] = {}
+    for i, (name, s) in enumerate(series.items()):
+        groups.setdefault(group_of(name), []).append((label_of(name), COLORS[i % len(COLORS)], *s.points()))
+    return groups
+
+
+def curves_image(series: Mapping[str, Series], columns: int = 3) -> bytes:
+    """The curves as one SVG document (``columns`` panels a row), for the static result's ``<img>``: the same
+    drawing as the live view, made in a few milliseconds (matplotlib's PNG took ~0.25 s of the kernel per run).
+
+    Example:
+        >>> s = Series(); s.append(1, 0.5)
+        >>> curves_image({"train/loss": s}).startswith(b'<svg xmlns="http://www.w3.org/2000/svg" width="300"')
+        True
+    """
+    groups = _groups(series)
+    panels = [_panel(title, lines) for title, lines in groups.items()]
+    rows = max(math.ceil(len(panels) / columns), 1)
+    wide = min(len(panels), columns) or 1
+    width, height = wide * _W + (wide - 1) * _GAP, rows * _H + (rows - 1) * _GAP
+    placed = [panel.replace(_SVG_HEAD, f'<svg x="{i % columns * (_W + _GAP)}" y="{i // columns * (_H + _GAP)}" ', 1)
+              for i, panel in enumerate(panels)]
+    return (f'{_SVG_HEAD}width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
+            f'{"".join(placed)}</svg>').encode()

@@ -29,9 +29,11 @@ from notebook_accel.widgets.system_state import RankFigures, SystemState
 
 __all__ = ["SystemPanel", "panel_html", "panel_height", "sparkline_svg", "step_bar_html", "PARTS"]
 
-# the stacked bar's parts: (RankSteps.split() key, label, colour)
-PARTS = (("data", "data wait", "#f59e0b"), ("compute", "forward+backward", "#2563eb"),
-         ("comm", "communication", "#db2777"), ("optimizer", "optimizer", "#16a34a"), ("other", "other", "#9ca3af"))
+# the stacked bar's parts: (RankSteps.split() key, label, colour); short labels, so the legend and a cell's "most"
+# fit beside the other figures at a 1,000 px wide notebook (the bar's tooltip and the final lines say them in full)
+PARTS = (("data", "data wait", "#f59e0b"), ("compute", "fwd+bwd", "#2563eb"),
+         ("comm", "comm", "#db2777"), ("optimizer", "optimizer", "#16a34a"), ("other", "other", "#9ca3af"))
+_IN_FULL = {"fwd+bwd": "forward+backward", "comm": "communication"}
 _SPARK_W, _SPARK_H = 80, 16
 _NOTE = "color:#6b7280"
 # fixed heights (px), so the panel's height is known before it is drawn: reserved from the dashboard's first frame
@@ -98,11 +100,11 @@ def _memory_text(r: RankSystem, peak: int) -> tuple[str, str]:
     return value, title
 
 
-def _cells(state: SystemState, figures: RankFigures) -> list[str]:
-    """The rank's figure cells, GPU ones only where they exist."""
+def _cells(state: SystemState, figures: RankFigures, final: bool = False) -> list[str]:
+    """The rank's figure cells, GPU ones only where they exist (``final``: the run is over, nothing is "yet")."""
     r = figures.last
     if r is None:
-        return [f'<span style="{_CELL};{_NOTE}">no sample yet</span>']
+        return [f'<span style="{_CELL};{_NOTE}">{"no sample taken" if final else "no sample yet"}</span>']
     spark = figures.sparks.get
     out = []
     if r.gpu_utilization is not None:
@@ -122,29 +124,30 @@ def _cells(state: SystemState, figures: RankFigures) -> list[str]:
     return out
 
 
-def step_bar_html(window: RankSteps | None) -> str:
+def step_bar_html(window: RankSteps | None, final: bool = False) -> str:
     """Where the last reported steps' time went, as a stacked bar with the step time above it (a grey frame of
-    the same size before the first report).
+    the same size before the first report; ``final``: the run is over, and a rank without a report says so).
 
     Example:
         >>> "data wait 50%" in step_bar_html(RankSteps(10, 1.0, 0.5, 0.4, 0.0, 0.05))
         True
     """
     frame = f"width:{_BAR_W}px;height:10px;display:flex;background:#f3f4f6;border-radius:2px;overflow:hidden"
-    box = f"{_CELL};width:{_BAR_W}px;gap:2px"
+    box = f"{_CELL};min-width:{_BAR_W}px;gap:2px"  # at least the bar's width; wider text widens it, never overlaps
     if window is None or not window.steps:
-        return f'<span style="{box}"><span style="{_NOTE}">steps: none measured yet</span><span style="{frame}"></span></span>'
+        note = "steps: none measured" if final else "steps: none measured yet"
+        return f'<span style="{box}"><span style="{_NOTE}">{note}</span><span style="{frame}"></span></span>'
 
     split = window.split()
     parts, words = [], []
     for key, label, color in PARTS:
         share = max(0.0, min(split[key], 1.0))
         parts.append(f'<span data-part="{key}" style="width:{100 * share:.1f}%;background:{color}"></span>')
-        words.append(f"{label} {share:.0%}")
+        words.append(f"{_IN_FULL.get(label, label)} {share:.0%}")
     title = ", ".join(words)
     return (f'<span style="{box}" title="{title}">'
             f'<span><span style="{_NOTE}">step</span> {1000 * window.step / window.steps:.0f} ms '
-            f'<span style="{_NOTE}">· most: {html.escape(_largest(split))}</span></span>'
+            f'<span style="{_NOTE}">· {html.escape(_largest(split))}</span></span>'
             f'<span class="nacc-step-bar" style="{frame}">{"".join(parts)}</span></span>')
 
 
@@ -156,7 +159,8 @@ def _largest(split: dict[str, float]) -> str:
 
 def _legend() -> str:
     """The colours of the step bar's parts."""
-    return " ".join(f'<span style="color:{color}">&#9632;</span>&nbsp;{label}' for _, label, color in PARTS)
+    return " ".join(f'<span title="{_IN_FULL.get(label, label)}"><span style="color:{color}">&#9632;</span>&nbsp;'
+                    f"{label}</span>" for _, label, color in PARTS)
 
 
 def panel_html(state: SystemState, final: bool = False) -> str:
@@ -177,8 +181,8 @@ def panel_html(state: SystemState, final: bool = False) -> str:
     for rank in sorted(state.ranks):
         figures = state.ranks[rank]
         rows.append(f'<div class="nacc-system-rank" data-rank="{rank}" style="{_ROW}">'
-                    f'<b style="flex:0 0 48px">rank {rank}</b>{step_bar_html(figures.window)}'
-                    f'{"".join(_cells(state, figures))}</div>')
+                    f'<b style="flex:0 0 48px">rank {rank}</b>{step_bar_html(figures.window, final)}'
+                    f'{"".join(_cells(state, figures, final))}</div>')
     found = state.verdict()
     verdict = (f'<b style="color:#b45309">verdict:</b> {html.escape(found)}' if found else
                f'<span style="{_NOTE}">no verdict: nothing clearly {"slowed" if final else "slows"} the run down'
@@ -194,7 +198,7 @@ def panel_html(state: SystemState, final: bool = False) -> str:
 class SystemPanel:
     """Holds the panel's widget. Until the run reports a sample or step times there is none: the dashboard's box
     keeps the panel's height free below its other parts (a bottom padding), so the panel's arrival moves nothing;
-    then one ``HTML`` widget of that height takes the place of the padding, redrawn when the state changed.
+    then one ``HTML`` widget of that height is drawn over that room, redrawn when the state changed.
 
     Example:
         >>> from notebook_accel.events import RunInfo
@@ -225,16 +229,20 @@ class SystemPanel:
             return
         self._seen = state.version
         text = panel_html(state)
-        height = f"{panel_height(len(state.ranks)) - _WIDGET_MARGIN}px"
+        room = panel_height(len(state.ranks))
+        height = f"{room - _WIDGET_MARGIN}px"
+        # drawn over the room kept free (a negative bottom margin as tall as the widget): the box keeps its height
+        # in one message, where giving the room back and adding the widget took two (a frame with both showed)
+        margin = f"{_WIDGET_MARGIN // 2}px 0 -{room - _WIDGET_MARGIN // 2}px 0"
         self.redraws += 1
         if self.widget is None:
             import ipywidgets as w  # the widgets package's own dependency; imported when a panel is first needed
 
-            self.widget = w.HTML(text, layout=w.Layout(height=height))
+            self.widget = w.HTML(text, layout=w.Layout(height=height, margin=margin))
             self.widget.add_class("nacc-system")
             box.children = (*box.children, self.widget)
-            box.layout.padding = None  # the room kept free is the panel's now
             return
         self.widget.value = text
         if self.widget.layout.height != height:  # a rank reported that the first sample did not have
-            self.widget.layout.height = height
+            box.layout.padding = f"0 0 {room}px 0"
+            self.widget.layout.height, self.widget.layout.margin = height, margin

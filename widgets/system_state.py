@@ -11,7 +11,7 @@ is computed only when asked, once per change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from notebook_accel.events import RankSystem, StepTimes, SystemSample
 from notebook_accel.monitor.summary import SystemSummary, gib
@@ -89,7 +89,12 @@ class SystemState:
         return figures
 
     def _sample(self, sample: SystemSample) -> None:
-        """Record every rank's figures of one sample; x is seconds since the first sample."""
+        """Record every rank's figures of one sample; x is seconds since the first sample. A rank whose process
+        tree has ended reads 0 bytes resident: that is no reading (its panel keeps the last live values, its
+        sparklines end at the last real sample, its means count only the time it ran)."""
+        live = tuple(r for r in sample.ranks if r.rss_bytes > 0)
+        if len(live) != len(sample.ranks):
+            sample = replace(sample, ranks=live)
         self.summary.add(sample)
         self.host_available, self.host_total = sample.host_available, sample.host_total
         if self._t0 is None:

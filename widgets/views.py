@@ -6,18 +6,19 @@ Pure functions (no widgets), so they are cheap to test and the dashboard only de
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from notebook_accel.float8.facts import precision_label
 from notebook_accel.terminal import ansi_to_html
 from notebook_accel.widgets.log_style import line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value
 from notebook_accel.widgets.log_buffer import LogLine
+from notebook_accel.widgets.progress_model import progress_column
 from notebook_accel.widgets.run_model import RunState
 
 __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
-           "error_html", "bar_row_html", "first_frame_html", "part_html", "STATUS_COLORS", "LOG_HEIGHT",
-           "TAB_BAR_HEIGHT"]
+           "error_html", "bar_row_html", "first_frame_html", "part_html", "top_html", "body_html", "CURVES_HEIGHT",
+           "STATUS_COLORS", "LOG_HEIGHT", "TAB_BAR_HEIGHT"]
 
 STATUS_COLORS = {
     "starting": "#6b7280",
@@ -32,10 +33,12 @@ STATUS_COLORS = {
 # the clock keeps its width as its digits change, so nothing after it (or beside the header) moves
 _CLOCK = 'style="display:inline-block;min-width:4.2em;font-variant-numeric:tabular-nums"'
 _NOTE = "color:#6b7280"
+_QUIET = "font-family:sans-serif;font-size:12px;color:#6b7280"  # a one-line note in place of an empty part
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
 _STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
 LOG_HEIGHT = 180  # px of the log pane's scroll box
+CURVES_HEIGHT = 184  # px of the row of SVG panels (svg.PANEL_HEIGHT) with its gap: reserved before the first point
 TAB_BAR_HEIGHT = 26  # px of ipywidgets' tab bar (24 px tabs and the current tab's 2 px top border)
 _TAB_PADDING = 15  # px around a tab's content (--jp-widgets-container-padding), inside a 1 px border
 _WIDGET_MARGIN = 2  # px around each ipywidgets HTML widget (--jp-widgets-margin)
@@ -76,14 +79,15 @@ def ranks_html(state: RunState, with_detail: bool = True) -> str:
     main process only, and a column empty for every other rank would say nothing). ``with_detail=False`` leaves
     the detail out (the static result names the error once, above)."""
     with_progress = sum(1 for s in state.ranks.values() if s.progress) > 1
-    names = ("rank", "status", "device", "pid", *(("progress",) if with_progress else ()),
+    heading, counts = progress_column({rank: s.loops for rank, s in state.ranks.items()})
+    names = ("rank", "status", "device", "pid", *((heading,) if with_progress else ()),
              *(("",) if with_detail else ()))
-    head = "".join(f"<th {_CELL}>{h}</th>" for h in names)
+    head = "".join(f"<th {_CELL}>{html.escape(h)}</th>" for h in names)
     rows = []
     for rank, s in sorted(state.ranks.items()):
         cells = [str(rank), _badge(s.status), html.escape(s.device), "" if s.pid is None else str(s.pid)]
         if with_progress:
-            cells.append(html.escape(s.progress))
+            cells.append(html.escape(counts.get(rank, "")))
         if with_detail:
             cells.append(html.escape(s.detail[:200]))
         rows.append("<tr>" + "".join(f"<td {_CELL}>{c}</td>" for c in cells) + "</tr>")
@@ -171,19 +175,45 @@ def bar_row_html(fraction: float | None, label: str, style: str = "", css_class:
             f'<div style="flex:1 1 auto">{label_html(label)}</div></div>')
 
 
+def top_html(parts: Mapping[str, str]) -> str:
+    """The top part of the live view from its ``parts``: header, ranks, the run's and the loop's progress rows, the
+    error."""
+    return part_html(
+        f'<div class="nacc-header" style="min-height:24px;display:flex;align-items:center">{parts["header"]}</div>'
+        f'<div class="nacc-ranks">{parts["ranks"]}</div>{parts["overall"]}{parts["bar"]}{parts["error"]}')
+
+
+def body_html(parts: Mapping[str, str], drawn: bool = True, output: bool = True) -> str:
+    """The curves (one row, held from the first metric on; more panels scroll sideways, never wrap to a second row)
+    beside the table of latest values (at most the curves' height; it scrolls beyond). Before the first metric
+    (``drawn`` false), and before the first output line (``output`` false: the pane is hidden), a grey line each,
+    no empty room (a run that logs and prints nothing keeps a small view and result)."""
+    if drawn:
+        curves = ('<div style="display:flex;flex-flow:row nowrap;align-items:flex-start;gap:8px">'
+                  f'<div class="nacc-curves" style="min-height:{CURVES_HEIGHT}px;flex:0 1 auto;min-width:0">'
+                  f'{parts["curves"]}</div><div class="nacc-metrics" style="flex:0 0 auto;max-height:{CURVES_HEIGHT}px;'
+                  f'overflow-y:auto">{parts["metrics"]}</div></div>')
+    else:
+        curves = (f'<div class="nacc-curves" style="{_QUIET}">curves and values appear here after the first '
+                  "accelerator.log(...)</div>")
+    quiet = "" if output else (f'<div class="nacc-no-output" style="{_QUIET}">no output yet (print() and logging '
+                               "show here)</div>")
+    return part_html(curves + quiet)
+
+
 def part_html(inner: str) -> str:
     """One part of the live view at a plain line height (ipywidgets' HTML widget sets a 28 px one, which would
     make every table row and label taller there than in the first frame)."""
     return f'<div style="line-height:1.4">{inner}</div>'
 
 
-def first_frame_html(top: str, body: str, logs: str, tabbed: bool, reserve: int = 0) -> str:
+def first_frame_html(top: str, body: str, logs: str | None, tabbed: bool, reserve: int = 0) -> str:
     """The live view's parts as one static HTML output, each in the room its widget will take (the widget's
     margin; the output pane inside the frame of the "main process | all ranks" tabs when ``tabbed``; ``reserve``
     px below for a part that comes later), so the widgets that replace it in place move nothing."""
     margin = f'style="margin:{_WIDGET_MARGIN}px"'
-    pane = f"<div {margin}>{logs}</div>"
-    if tabbed:
+    pane = "" if logs is None else f"<div {margin}>{logs}</div>"  # None: no output yet, the pane is hidden
+    if tabbed and logs is not None:
         tab = (f'<span style="display:inline-block;width:144px;height:{TAB_BAR_HEIGHT - 1}px;line-height:'
                f'{TAB_BAR_HEIGHT - 1}px;padding:0 10px;box-sizing:border-box;font-family:sans-serif;font-size:13px;'
                'color:#616161">')
@@ -218,7 +248,8 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
     (tqdm bars, INFO lines, warnings) looks like ordinary output with a thin grey mark at its left. The live
     lines (a tqdm bar being redrawn) come last. When ``lines`` is a :class:`~.log_buffer.LogBuffer`
     whose output is kept in files, a caption says where (the pane keeps only a tail). Without any line there is
-    no box: one grey line, in a space of the box's height (the box appears there, nothing below moves).
+    no box, one grey line (a run that prints nothing keeps a small view, and a small result); the first line brings
+    the box at its full ``height_px`` at once, so later lines move nothing.
     ``flex-direction: column-reverse`` keeps the box scrolled to the end without any script.
     """
     everything = list(lines)
@@ -231,9 +262,9 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
             '<div style="font-family:sans-serif;font-size:11px;color:#6b7280;margin:2px 0">'
             f"{shown}every rank&#x27;s full output: <code>{html.escape(where)}/rank&lt;N&gt;.log</code></div>"
         )
-    if not tail:  # the box's outer height (content, padding, border): the box comes there, nothing moves
-        return (f'{caption}<div style="height:{height_px + 10}px;font-family:sans-serif;font-size:12px;'
-                'color:#6b7280">no output yet (print() and logging show here)</div>')
+    if not tail:  # one line, not an empty box: a run that prints nothing keeps a small view (and result)
+        return (f'{caption}<div class="nacc-no-output" style="font-family:sans-serif;font-size:12px;color:#6b7280">'
+                "no output yet (print() and logging show here)</div>")
     out = []
     for line, kind in zip(tail, line_kinds([line.text for line in tail])):
         text = ansi_to_html(line.styled) if line.styled else html.escape(line.text, quote=False)

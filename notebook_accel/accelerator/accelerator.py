@@ -27,8 +27,8 @@ from notebook_accel.accelerator.accelerate_methods import AccelerateMethods
 from notebook_accel.accelerator.arguments import check_accelerator_arguments
 from notebook_accel.accelerator.collectives import gather_for_metrics
 from notebook_accel.accelerator.models import user_module
-from notebook_accel.accelerator.preparing import (record_loader, record_prepared, refuse_dispatch_slicing,
-                                                  scheduler_optimizers)
+from notebook_accel.accelerator.preparing import (models_training, record_loader, record_prepared,
+                                                  refuse_dispatch_slicing, scheduler_optimizers)
 from notebook_accel.accelerator.process_facade import ProcessFacade
 from notebook_accel.accelerator.saving import announce_saved
 from notebook_accel.accelerator.tracking import open_trackers
@@ -228,7 +228,7 @@ class Accelerator(AccelerateMethods, ProcessFacade):
 
     def _models_training(self) -> bool | None:
         """Whether a prepared model is in training mode (``None`` without one): names a loader train or eval."""
-        return any(m.training for m in self._models) if self._models else None
+        return models_training(self._models)
 
     def _prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         """Wrap one scheduler with the prepared optimizers it drives."""

@@ -12,7 +12,7 @@ from notebook_accel.accelerator.training_probe import ModelsOwner, TrainingProbe
 from notebook_accel.data import DataPrepareError, PreparedDataLoader
 from notebook_accel.optimizer import AcceleratedOptimizer
 
-__all__ = ["record_loader", "record_prepared", "refuse_dispatch_slicing", "scheduler_optimizers"]
+__all__ = ["models_training", "record_loader", "record_prepared", "refuse_dispatch_slicing", "scheduler_optimizers"]
 
 
 def record_prepared(done: Iterable[Any], models: list[torch.nn.Module],
@@ -47,3 +47,24 @@ def refuse_dispatch_slicing(slice_fn_for_dispatch: Any) -> None:
     if slice_fn_for_dispatch is not None:
         raise DataPrepareError(f"prepare_data_loader: slice_fn_for_dispatch={slice_fn_for_dispatch!r} is not "
                                "supported (each process reads its own share; nothing is sliced); pass None")
+
+
+def models_training(models: list[torch.nn.Module]) -> bool | None:
+    """Whether any of ``models`` is in training mode (``None`` without a model), asked of the module a wrapper
+    wraps: DeepSpeed's engine passes ``eval()`` on to its module and keeps its own ``training`` at ``True`` (its
+    eval loop read as training); DDP and FSDP keep both flags in step.
+
+    Example:
+        >>> net = torch.nn.Linear(2, 2); net.eval(); models_training([net])
+        Linear(in_features=2, out_features=2, bias=True)
+        False
+    """
+    if not models:
+        return None
+    return any(_inner(model).training for model in models)
+
+
+def _inner(model: torch.nn.Module) -> torch.nn.Module:
+    """The module a wrapper (DDP, DeepSpeed's engine) holds as ``.module``, else ``model`` itself."""
+    inner = getattr(model, "module", None)
+    return inner if isinstance(inner, torch.nn.Module) else model

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 __all__ = ["OVERFLOW_JS", "FRAME_JS", "RED_LINES_JS", "Frame", "parse_duration", "inconsistent", "height_jumps"]
 
 # Every visible element of ``root`` whose text is cut: a box that hides its overflow (or ends it with an
-# ellipsis) and holds more than it shows, a dropdown whose chosen value is wider than the room left beside its
+# ellipsis) and holds more than it shows, a box of text that may not wrap and is wider than its box (scrolled out
+# of sight, or drawn over the next figure), a dropdown whose chosen value is wider than the room left beside its
 # arrow, or a blank dropdown. Returns one line per problem.
 OVERFLOW_JS = """(root) => {
   const bad = [];
@@ -40,7 +41,9 @@ OVERFLOW_JS = """(root) => {
     }
     const cs = getComputedStyle(el);
     const hides = ['hidden', 'clip'].includes(cs.overflowX) || cs.textOverflow === 'ellipsis';
-    if (hides && el.scrollWidth > el.clientWidth + 1 && el.innerText && el.innerText.trim()
+    // text that may not wrap and is wider than its box: scrolled out of sight, or drawn over its neighbour
+    const nowrap = cs.whiteSpace === 'nowrap' && cs.display !== 'inline';
+    if ((hides || nowrap) && el.scrollWidth > el.clientWidth + 1 && el.innerText && el.innerText.trim()
         && !el.querySelector('svg, img, canvas')) {
       bad.push(`"${el.innerText.trim().slice(0, 80)}" is ${el.scrollWidth}px wide in ${el.clientWidth}px`);
     }
@@ -59,9 +62,11 @@ FRAME_JS = """(root) => {
   if (!dash) return null;
   const header = dash.querySelector('.nacc-header');
   const rows = Array.from(dash.querySelectorAll('.nacc-ranks tr')).slice(1);
+  const quiet = Array.from(dash.querySelectorAll('.nacc-no-output')).some(e => e.getClientRects().length);
   return {t: performance.now() / 1000, header: header ? header.innerText.trim() : '',
           ranks: rows.map(r => (r.children[1] || {innerText: ''}).innerText.trim()),
-          height: dash.getBoundingClientRect().height};
+          height: dash.getBoundingClientRect().height,
+          filled: [!!dash.querySelector('.nacc-curves svg'), !quiet]};
 }"""
 
 _DURATION = re.compile(r"^(?:(\d+)h )?(?:(\d+)m )?(\d+(?:\.\d+)?)s$")
@@ -69,21 +74,25 @@ _DURATION = re.compile(r"^(?:(\d+)h )?(?:(\d+)m )?(\d+(?:\.\d+)?)s$")
 
 @dataclass(frozen=True)
 class Frame:
-    """One sampled frame: page time (s), header status and clock, rank statuses, dashboard height (px)."""
+    """One sampled frame: page time (s), header status and clock, rank statuses, dashboard height (px), and which
+    of the parts that come with the run's first values are there (``(curves, output)``)."""
 
     t: float
     status: str
     clock: float | None
     ranks: tuple[str, ...]
     height: float
+    filled: tuple[bool, bool] = (False, False)
 
     @classmethod
     def from_page(cls, raw: dict[str, object]) -> "Frame":
         """Parse what :data:`FRAME_JS` returned (``train · running · 4.2s · 2 processes · gloo``)."""
         bits = [b.strip() for b in str(raw["header"]).split("·")]
         clock = parse_duration(bits[2]) if len(bits) > 2 else None
+        filled = tuple(raw.get("filled", (False, False)))  # type: ignore[call-overload]
         return cls(float(raw["t"]), bits[1] if len(bits) > 1 else "", clock,  # type: ignore[arg-type]
-                   tuple(raw["ranks"]), float(raw["height"]))  # type: ignore[arg-type]
+                   tuple(raw["ranks"]), float(raw["height"]),  # type: ignore[arg-type]
+                   (bool(filled[0]), bool(filled[1])))
 
 
 def parse_duration(text: str) -> float | None:
@@ -104,13 +113,20 @@ def inconsistent(frame: Frame) -> str:
         return f"header says finished while ranks are {frame.ranks}"
     if frame.status == "starting" and any(r in ended for r in frame.ranks):
         return f"header says starting while ranks are {frame.ranks}"
+    if frame.status in ("timeout", "stopped") and "failed" in frame.ranks:
+        return f"header says {frame.status} while ranks are {frame.ranks}: no rank failed"
     return ""
 
 
 def height_jumps(frames: list[Frame], tolerance: float = 0.10) -> list[str]:
-    """The frames whose height differs from the first frame's by more than ``tolerance``."""
+    """The frames whose height differs by more than ``tolerance`` from the first frame that has every part the run
+    ever shows (the curves' row comes with the first metric, the output box with the first line: a run that logs
+    or prints nothing keeps a small view; one that does grows once, when its first values come, never after)."""
     if not frames:
         return []
-    first = frames[0].height
-    return [f"{f.height:.0f}px at {f.t - frames[0].t:.1f}s (first frame {first:.0f}px)" for f in frames
+    parts = (any(f.filled[0] for f in frames), any(f.filled[1] for f in frames))
+    base = next(f for f in frames if all(have or not wanted for have, wanted in zip(f.filled, parts)))
+    first = base.height
+    return [f"{f.height:.0f}px at {f.t - frames[0].t:.1f}s (first full frame {first:.0f}px at "
+            f"{base.t - frames[0].t:.1f}s)" for f in frames[frames.index(base):]
             if abs(f.height - first) > tolerance * first]

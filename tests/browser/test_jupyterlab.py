@@ -93,11 +93,33 @@ def train(pause):
             step += 1
             time.sleep(pause)
         accelerator.log({"eval/loss": loss.item() * 1.1}, step=step)
+        accelerator.log({"eval/accuracy": 0.5 + 0.1 * epoch}, step=step)  # a second panel, after the first epoch
         accelerator.print(f"epoch {epoch + 1} done")
     return step
 
 result = notebook_launcher(train, args=(0.15,), num_processes=2)
 print("steps:", result)
+'''
+
+QUIET = '''\
+def quiet():
+    import time
+    time.sleep(6)
+
+notebook_launcher(quiet, num_processes=2)
+'''
+
+HANG = '''\
+from notebook_accel.launcher import LaunchTimeoutError
+
+def hang():
+    import time
+    time.sleep(60)
+
+try:
+    notebook_launcher(hang, num_processes=2, timeout=5)
+except LaunchTimeoutError:
+    print("stopped by its timeout, as asked")
 '''
 
 FAIL = '''\
@@ -125,11 +147,11 @@ FRONT_ENDS = {"jupyterlab": "lab/tree/run.ipynb", "notebook7": "notebooks/run.ip
 
 
 def _notebook(path: Path) -> None:
-    """Write the four-cell notebook."""
+    """Write the six-cell notebook."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in (PICKER, TRAIN, FAIL, BACKGROUND)]
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in (PICKER, TRAIN, QUIET, HANG, FAIL, BACKGROUND)]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
 def _start_lab(folder: Path, port: int) -> subprocess.Popen[bytes]:
@@ -308,6 +330,7 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
     problems: list[str] = []
     seen: list[str] = []
     panel: list[tuple[float, str, bytes]] = []
+    others: dict[str, tuple[list[Frame], float, str]] = {}  # the quiet and the hung run: frames, result height, text
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch_persistent_context(
@@ -333,20 +356,29 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
                 except Exception:
                     page.screenshot(path=str(shot("failure")), full_page=True)
                     raise
+                for index, name, until in ((2, "quiet", "quiet: finished"), (3, "hang", "hang: timeout")):
+                    cell = _cell(page, index)
+                    more, _ = _sample_run(page, cell, until, problems, shot(f"{name}-live"))
+                    result = cell.locator(".jp-OutputArea-output").first
+                    result.get_by_text(until).wait_for(timeout=30_000)
+                    cell.screenshot(path=str(shot(f"{name}-final")))
+                    problems += [f"{name} result: {p}" for p in cell.evaluate(OVERFLOW_JS)]
+                    others[name] = (more, result.bounding_box()["height"], _cell_text(page, index))
                 picker.screenshot(path=str(shot("picker")))
                 problems += [f"config picker: {p}" for p in picker.evaluate(OVERFLOW_JS)]
                 train = _cell(page, 1)
                 train.screenshot(path=str(shot("final")))
                 final_height = train.locator(".jp-OutputArea-output").first.bounding_box()["height"]
+                problems += [f"train result: {p}" for p in train.evaluate(OVERFLOW_JS)]
                 train_text = _cell_text(page, 1)
-                _cell(page, 2).locator(".jp-OutputArea-output").get_by_text("broken: failed").wait_for(timeout=90_000)
-                _cell(page, 2).locator(".jp-OutputArea-output").get_by_text("WorkerError").first.wait_for(
+                _cell(page, 4).locator(".jp-OutputArea-output").get_by_text("broken: failed").wait_for(timeout=90_000)
+                _cell(page, 4).locator(".jp-OutputArea-output").get_by_text("WorkerError").first.wait_for(
                     timeout=30_000)  # the exception comes after the static result
-                _cell(page, 2).screenshot(path=str(shot("failed")))
-                failed = _cell_text(page, 2)
-                failed_result = str(_cell(page, 2).locator(".jp-OutputArea-output").first.inner_text())
+                _cell(page, 4).screenshot(path=str(shot("failed")))
+                failed = _cell_text(page, 4)
+                failed_result = str(_cell(page, 4).locator(".jp-OutputArea-output").first.inner_text())
                 _wait_idle(base)
-                background = _cell(page, 3)  # Run All stopped at the error above: run this cell by itself
+                background = _cell(page, 5)  # Run All stopped at the error above: run this cell by itself
                 background.locator(".jp-InputArea-editor").click()
                 page.keyboard.press("Shift+Enter")
                 background.locator(".nacc-dashboard svg polyline").first.wait_for(timeout=90_000)
@@ -355,7 +387,7 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
                 background.get_by_text("slow: stopped in").first.wait_for(timeout=60_000)
                 time.sleep(1.0)
                 background.screenshot(path=str(shot("background-stopped")))
-                background_text = _cell_text(page, 3)
+                background_text = _cell_text(page, 5)
                 page.keyboard.press("Control+s")
                 time.sleep(1.5)
                 page.close()
@@ -370,7 +402,7 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
                 time.sleep(1.0)
                 again.screenshot(path=str(shot("reopened")), full_page=True)
                 reopened_picker = _cell_text(again, 0)
-                reopened = "\n".join(_cell_text(again, i) for i in range(1, 4))
+                reopened = "\n".join(_cell_text(again, i) for i in range(1, 6))
                 images = _cell(again, 1).locator(".jp-OutputArea img").count()
             finally:
                 browser.close()
@@ -388,9 +420,19 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
           f"statuses {statuses}; heights {min(f.height for f in frames):.0f}-{max(f.height for f in frames):.0f}px "
           f"(first {frames[0].height:.0f}px, final result {final_height:.0f}px); last live clock {max(clocks):.2f}s, "
           f"finished in {final:.2f}s")
-    assert not [m for f in frames if (m := inconsistent(f))], [m for f in frames if (m := inconsistent(f))][:5]
-    assert not height_jumps(frames), height_jumps(frames)[:5]
-    assert abs(final_height - frames[-1].height) <= 0.10 * frames[-1].height, (final_height, frames[-1].height)
+    for name, (more, height, _) in others.items():
+        print(f"[{front_end}] {name}: {len(more)} frames, statuses {list(dict.fromkeys(f.status for f in more))}, "
+              f"heights {min(f.height for f in more):.0f}-{max(f.height for f in more):.0f}px (first "
+              f"{more[0].height:.0f}px, final result {height:.0f}px)")
+    for name, (more, height, _) in [("train", (frames, final_height, train_text)), *others.items()]:
+        assert not [m for f in more if (m := inconsistent(f))], (name, [m for f in more if (m := inconsistent(f))][:5])
+        assert not height_jumps(more), (name, height_jumps(more)[:5])
+        assert abs(height - more[-1].height) <= 0.10 * more[-1].height, (name, height, more[-1].height)
+    quiet_text, hang_text = others["quiet"][2], others["hang"][2]
+    assert "quiet: finished in" in quiet_text and "no output yet" not in quiet_text, quiet_text
+    assert "hang: timeout in" in hang_text and "timeout=5.0s" in hang_text, hang_text
+    assert "failed" not in hang_text, hang_text  # its header says timeout, its ranks stopped: nobody failed
+    assert "stopped by its timeout, as asked" in hang_text
     # the clock is never behind the final duration by more than one refresh (plus the sampling gap of 0.1 s and
     # the front end's delay under load)
     assert final - max(clocks) <= REFRESH + 0.1 + 0.5, (max(clocks), final)
@@ -408,7 +450,7 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
     assert "system rank 1: mean CPU" in train_text, train_text[-2000:]
     # the static result names the error once; the exception raised in the cell (below it) carries the traceback
     assert "broken: failed" in failed_result and failed_result.count("boom on purpose") == 1, failed_result
-    assert "WorkerError" in failed and "Cell In[3], line 4, in broken" in failed, failed[-1500:]
+    assert "WorkerError" in failed and "Cell In[5], line 4, in broken" in failed, failed[-1500:]
     assert "ipykernel_" not in failed, failed[-1500:]
     assert background_text.count("slow: stopped in") == 1, background_text  # the result, with the run's one clock
     assert "slow: stopped (background run" in background_text, background_text  # the handle's line followed

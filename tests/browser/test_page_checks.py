@@ -15,12 +15,18 @@ def test_a_running_header_over_ended_ranks_is_inconsistent() -> None:
     assert frame.clock == 4.2 and "every rank has ended" in inconsistent(frame)
     assert inconsistent(Frame(1.0, "finishing", 4.2, ("finished", "finished"), 500)) == ""
     assert inconsistent(Frame(1.0, "running", 4.2, ("running", "finished"), 500)) == ""
+    assert "no rank failed" in inconsistent(Frame(1.0, "timeout", 5.2, ("failed", "failed"), 500))
+    assert inconsistent(Frame(1.0, "timeout", 5.2, ("stopped", "stopped"), 500)) == ""
 
 
 def test_heights_beyond_ten_percent_of_the_first_frame_are_jumps() -> None:
     frames = [Frame(0.0, "running", 0.0, (), 500), Frame(1.0, "running", 1.0, (), 540),
               Frame(2.0, "running", 2.0, (), 560)]
-    assert height_jumps(frames) == ["560px at 2.0s (first frame 500px)"]
+    assert height_jumps(frames) == ["560px at 2.0s (first full frame 500px at 0.0s)"]
+    growing = [Frame(0.0, "running", 0.0, (), 300), Frame(1.0, "running", 1.0, (), 480, (True, False)),
+               Frame(2.0, "running", 2.0, (), 660, (True, True)), Frame(3.0, "running", 3.0, (), 700, (True, True)),
+               Frame(4.0, "running", 4.0, (), 900, (True, True))]
+    assert height_jumps(growing) == ["900px at 4.0s (first full frame 660px at 2.0s)"]  # grown once, then jumped
 
 
 def test_the_overflow_check_finds_cut_text_in_a_real_page() -> None:
@@ -42,6 +48,8 @@ def test_the_overflow_check_finds_cut_text_in_a_real_page() -> None:
         '<select style="width:70px"><option>SHARDED_STATE_DICT</option></select>'
         '<select style="width:300px"><option value="x"></option></select>'
         '<div style="width:400px;overflow:hidden;white-space:nowrap">this one fits</div>'
+        '<div style="width:90px;white-space:nowrap;overflow-x:auto">a legend scrolled out of sight</div>'
+        '<span style="display:inline-flex;width:60px;white-space:nowrap">drawn over the next</span>'
         '<div class="nacc-logs"><span style="color:#b42318">Traceback</span><span>INFO ok</span></div>'
         "</div>"
     )
@@ -55,6 +63,7 @@ def test_the_overflow_check_finds_cut_text_in_a_real_page() -> None:
             red = root.evaluate(RED_LINES_JS)
         finally:
             browser.close()
-    assert len(problems) == 3, problems
+    assert len(problems) == 5, problems
     assert "a long label, cut off" in problems[0] and "SHARDED_STATE_DICT" in problems[1] and "blank" in problems[2]
+    assert "a legend scrolled out of sight" in problems[3] and "drawn over the next" in problems[4]
     assert red == ["Traceback"]

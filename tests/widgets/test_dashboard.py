@@ -7,6 +7,7 @@ import pytest
 from notebook_accel.events import EngineReady, Exited, Failed, Finished, Log, Metrics, Progress, RunInfo, RunOutcome, Started, Sink
 from notebook_accel.widgets import Dashboard
 from notebook_accel.widgets import dashboard as dashboard_module
+from notebook_accel.widgets import live_curves as live_curves_module
 from notebook_accel.widgets.snapshot import StaticResult
 
 
@@ -81,7 +82,7 @@ def test_widget_values_follow_the_run() -> None:
 
 
 def test_values_held_back_by_the_throttle_show_at_the_next_tick() -> None:
-    dash, clock, _ = _dashboard(refresh_interval=0.25)
+    dash, clock, _ = _dashboard(refresh_interval=0.25, plot_interval=0.25)  # the table follows the curves' pace
     dash.handle(Metrics(0, 1, {"loss": 1.0}, 0.0))
     clock.now += 0.1
     dash.handle(Metrics(0, 2, {"loss": 0.123}, 0.0))  # inside the throttle window: held back
@@ -184,8 +185,8 @@ def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None
     assert isinstance(result, StaticResult)
     bundle = result._repr_mimebundle_()
     assert set(bundle) == {"text/html", "text/plain"}
-    assert len(dash.plot.lines["train/loss"].get_xdata()) == 10  # the last values are in the PNG
-    assert dash.png is not None and 'src="data:image/png;base64,' in bundle["text/html"]
+    assert dash.image is not None and dash.image.count(b"<circle") == 1  # the curves, as drawn live
+    assert 'src="data:image/svg+xml;base64,' in bundle["text/html"]
     assert "<details open><summary>output of rank 0" in bundle["text/html"] and "epoch 1 done" in bundle["text/html"]
     assert "train: finished in 12.0s" in bundle["text/plain"] and "train/loss = 0.1" in bundle["text/plain"]
     assert "<th" in bundle["text/html"] and ">finished</b>" in bundle["text/html"]  # the ranks' rows, as seen live
@@ -253,10 +254,10 @@ def test_log_pane_shows_a_bounded_tail() -> None:
 def test_a_drawing_error_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     dash, clock, _ = _dashboard()
 
-    def boom(series: object) -> str:
+    def boom(series: object, cache: object = None) -> str:
         raise RuntimeError("no fonts")
 
-    monkeypatch.setattr(dashboard_module, "curves_svg", boom)
+    monkeypatch.setattr(live_curves_module, "curves_svg", boom)
     clock.now += 1000  # past any redraw interval
     with pytest.warns(RuntimeWarning, match="could not draw: RuntimeError: no fonts"):
         dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))
@@ -323,8 +324,13 @@ def test_one_clock_and_one_vocabulary_from_the_first_frame_to_the_result() -> No
 
 
 def test_the_layout_has_its_places_from_the_first_frame() -> None:
-    dash, _, _ = _dashboard()
-    assert 'class="nacc-curves" style="min-height:184px"' in dash.view.body.value  # type: ignore[union-attr]
+    dash, clock, _ = _dashboard()
+    body = dash.view.body.value  # type: ignore[union-attr]
+    assert "min-height" not in body and "after the first accelerator.log" in body
+    dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))
+    clock.now += 1
+    dash.tick(clock.now)  # the first metric brings the curves' row, held from then on
+    assert 'class="nacc-curves" style="min-height:184px;' in dash.view.body.value  # type: ignore[union-attr]
     assert 'min-width:4.2em;font-variant-numeric:tabular-nums' in dash.parts["header"]  # a clock of fixed width
     run_row = 'class="nacc-run" style="display:flex;align-items:center;min-height:24px"'
     assert run_row in dash.view.top.value  # type: ignore[union-attr]
@@ -372,3 +378,47 @@ def test_a_run_of_unknown_length_shows_its_label_without_an_empty_bar() -> None:
     dash.tick(clock.now)
     assert "run · epoch 1 · 5 batches" in dash.parts["overall"]
     assert dash.fractions["overall"] is None and "260px" not in dash.parts["overall"]  # no invisible bar
+
+
+def test_the_first_frames_clock_ticks_before_the_widgets_come() -> None:
+    clock, shown = Clock(), Shown()
+    dash = Dashboard(clock=clock, display=shown, live_after=0.5)
+    dash.start(INFO)
+    dash.handle(Started(0, 1, "cpu"))
+    clock.now += 0.3
+    dash.tick(clock.now)  # a run under live_after: its time still runs on the page
+    assert dash.view is None and len(shown.updates) == 1
+    assert "0.3s" in shown.updates[0]._repr_html_()  # type: ignore[attr-defined]
+    clock.now += 0.1
+    dash.tick(clock.now)  # within the refresh interval: no message
+    assert len(shown.updates) == 1
+    clock.now += 0.05
+    dash.handle(Failed(1, "ValueError", "bad", "..."))
+    dash.finish(RunOutcome("failed", 0.45, "rank 1: ValueError: bad", (1,)))
+    assert dash.view is None and repr(shown.updates[-1]).startswith(("train: failed in 0.4s", "train: failed in 0.5s"))
+
+
+def test_the_curves_stay_in_one_row_and_the_result_draws_them_as_the_live_view_did() -> None:
+    dash, clock, shown = _dashboard()
+    for step in range(5):
+        dash.handle(Metrics(0, step, {"train/loss": 1.0 / (step + 1), "lr": 0.1, "acc": 0.5, "grad_norm": 2.0}, 0.0))
+    clock.now += 1
+    dash.tick(clock.now)
+    assert dash.parts["curves"].count("<svg") == 4 and "flex-wrap:nowrap" in dash.parts["curves"]
+    dash.finish(RunOutcome("finished", 1.0))
+    assert dash.image is not None and dash.image.count(b'<svg x="') == 4  # 3 a row: 2 rows in one image
+    assert b'height="366"' in dash.image.split(b">", 1)[0]
+
+
+def test_the_output_pane_is_hidden_until_the_first_line_and_the_body_says_so_in_one_line() -> None:
+    dash, clock, _ = _dashboard()
+    assert dash.view is not None and dash.view.pane.layout.display == "none"
+    assert "no output yet" in dash.view.body.value  # one grey line instead of an empty framed pane
+    dash.handle(Log(1, "stdout", "hello from rank 1\n"))
+    clock.now += 1
+    dash.tick(clock.now)
+    assert dash.view.pane.layout.display is None and "no output yet" not in dash.view.body.value
+    one, one_clock, _ = _dashboard()
+    one.start(RunInfo(1, ("cpu",), "gloo", "train"))  # one rank: a single pane with a layout of its own
+    assert one.view is not None and one.view.pane is one.view.log_main and one.view.pane.layout.display == "none"
+    assert one.view.top.layout.display is None

@@ -189,3 +189,55 @@ def test_a_metrics_batch_gives_the_model_the_events_one_by_one_give() -> None:
     assert max(whole.series["train/loss"].points()[1]) == 99.0
     assert whole.run_progress.steps.n == one.run_progress.steps.n == 2_049
     assert whole.workers_spoke and whole.metrics_version > 0
+
+
+def test_a_timeout_stops_the_running_ranks_and_their_rows_agree_with_the_header() -> None:
+    s = _state()
+    for r in range(2):
+        s.apply(Started(r, 10 + r, "cpu"))
+    s.apply(Exited(0, -15, "SIGTERM"))  # the launcher stops every worker when the time is up
+    s.apply(Exited(1, -15, "SIGTERM"))
+    s.finish(RunOutcome("timeout", 5.2, "the run did not finish within timeout=5.0s", (0, 1)))
+    assert s.shown_status == "timeout"
+    assert [r.status for r in s.ranks.values()] == ["stopped", "stopped"]
+    assert s.ranks[0].detail == "stopped by the run's timeout"
+
+
+def test_a_rank_that_only_lost_its_peer_was_stopped_not_failed() -> None:
+    s = _state()
+    for r in range(2):
+        s.apply(Started(r, 10 + r, "cpu"))
+    lost = "[gloo] Connection closed by peer [127.0.0.1]:29500"
+    s.apply(Failed(0, "DistBackendError", lost, "..."))  # rank 0's report may come before the real failure
+    s.apply(Exited(0, 1))
+    s.apply(Failed(1, "ValueError", "boom on purpose", "..."))
+    s.apply(Exited(1, 1))
+    assert s.failure is not None and s.failure.rank == 1
+    assert [r.status for r in s.ranks.values()] == ["stopped", "failed"]
+    s.finish(RunOutcome("failed", 1.0, "rank 1: ValueError: boom on purpose", (1, 0)))  # the launcher names both
+    assert [r.status for r in s.ranks.values()] == ["stopped", "failed"]
+    assert "another rank ended under it" in s.ranks[0].detail
+
+
+def test_a_rank_stopped_after_another_failed_stays_stopped_and_a_lone_lost_peer_still_fails_the_run() -> None:
+    s = _state()
+    s.apply(Failed(1, "ValueError", "boom", "..."))
+    s.apply(Exited(0, -15, "SIGTERM"))
+    s.finish(RunOutcome("failed", 1.0, "rank 1: ValueError: boom", (1, 0)))
+    assert [r.status for r in s.ranks.values()] == ["stopped", "failed"]
+    alone = _state(1)
+    alone.apply(Failed(0, "RuntimeError", "Connection reset by peer", "..."))
+    alone.finish(RunOutcome("failed", 1.0, "rank 0: RuntimeError: Connection reset by peer", (0,)))
+    assert alone.ranks[0].status == "failed"  # no other rank to blame: the header's "failed" has its row
+
+
+def test_the_progress_column_shows_one_loop_for_every_rank() -> None:
+    from notebook_accel.widgets.views import ranks_html
+
+    s = _state()
+    s.apply(Progress(0, 32, 32, "train", 1.0, 32))
+    s.apply(Progress(0, 3, 3, "epochs", 1.0, 3))  # rank 0's tqdm over the epochs reports last
+    s.apply(Progress(1, 32, 32, "train", 1.0, 32))
+    table = ranks_html(s)
+    assert "<th" in table and "progress (train)" in table
+    assert table.count(">32/32<") == 2 and "epochs" not in table

@@ -128,7 +128,10 @@ def test_no_panel_widget_until_the_first_sample_then_one_at_the_bottom() -> None
     after = _widgets(dash.view.root)
     assert len(after) == len(before) + 1 and dash.view.root.children[-1] is dash.system.widget  # below everything
     assert "77%" in dash.system.widget.value and "nacc-system" in dash.system.widget._dom_classes
-    assert dash.view.root.layout.padding is None and dash.system.widget.layout.height == f"{panel_height(2) - 4}px"
+    assert dash.system.widget.layout.height == f"{panel_height(2) - 4}px"
+    # drawn over the room kept for it, which stays: the box's height does not move, in one message
+    assert dash.view.root.layout.padding == f"0 0 {panel_height(2)}px 0"
+    assert dash.system.widget.layout.margin == f"2px 0 -{panel_height(2) - 2}px 0"
     redraws = dash.system.redraws
     dash.refresh()
     assert dash.system.redraws == redraws  # nothing changed: not redrawn
@@ -179,3 +182,29 @@ def test_the_static_frame_says_the_run_is_over() -> None:
     state.apply(_sample(1.0, _cpu(0, 50.0)))
     assert "nothing clearly slows the run down (yet)" in panel_html(state)
     assert "nothing clearly slowed the run down<" in panel_html(state, final=True)
+
+
+def test_after_a_rank_ends_the_panel_keeps_its_last_live_values_and_its_sparklines_end_there() -> None:
+    state = SystemState()
+    for t in range(3):
+        state.apply(_sample(float(t), _cpu(0, 60.0)))
+    gone = RankSystem(0, 0.0, 0, int(0.75 * GIB))  # the sampler reads a process tree that has ended as 0 bytes
+    state.apply(_sample(3.0, gone))
+    state.apply(_sample(4.0, gone))
+    figures = state.ranks[0]
+    assert figures.last is not None and figures.last.rss_bytes == int(0.5 * GIB)
+    xs, ys = figures.sparks["memory"].points()
+    assert xs[-1] == 2.0 and min(ys) > 0 and min(figures.sparks["cpu"].points()[1]) == 60.0
+    final = panel_html(state, final=True)
+    assert "mem</span> 0.5 GiB" in final and "0.0 GiB" not in final
+    assert state.mean_use(0) == ("CPU", 60.0)
+
+
+def test_the_final_frame_says_what_was_measured_not_what_is_awaited() -> None:
+    state = SystemState()
+    state.apply(_sample(1.0, _cpu(0, 50.0)))
+    state.apply(StepTimes(1, 5, 0.5, 0.1, 0.3, 0.1, 0.0, 0.05))  # rank 1 reported steps, never a sample
+    live, final = panel_html(state), panel_html(state, final=True)
+    assert "steps: none measured yet" in live and "no sample yet" in live
+    assert "yet" not in final.replace("(yet)", "")
+    assert "steps: none measured<" in final and "no sample taken" in final

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from notebook_accel import channel, environment
+from notebook_accel.durations import format_duration
 from notebook_accel.errors import NotebookAccelError
 from notebook_accel.events import Phase
 
@@ -225,5 +226,5 @@ def build_ops(out: Any = None) -> int:
         start = time.monotonic()
         print(f"building DeepSpeed's {op.what} ({op.name}) in {op.build_dir} ...", file=out, flush=True)
         op.builder.load()
-        print(f"built {op.name} in {time.monotonic() - start:.0f} s", file=out, flush=True)
+        print(f"built {op.name} in {format_duration(time.monotonic() - start)}", file=out, flush=True)
     return len(ops)

@@ -14,7 +14,7 @@ of the kernel (a DataLoader with workers iterated in a cell) waits for it too (:
 script, or torch not yet imported) it happens at the first launch. With GPUs it stays in the workers, so nothing in
 the kernel can touch CUDA before the fork.
 
-The same thread then imports the dashboard (ipywidgets) and what draws its final curves (matplotlib):
+The same thread then imports the dashboard (ipywidgets; its final curves are SVG, no matplotlib):
 :data:`UI_MODULES`, which the first launch's dashboard then finds imported. That needs no GPU check (nothing of
 it touches CUDA), only a kernel with ipywidgets installed. A launch that comes before they are done stops the
 thread after the module it is importing (the fork waits only for that); the dashboard imports what it needs.
@@ -33,7 +33,7 @@ from notebook_accel import environment, hardware
 __all__ = ["WARM_MODULES", "UI_MODULES", "warm_kernel", "start_early", "warming_needed"]
 
 WARM_MODULES = ("torch.distributed", "torch.nn.parallel", "torch._dynamo")
-UI_MODULES = ("notebook_accel.widgets.dashboard", "notebook_accel.widgets.plots")  # the live view, the final PNG
+UI_MODULES = ("notebook_accel.widgets.dashboard",)  # the live view and its final image (no matplotlib: SVG)
 _early: list[threading.Thread] = []  # the background import, once started
 _halt = threading.Event()  # set by the first launch: the thread imports no further UI module
 
@@ -59,8 +59,7 @@ def _ui_wanted() -> bool:
 
 
 def _warm_up(torch_too: bool, ui: bool) -> None:
-    """The background thread: torch's modules (the fork waits for them), then the dashboard, then matplotlib
-    (needed last, at a run's end). A launch that comes first stops it after the module being imported
+    """The background thread: torch's modules (the fork waits for them), then the dashboard. A launch that comes first stops it after the module being imported
     (:data:`_halt`): the fork must not wait for a second of UI imports it does not need."""
     if torch_too:
         _import_all()

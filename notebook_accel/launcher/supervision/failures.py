@@ -7,19 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from notebook_accel.errors import NotebookAccelError
+from notebook_accel.peer_loss import is_peer_loss
 
 __all__ = ["WorkerFailure", "WorkerError", "LaunchTimeoutError", "death_message", "partial_collective"]
 
-# What a rank raises when *another* rank died under it: the backend lost its peer. Such a failure is a
-# consequence of the real one, and the message says so instead of presenting a second bug.
-_PEER_LOSS_TYPES = frozenset({"RuntimeError", "DistBackendError", "DistNetworkError", "DistError"})
-_PEER_LOSS_MARKERS = (
-    "Connection closed by peer",
-    "Connection reset by peer",
-    "Broken pipe",
-    "communicator was aborted",
-    "remote worker crashing",
-)
 _SHORT = 160  # characters of a consequence's message kept in the summary
 
 
@@ -48,7 +39,7 @@ class WorkerFailure:
     @property
     def lost_peer(self) -> bool:
         """True when this rank only failed because a peer vanished (the backend's connection-lost error)."""
-        return self.exc_type in _PEER_LOSS_TYPES and any(m in self.message for m in _PEER_LOSS_MARKERS)
+        return is_peer_loss(self.exc_type, self.message)
 
     def summary(self) -> str:
         """One line: ``rank 1: ValueError: boom``, ``rank 1: killed by SIGKILL``; a lost peer is shortened."""

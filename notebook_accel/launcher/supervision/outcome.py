@@ -6,6 +6,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from notebook_accel.durations import format_duration
 from notebook_accel.events import RunOutcome, Sink
 from notebook_accel.launcher.supervision.failures import (
     LaunchTimeoutError,
@@ -57,7 +58,7 @@ def run_outcome(
                 "wait_for_everyone) that only the running ranks called waits for them forever; call it on every "
                 "rank." if done and running else "")
         error: BaseException = LaunchTimeoutError(
-            f"the run did not finish within timeout={timeout:g} s (ranks still running: {running}); every worker "
+            f"the run did not finish within timeout={format_duration(timeout)} (ranks still running: {running}); every worker "
             "was stopped. Raise timeout= if the work needs longer, or look for a collective that one rank never "
             f"reaches (the workers' last output is above).{hint}"
         )

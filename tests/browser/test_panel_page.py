@@ -1,0 +1,54 @@
+"""The system panel in a real browser, without Jupyter: no text cut or drawn over its neighbour at the widths the
+dashboard is read at (a 1,000 px and a 1,400 px wide notebook leave about 870 and 1,270 px to an output), live
+and in the final result. Screenshots go to ``build/browser/panel-<width>.png``."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from notebook_accel.events import RankSystem, StepTimes, SystemSample
+from notebook_accel.widgets.system_panel import panel_html
+from notebook_accel.widgets.system_state import SystemState
+from tests.browser.page_checks import OVERFLOW_JS
+
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = Path(__file__).resolve().parents[2] / "build" / "browser"
+GIB = 1024**3
+
+if importlib.util.find_spec("playwright") is None or not CHROMIUM.exists():
+    pytest.skip("playwright and /usr/bin/chromium are needed", allow_module_level=True)
+
+
+def _state() -> SystemState:
+    """Two CPU ranks under a memory limit, one spending most of its step in communication (the longest words)."""
+    state = SystemState()
+    for t in range(5):
+        state.apply(SystemSample(float(t), tuple(RankSystem(r, 61.0 + t, int(1.3 * GIB), int(1.4 * GIB),
+                                                            memory_limit=8 * GIB, memory_group_usage=3 * GIB)
+                                                 for r in range(2)), 5 * GIB, 16 * GIB))
+    state.apply(StepTimes(0, 20, 2.0, 0.05, 0.1, 0.05, 1.72, 0.05))
+    state.apply(StepTimes(1, 20, 2.0, 0.92, 0.6, 0.3, 0.1, 0.05, 2))
+    return state
+
+
+@pytest.mark.parametrize("width", [870, 1270])
+def test_the_system_panels_text_fits_live_and_final(width: int) -> None:
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    state = _state()
+    page_html = (f'<div id="root" style="width:{width}px;font-family:sans-serif">{panel_html(state)}'
+                 f'<hr>{panel_html(state, final=True)}</div>')
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": width + 40, "height": 400})
+            page.set_content(page_html)
+            problems = page.locator("#root").evaluate(OVERFLOW_JS)
+            page.locator("#root").screenshot(path=str(SHOTS / f"panel-{width}.png"))
+        finally:
+            browser.close()
+    assert problems == [], problems
