@@ -9,8 +9,9 @@
 - calls ``set_epoch`` on the samplers and the dataset, moves (nested) batches to the device;
 - in a launched run, reports its position on every rank through :mod:`notebook_accel.progress_hook` (a
   ``Progress`` event: a deque append) at its first batch, at most every ``REPORT_SECONDS`` after it and at its
-  last batch (an event per batch cost a small-item epoch ~10%, pickled, piped and drawn for nothing), and at the start of an epoch on the main process the epoch loop's
-  position when the user wraps it in tqdm (:mod:`.epoch_bar`).
+  last batch (an event per batch cost a small-item epoch ~10%: pickled, piped and drawn for nothing), and at the
+  start of an epoch on the main process the epoch loop's position when the user wraps it in tqdm
+  (:mod:`.epoch_bar`, :mod:`.loader_report`).
 
 The order is the plain loader's own (see :mod:`notebook_accel.data.randomness` for how every rank is made to
 draw the same one): a shuffle follows the DataLoader's ``generator``, so a prepared loader on N processes visits
