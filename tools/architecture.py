@@ -25,7 +25,7 @@ MAX_LINES = 400
 #: The units from the bottom up: a unit may import units of its own layer or below, never above.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # facts and vocabulary: no torch at import, no other unit of the package
-    ("_lazy", "errors", "environment", "durations", "cell_names", "import_hooks", "nvml", "terminal", "events",
+    ("_lazy", "errors", "environment", "durations", "cell_names", "ipython_tracebacks", "import_hooks", "nvml", "terminal", "events",
      "progress_hook"),
     ("hardware", "metrics_batch", "channel", "argument_checks", "utils", "cluster"),
     # the worker-side building blocks of an Accelerator
