@@ -2,9 +2,10 @@
 
 IPython compiles each cell under a temporary file name and remembers the execution count of each name; its own
 tracebacks print the cell. A traceback formatted by Python's :mod:`traceback` (a worker's) names the temporary
-file instead. The launcher, in the kernel, rewrites those frames with the running shell's map (:func:`cell_names`)
-when a worker's failure arrives (the workers forget the shell right after the fork); outside IPython it changes
-nothing. IPython is never imported here: only looked up when loaded.
+file instead, and so does a warning (``/tmp/ipykernel_…/30492.py:5: UserWarning: …``). The launcher, in the
+kernel, rewrites those with the running shell's map (:func:`cell_names`) when a worker's failure arrives, and in
+every line a worker prints (:func:`cell_namer`; the workers forget the shell right after the fork); outside IPython
+it changes nothing. IPython is never imported here: only looked up when loaded.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import re
 import sys
 from collections.abc import Callable
 
-__all__ = ["cell_names", "rename_cells"]
+__all__ = ["cell_names", "cell_namer", "rename_cells"]
 
 _FRAME = re.compile(r'File "([^"\n]+)", line (\d+)')
+_WARNING = re.compile(r"^([^\s\"][^\n]*?):(\d+): ", re.MULTILINE)  # warnings.formatwarning's "file:line: "
 
 
 def rename_cells(text: str, name_of: Callable[[str], tuple[str, str] | None]) -> str:
@@ -31,14 +33,25 @@ def rename_cells(text: str, name_of: Callable[[str], tuple[str, str] | None]) ->
         named = name_of(match.group(1))
         return match.group(0) if named is None else f"{named[0]} {named[1]}, line {match.group(2)}"
 
-    return _FRAME.sub(swap, text)
+    def swap_warning(match: re.Match[str]) -> str:
+        named = name_of(match.group(1))
+        return match.group(0) if named is None else f"{named[0]} {named[1]}, line {match.group(2)}: "
+
+    return _WARNING.sub(swap_warning, _FRAME.sub(swap, text))
 
 
 def cell_names(text: str) -> str:
     """``text`` with the frames of notebook cells named as IPython names them (unchanged outside IPython)."""
+    namer = cell_namer()
+    return text if namer is None else namer(text)
+
+
+def cell_namer() -> Callable[[str], str] | None:
+    """A function renaming the notebook cells' frames and warning locations in a text, with the running IPython
+    shell's map (cells run later included), or ``None`` outside IPython (nothing to rename)."""
     getipython = sys.modules.get("IPython.core.getipython")
     shell = getipython.get_ipython() if getipython is not None else None
     name_of = getattr(getattr(shell, "compile", None), "format_code_name", None)
     if name_of is None:
-        return text
-    return rename_cells(text, lambda name: name_of(name) or None)
+        return None
+    return lambda text: rename_cells(text, lambda name: name_of(name) or None)

@@ -44,3 +44,27 @@ def test_a_worker_failure_names_the_cell(shell: object) -> None:
     message = str(caught.value)
     assert "Cell In[1], line 2, in broken" in message, message
     assert "ipykernel" not in message and '.py", line 2' not in message
+
+
+def test_a_warnings_location_is_renamed_too() -> None:
+    text = "/tmp/ipykernel_7/42.py:5: UserWarning: careful\n  warnings.warn('careful')\n/usr/lib/x.py:3: Other"
+    renamed = rename_cells(text, lambda f: ("Cell", "In[6]") if "ipykernel_7" in f else None)
+    assert renamed == "Cell In[6], line 5: UserWarning: careful\n  warnings.warn('careful')\n/usr/lib/x.py:3: Other"
+
+
+@pytest.mark.timeout(120)
+def test_a_traceback_or_warning_a_worker_prints_itself_names_the_cell(shell: object,
+                                                                       capfd: pytest.CaptureFixture[str]) -> None:
+    code = ("import sys, traceback, warnings\n"
+            "def noisy():\n"
+            "    warnings.warn('careful')\n"
+            "    traceback.print_stack(file=sys.stderr)\n")
+    assert shell.run_cell(code, store_history=True).success  # type: ignore[attr-defined]
+    shown_as_python_does = "lambda *w: sys.stderr.write(warnings.formatwarning(*w[:4]))"  # pytest records them
+    assert shell.run_cell(f"warnings.showwarning = {shown_as_python_does}").success  # type: ignore[attr-defined]
+    noisy = shell.user_ns["noisy"]  # type: ignore[attr-defined]
+    notebook_launcher(noisy, num_processes=2, dashboard=False, show_all_ranks=True)
+    printed = capfd.readouterr()
+    shown = printed.out + printed.err
+    assert "Cell In[1], line 3: UserWarning: careful" in shown, shown
+    assert "Cell In[1], line 4, in noisy" in shown and "ipython-input" not in shown, shown

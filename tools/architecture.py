@@ -25,8 +25,8 @@ MAX_LINES = 400
 #: The units from the bottom up: a unit may import units of its own layer or below, never above.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # facts and vocabulary: no torch at import, no other unit of the package
-    ("_lazy", "errors", "environment", "durations", "cell_names", "import_hooks", "nvml", "terminal", "events",
-     "progress_hook", "peer_loss"),
+    ("_lazy", "errors", "environment", "durations", "cell_names", "ipython_tracebacks", "import_hooks", "nvml",
+     "terminal", "events", "progress_hook", "peer_loss"),
     ("hardware", "metrics_batch", "channel", "argument_checks", "utils", "cluster"),
     # the worker-side building blocks of an Accelerator
     ("state", "gradient_state", "kwargs_handlers", "plugins", "logging", "config", "precision", "float8", "profiling",

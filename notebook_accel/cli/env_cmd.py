@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
+from pathlib import Path
 from importlib import metadata
 
 import yaml
@@ -84,6 +85,19 @@ def _build_deepspeed_ops() -> int:
     return EXIT_OK
 
 
+def _interpreter() -> str:
+    """The running interpreter: ``.venv/bin/python`` inside a virtual environment (named from its folder: where it
+    was created is the user's business, and a report or a notebook output should not depend on it), else its
+    path."""
+    executable = Path(sys.executable)
+    if sys.prefix != sys.base_prefix:
+        try:
+            return str(executable.relative_to(Path(sys.prefix).parent))
+        except ValueError:  # an interpreter outside its environment's folder (a symlinked one)
+            pass
+    return str(executable)
+
+
 def report(args: argparse.Namespace) -> int:
     """Print the report; an invalid config is shown, not fatal (exit code 0). With ``--build-deepspeed-ops``,
     compile DeepSpeed's just-in-time ops instead."""
@@ -94,7 +108,7 @@ def report(args: argparse.Namespace) -> int:
         "",
         f"- notebook-accel version: {__version__}",
         f"- Platform: {platform.platform()}",
-        f"- Python version: {sys.version.split()[0]} ({sys.executable})",
+        f"- Python version: {sys.version.split()[0]} ({_interpreter()})",
         *(f"- {name} version: {_version(name)}" for name in _PACKAGES),
         *_device_lines(),
         *_config_lines(args.config_file),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from notebook_accel.ipython_tracebacks import IPythonTraceback
 from notebook_accel.plugins import ConfigurationError
 
 __all__ = ["ConfigError", "ConfigWarning"]
@@ -35,6 +36,7 @@ class ConfigError(ConfigurationError):
         count = len(self.problems)
         head = f"invalid notebook-accel config{where}: {count} problem{'s' if count != 1 else ''}"
         super().__init__(head + "\n" + "\n".join(f"  - {p}" for p in self.problems))
+        self._render_traceback_ = IPythonTraceback(self)  # in a notebook: the user's cell and this message
 
     def __reduce__(self) -> tuple[type[ConfigError], tuple[list[str], str | None]]:
         """Pickle with the problems (the default would pass the joined message as ``problems``)."""

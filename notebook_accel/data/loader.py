@@ -7,9 +7,11 @@
 - fetches one batch ahead, so it knows while yielding the last batch that it is the last (this drives the
   accumulation flush and :meth:`Accelerator.gather_for_metrics`);
 - calls ``set_epoch`` on the samplers and the dataset, moves (nested) batches to the device;
-- in a launched run, reports its position per batch on every rank through :mod:`notebook_accel.progress_hook`
-  (a ``Progress`` event: a deque append), and at the start of an epoch on the main process the epoch loop's
-  position when the user wraps it in tqdm (:mod:`.epoch_bar`).
+- in a launched run, reports its position on every rank through :mod:`notebook_accel.progress_hook` (a
+  ``Progress`` event: a deque append) at its first batch, at most every ``REPORT_SECONDS`` after it and at its
+  last batch (an event per batch cost a small-item epoch ~10%: pickled, piped and drawn for nothing), and at the
+  start of an epoch on the main process the epoch loop's position when the user wraps it in tqdm
+  (:mod:`.epoch_bar`, :mod:`.loader_report`).
 
 The order is the plain loader's own (see :mod:`notebook_accel.data.randomness` for how every rank is made to
 draw the same one): a shuffle follows the DataLoader's ``generator``, so a prepared loader on N processes visits
@@ -32,21 +34,23 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from notebook_accel import progress_hook
-from notebook_accel.data.epoch_bar import epoch_loop_position
 from notebook_accel.data.iterable import ShardedIterableDataset, Tagged, TaggingCollate
+from notebook_accel.data.loader_report import open_report
 from notebook_accel.data.loader_state import check_generator_states, check_resumable
 from notebook_accel.data.randomness import SeedableRandomSampler, generators_of
 from notebook_accel.data.sharding import LastRound, ShardedBatchSampler, ShardedSampler
 from notebook_accel.data.worker_fork import check_importable, worker_context
 from notebook_accel.monitor import steps
 from notebook_accel.state import GradientState, ProcessState
-from notebook_accel.utils.nested import send_to_device
+from notebook_accel.utils.nested import on_device, send_to_device
 
-__all__ = ["PreparedDataLoader"]
+__all__ = ["PreparedDataLoader", "REPORT_SECONDS"]
+
+REPORT_SECONDS = 0.1  # the least time between two progress reports of a loader (its first and last batch always)
 
 _ANY_SAMPLER = (ShardedBatchSampler, ShardedSampler)
 _DONE = object()
+_now = time.perf_counter  # the loader's clock: when a batch came, how long it took
 
 
 def _worker_parts(dataset: Any, options: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +106,6 @@ class PreparedDataLoader(DataLoader):
         self._epoch_states: list[torch.Tensor] | None = None  # generator states when the current epoch began
         self._round_real: int | None = None  # real items of the batch's round, when it was padded (iterables)
         self._tagged_real: int | None = None  # the same, for the last padded round seen this epoch
-        self._fetch_seconds = 0.0  # how long the last fetch waited (the step clock's data time)
         self._iterating = False
 
     # ---- position -------------------------------------------------------------------------------------------
@@ -275,32 +278,28 @@ class PreparedDataLoader(DataLoader):
             return 0
         return skip
 
-    def _fetch(self, iterator: Iterator[Any]) -> Any:
-        """``(next batch on the device, real items of its round when padded else None)``, or ``_DONE``."""
-        started = time.perf_counter()
+    def _fetch(self, iterator: Iterator[Any], tagged: bool) -> tuple[Any, int | None, float, float]:
+        """``(next batch on the device or _DONE, real items of its round when padded else None, seconds waited
+        for it, perf_counter when it came)``. ``tagged``: the collate function tags padded rounds."""
+        started = _now()
         batch = next(iterator, _DONE)
-        self._fetch_seconds = time.perf_counter() - started
+        done = _now()
         if batch is _DONE:
-            return batch
+            return batch, None, done - started, done
         real = None
-        if isinstance(batch, Tagged):
+        if tagged and isinstance(batch, Tagged):
             batch, real = batch.batch, batch.real
             self._tagged_real = real
-        if self.device is not None:
-            batch = send_to_device(batch, self.device, self.non_blocking)
-        return batch, real
+        device = self.device
+        if device is not None and not on_device(batch, device):  # a batch already there is handed over as is
+            batch = send_to_device(batch, device, self.non_blocking)
+        return batch, real, done - started, done
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not a _BaseDataLoaderIter
         manual_skip = self._start_epoch()
         self.end_of_dataloader = False
-        report = progress_hook.current()  # every rank reports its position (the dashboard's ranks table)
-        total = self._total_or_none() if report is not None else None
-        name = self.progress_name() if report is not None else ""
+        report, total, name = open_report(self)
         epoch, rank = self._epoch + 1, self.state.process_index
-        if report is not None and self.state.is_main_process:
-            around = epoch_loop_position(self, total, self._epoch)  # a tqdm over epochs
-            if around is not None:
-                report(rank, *around, None, "loop")
         self.gradient_state.active_loaders.append(self)
         self._iterating = True
         self._tagged_real = None
@@ -311,18 +310,25 @@ class PreparedDataLoader(DataLoader):
             step_clock = steps.clock()
             if step_clock is not None:
                 step_clock.loader_workers = self.num_workers
-            current = self._fetch(iterator)
-            while current is not _DONE:
-                upcoming = self._fetch(iterator)
-                self.end_of_dataloader = upcoming is _DONE
+            tagged = isinstance(self.dataset, ShardedIterableDataset)
+            next_report = 0.0  # the first batch is reported, then one every REPORT_SECONDS, and the last one
+            batch, real, _, _ = self._fetch(iterator, tagged)
+            while batch is not _DONE:
+                upcoming = self._fetch(iterator, tagged)
+                last = upcoming[0] is _DONE
+                if last:
+                    self.end_of_dataloader = True
                 self._position += 1
-                if report is not None:
+                ready = upcoming[3]
+                if report is not None and (ready >= next_report or last):
                     report(rank, self._position, total, name, epoch, "loader")
-                batch, self._round_real = current
+                    next_report = ready + REPORT_SECONDS
+                if real is not self._round_real:
+                    self._round_real = real
                 if step_clock is not None:  # the wait just before this batch: fetching the one after it
-                    step_clock.batch_ready(self._fetch_seconds)
+                    step_clock.batch_ready(upcoming[2], ready)
                 yield batch
-                current = upcoming
+                batch, real, _, _ = upcoming
             if step_clock is not None:
                 step_clock.end_of_epoch()
             self._epoch += 1
@@ -350,20 +356,6 @@ class PreparedDataLoader(DataLoader):
         if training is None:
             training = self.loader_index == 0
         return "train" if training else "eval"
-
-    def _total_or_none(self) -> int | None:
-        """Batches per epoch, or ``None`` when unknown.
-
-        Unknown also for a batching loader over an iterable dataset split between several DataLoader workers:
-        each worker ends its share with its own partial batch, and how the dataset splits itself between workers
-        is its own business, so ``len()`` (torch's ``ceil(items / batch_size)``) undercounts (a bar at 4/3).
-        """
-        if isinstance(self.dataset, ShardedIterableDataset) and self.num_workers > 1 and self.dataset.batched:
-            return None
-        try:
-            return self._skip + len(self)
-        except TypeError:
-            return None
 
     def with_skip(self, num_batches: int) -> PreparedDataLoader:
         """A loader over the same shard that leaves out the first ``num_batches`` batches of every iteration.

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import BatchSampler, Sampler
 
 from notebook_accel.data.randomness import IsolatedRandomness, SeedableRandomSampler
+from notebook_accel.data.shuffle_order import shuffle_order
 from notebook_accel.errors import NotebookAccelError
 
 __all__ = ["DataPrepareError", "LastRound", "SeededShuffleSampler", "ShardedBatchSampler", "ShardedSampler",
@@ -79,6 +80,40 @@ def _whole(batches: Iterable[list[int]], rank: int, n: int, batch_size: int | No
         elif len(pending) > n:  # a short batch that was not the last one (a custom batch sampler)
             yield pending[rank]
             pending = pending[n:]
+    yield from _final_round(pending, first, rank, n, batch_size, drop_last, even, last)
+
+
+def _whole_from_indices(sampler: Iterable[int], rank: int, n: int, batch_size: int, drop_last: bool,
+                        even: bool, last: LastRound) -> Iterator[list[int]]:
+    """:func:`_whole` for torch's own ``BatchSampler(sampler, batch_size, drop_last)``, read from ``sampler``.
+
+    The same batches, but the other ranks' batches are never built: a round is one C-level slice of the index
+    stream (``BatchSampler`` fills every batch of every rank index by index in Python, the bulk of an epoch's
+    sampling cost on a small-item dataset), and a plain shuffle's order is drawn as one list
+    (:mod:`.shuffle_order`).
+    """
+    last.real = None
+    drawn = shuffle_order(sampler)
+    indices = iter(sampler) if drawn is None else iter(drawn[0])
+    size = n * batch_size
+    start = rank * batch_size
+    first = chunk = list(itertools.islice(indices, size))
+    while len(chunk) == size:
+        yield chunk[start : start + batch_size]
+        chunk = list(itertools.islice(indices, size))
+    if drawn is not None:
+        drawn[1]()  # the sampler's draws once its indices ran out
+    pending = [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    if drop_last and pending and len(pending[-1]) < batch_size:
+        pending.pop()  # BatchSampler(drop_last=True) never makes the short batch
+    firsts = [first[i : i + batch_size] for i in range(0, len(first), batch_size)][:n]
+    yield from _final_round(pending, firsts, rank, n, batch_size, drop_last, even, last)
+
+
+def _final_round(pending: list[list[int]], first: list[list[int]], rank: int, n: int, batch_size: int | None,
+                 drop_last: bool, even: bool, last: LastRound) -> Iterator[list[int]]:
+    """Rank ``rank``'s batch of the incomplete final round ``pending`` (none, its own, or one completed from the
+    epoch's ``first`` batches), and the round's real keys told to ``last``."""
     if not pending or drop_last or not even:
         last.real = 0
         if pending and not drop_last and rank < len(pending):
@@ -201,8 +236,15 @@ class ShardedBatchSampler(Sampler[list[int]]):
         # a resumed epoch went to the discarded one and the resumed epoch started over.
         start, self.skip_once = self.skip + self.skip_once, 0
         source: Iterable[list[int]] = self.batch_sampler
+        shards: Iterator[list[int]]
         if self.isolate_seed is not None:
             source = IsolatedRandomness(self.isolate_seed * 1_000_003 + self._epoch).wrap(source)
+        elif type(source) is BatchSampler and not self.split_batches:
+            even = self.even_batches and self.num_processes > 1  # one process has nothing to even out
+            shards = _whole_from_indices(source.sampler, self.rank, self.num_processes, source.batch_size,
+                                         source.drop_last, even, self.last)
+            yield from itertools.islice(shards, start, None)
+            return
         shards = shard_batches(source, self.rank, self.num_processes, self.batch_size,
                                self.drop_last, self.even_batches, self.split_batches, self.last)
         yield from itertools.islice(shards, start, None)

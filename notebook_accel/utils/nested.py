@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["recursively_apply", "tensors_of", "send_to_device", "is_tensor_tree"]
+__all__ = ["recursively_apply", "tensors_of", "send_to_device", "is_tensor_tree", "on_device"]
 
 
 def recursively_apply(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
@@ -47,6 +47,40 @@ def is_tensor_tree(data: Any) -> bool:
     if isinstance(data, Mapping):
         return len(data) > 0 and all(is_tensor_tree(v) for v in data.values())
     return False
+
+
+def on_device(data: Any, device: torch.device) -> bool:
+    """True when :func:`send_to_device` would move nothing in ``data``: every tensor in its (nested) lists,
+    tuples and mappings is on ``device``; an object with ``.to`` at the top counts as not there.
+
+    A batch loop calls it before moving a batch: the check is a fraction of the cost of rebuilding the batch.
+
+    Example:
+        >>> on_device({"x": [torch.ones(1)], "n": 3}, torch.device("cpu"))
+        True
+    """
+    kind = type(data)
+    if kind is torch.Tensor:
+        return data.device == device
+    if kind is list or kind is tuple or isinstance(data, (list, tuple)):
+        for value in data:
+            if not (value.device == device if type(value) is torch.Tensor else _leaf_on_device(value, device)):
+                return False
+        return True
+    if isinstance(data, Mapping):
+        return all(_leaf_on_device(value, device) for value in data.values())
+    if isinstance(data, torch.Tensor):
+        return data.device == device
+    return not hasattr(data, "to")  # send_to_device calls an object's own .to
+
+
+def _leaf_on_device(data: Any, device: torch.device) -> bool:
+    """:func:`on_device` for a value inside a container, where objects with ``.to`` are left alone."""
+    if isinstance(data, torch.Tensor):
+        return data.device == device
+    if isinstance(data, (list, tuple, Mapping)):
+        return on_device(data, device)
+    return True
 
 
 def send_to_device(data: Any, device: torch.device | str, non_blocking: bool = False) -> Any:

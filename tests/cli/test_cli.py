@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 import notebook_accel
+from notebook_accel.cli import env_cmd
 from notebook_accel.config import Config, load_config
 
 SCRIPT = Path(__file__).with_name("allreduce_script.py")
@@ -205,3 +206,14 @@ def test_launch_refuses_a_busy_port_with_the_fix(env: dict[str, str]) -> None:
     assert result.returncode != 0
     assert f"port {port} on 127.0.0.1 is already in use; pass another --main_process_port" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_env_report_names_the_interpreter_inside_its_environment_not_where_it_was_created(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "prefix", "/home/someone/checkout/.venv")
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    monkeypatch.setattr(sys, "executable", "/home/someone/checkout/.venv/bin/python")
+    assert env_cmd._interpreter() == ".venv/bin/python"
+    monkeypatch.setattr(sys, "prefix", "/usr")
+    monkeypatch.setattr(sys, "executable", "/usr/bin/python3")
+    assert env_cmd._interpreter() == "/usr/bin/python3"  # no environment: the system's own path

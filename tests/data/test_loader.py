@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 
 from notebook_accel import channel
+from notebook_accel.data import loader as loader_module
 from notebook_accel.data import DataPrepareError, PreparedDataLoader, prepare_data_loader, skip_first_batches
 from notebook_accel.events import Progress
 from notebook_accel.plugins import DataLoaderConfiguration
@@ -157,7 +158,8 @@ class _Writer:
         self.events.append(event)
 
 
-def test_progress_events_on_every_rank() -> None:
+def test_progress_events_on_every_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader_module, "REPORT_SECONDS", 0.0)  # every batch
     writer = _Writer()
     channel.install(writer)  # type: ignore[arg-type]
     try:
@@ -173,6 +175,29 @@ def test_progress_events_on_every_rank() -> None:
     assert all(isinstance(e, Progress) and e.source == "loader" for e in writer.events)
 
 
+def test_progress_is_reported_at_the_first_batch_then_by_time_and_at_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader_module, "REPORT_SECONDS", 3600.0)  # nothing in between: only the ends
+    writer = _Writer()
+    loader = _prepare(DataLoader(range(40), batch_size=2))
+    channel.install(writer)  # type: ignore[arg-type]
+    try:
+        for _ in range(2):  # each epoch again
+            assert sum(1 for _ in loader) == 20
+    finally:
+        channel.uninstall()
+    assert [(e.n, e.total, e.epoch) for e in writer.events] == [(1, 20, 1), (20, 20, 1), (1, 20, 2), (20, 20, 2)]
+    clock = iter(range(10_000))  # a fetch reads the clock twice: a batch every 0.5 "seconds"
+    monkeypatch.setattr(loader_module, "_now", lambda: next(clock) / 4)
+    monkeypatch.setattr(loader_module, "REPORT_SECONDS", 1.0)
+    writer.events.clear()
+    channel.install(writer)  # type: ignore[arg-type]
+    try:
+        assert sum(1 for _ in _prepare(DataLoader(range(20), batch_size=2))) == 10
+    finally:
+        channel.uninstall()
+    assert [e.n for e in writer.events] == [1, 3, 5, 7, 9, 10]  # a batch every 0.5 s: a report every 1 s
+
+
 class _SplitStream(IterableDataset):  # type: ignore[type-arg]
     """0..9, split between DataLoader workers, with a length."""
 
@@ -185,7 +210,8 @@ class _SplitStream(IterableDataset):  # type: ignore[type-arg]
         return 10
 
 
-def test_a_stream_split_between_workers_reports_no_total_it_would_overrun() -> None:
+def test_a_stream_split_between_workers_reports_no_total_it_would_overrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader_module, "REPORT_SECONDS", 0.0)  # every batch
     writer = _Writer()
     loader = _prepare(DataLoader(_SplitStream(), batch_size=4, num_workers=2))
     channel.install(writer)  # type: ignore[arg-type]

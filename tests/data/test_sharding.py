@@ -5,9 +5,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from torch.utils.data import BatchSampler, SequentialSampler
+import torch
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
-from notebook_accel.data.sharding import DataPrepareError, SeededShuffleSampler, ShardedBatchSampler, shard_batches
+from notebook_accel.data.sharding import (DataPrepareError, LastRound, SeededShuffleSampler, ShardedBatchSampler,
+                                          shard_batches)
 
 
 def _batches(n_items: int, batch_size: int, drop_last: bool = False) -> BatchSampler:
@@ -81,3 +83,31 @@ def test_skip_and_set_epoch() -> None:
     assert inner.epoch == 1 and list(inner) != first and sorted(inner) == list(range(6))
     shard.skip_once = 1
     assert len(list(shard)) == 1 and len(list(shard)) == 2  # the one-shot skip is used once
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("even", [False, True])
+def test_torchs_batch_sampler_read_as_indices_deals_what_the_batches_deal(drop_last: bool, even: bool) -> None:
+    for items, bs, n in itertools.product(range(0, 30), (1, 3, 4), (1, 2, 3)):
+        for rank in range(n):
+            general, fast = LastRound(), LastRound()
+            expected = list(shard_batches(list(_batches(items, bs, drop_last)), rank, n, bs, drop_last, even,
+                                          last=general))
+            sharded = ShardedBatchSampler(_batches(items, bs, drop_last), rank, n, even_batches=even)
+            assert list(sharded) == expected and sharded.last == general, (items, bs, n, rank)
+
+
+def test_a_shuffle_read_as_one_list_deals_the_same_and_leaves_the_generator_as_the_sampler_would() -> None:
+    def build() -> tuple[ShardedBatchSampler, BatchSampler, torch.Generator, torch.Generator]:
+        fast, slow = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+        ours = ShardedBatchSampler(BatchSampler(RandomSampler(range(23), generator=fast), 4, False), 1, 2)
+        plain = BatchSampler(RandomSampler(range(23), generator=slow), 4, False)
+        return ours, plain, fast, slow
+
+    ours, plain, fast, slow = build()
+    for _ in range(3):  # whole epochs: the generator moves on the same way
+        assert list(ours) == list(shard_batches(plain, 1, 2, 4))
+        assert torch.equal(fast.get_state(), slow.get_state())
+    ours, plain, fast, slow = build()
+    assert next(iter(ours)) == next(shard_batches(plain, 1, 2, 4))  # an epoch given up after one batch
+    assert torch.equal(fast.get_state(), slow.get_state())

@@ -7,7 +7,7 @@ from collections import OrderedDict, namedtuple
 import torch
 
 from notebook_accel.utils import recursively_apply, send_to_device
-from notebook_accel.utils.nested import is_tensor_tree, tensors_of
+from notebook_accel.utils.nested import is_tensor_tree, on_device, tensors_of
 
 Pair = namedtuple("Pair", "a b")
 
@@ -46,3 +46,21 @@ def test_send_to_device() -> None:
             return "moved"
 
     assert send_to_device(OldStyle(), "cpu") == "moved"
+
+
+class _Movable:
+    """An object with its own ``.to`` (send_to_device calls it at the top level)."""
+
+    def to(self, device: object, non_blocking: bool = False) -> _Movable:
+        return self
+
+
+def test_on_device_is_true_exactly_when_send_to_device_would_move_nothing() -> None:
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    batch = {"x": [torch.ones(2), (torch.zeros(1), "label")], "n": 3}
+    assert on_device(batch, cpu) and on_device([torch.ones(1), None], cpu) and on_device("text", cpu)
+    assert not on_device(batch, meta)
+    assert not on_device([torch.ones(1), {"y": torch.ones(1, device="meta")}], cpu)
+    assert not on_device(torch.ones(1, device="meta"), cpu)
+    assert not on_device(_Movable(), cpu)  # its own .to decides
+    assert on_device([_Movable()], cpu)  # inside a container, send_to_device leaves it alone

@@ -153,10 +153,9 @@ def check_lock(op: JitOp) -> list[int]:
             time.sleep(_RECHECK_SECONDS)
         elif _inode(op.lock) == before:
             raise StaleBuildLockError(
-                f"DeepSpeed's {op.what} ({op.name}) cannot be built: its build lock {op.lock} was left by a build "
-                "that was stopped (no process holds it open), and torch would wait for it forever. Remove it with "
-                f"`rm {op.lock}` and launch again (the build then starts over, about {MINUTES} min); to build it "
-                "ahead of time instead, run `notebook-accel env --build-deepspeed-ops`"
+                f"DeepSpeed's {op.what} ({op.name}) cannot be built: a stopped build left its lock, and torch "
+                f"would wait for it forever. Fix: `rm {op.lock}`, then launch again (about {MINUTES} min to build) "
+                "or build it first: `notebook-accel env --build-deepspeed-ops`"
             )
     return []
 

@@ -1,7 +1,8 @@
 """A worker's failure as the user should see it: their own frames, and which library call they were in.
 
 The traceback a failing worker reports is headed "your code only": frames of this package (the launcher's worker
-body, the Accelerator, its collective ops) and of torch are left out, in the exception and in those it was raised
+body, the Accelerator, its collective ops), of torch and of the standard library (``contextlib``'s ``__enter__``,
+``functools``' wrappers: mechanics, not the user's code) are left out, in the exception and in those it was raised
 from, so what remains is the user's code and the other libraries they called (a ``Trainer``'s frames stay). When
 every frame is a library's, the traceback is kept whole rather than shown empty.
 
@@ -43,7 +44,7 @@ def _trim(te: traceback.TracebackException, dirs: tuple[str, ...], keep_whole: b
     if id(te) in seen:
         return
     seen.add(id(te))
-    kept = [frame for frame in te.stack if not _is_library(frame.filename, dirs)]
+    kept = [frame for frame in te.stack if _is_caller(frame.filename, dirs)]  # no contextlib, functools, ...
     if kept or not keep_whole:
         te.stack = traceback.StackSummary.from_list(kept)
     for inner in (te.__cause__, te.__context__):
@@ -52,7 +53,7 @@ def _trim(te: traceback.TracebackException, dirs: tuple[str, ...], keep_whole: b
 
 
 def user_traceback(exc: BaseException) -> str:
-    """The exception's traceback text with this package's and torch's frames left out.
+    """The exception's traceback text with this package's, torch's and the standard library's frames left out.
 
     Example:
         >>> try:

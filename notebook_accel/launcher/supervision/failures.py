@@ -9,7 +9,8 @@ from typing import Any
 from notebook_accel.errors import NotebookAccelError
 from notebook_accel.peer_loss import is_peer_loss
 
-__all__ = ["WorkerFailure", "WorkerError", "LaunchTimeoutError", "death_message", "partial_collective"]
+__all__ = ["WorkerFailure", "WorkerError", "LaunchTimeoutError", "death_message", "grouped_summaries",
+           "partial_collective"]
 
 _SHORT = 160  # characters of a consequence's message kept in the summary
 
@@ -41,14 +42,37 @@ class WorkerFailure:
         """True when this rank only failed because a peer vanished (the backend's connection-lost error)."""
         return is_peer_loss(self.exc_type, self.message)
 
-    def summary(self) -> str:
-        """One line: ``rank 1: ValueError: boom``, ``rank 1: killed by SIGKILL``; a lost peer is shortened."""
+    def summary(self, ranks: tuple[int, ...] = (), short: bool = False) -> str:
+        """One line: ``rank 1: ValueError: boom``, ``rank 1: killed by SIGKILL``; a lost peer is shortened.
+
+        ``ranks``: the ranks that failed the same way (default: this one), named together; ``short``: a long
+        message is cut (a headline, where the full error follows).
+        """
         message = self.message
-        if self.lost_peer and len(message) > _SHORT:
+        if (self.lost_peer or short) and len(message) > _SHORT:
             message = message[:_SHORT].rstrip() + "..."
+        who = _ranks(ranks or (self.rank,))
         if self.exc_type:
-            return f"rank {self.rank}: {self.exc_type}: {message}".rstrip(": ")
-        return f"rank {self.rank}: {message}"
+            return f"{who}: {self.exc_type}: {message}".rstrip(": ")
+        return f"{who}: {message}"
+
+    def traceback_below_message(self) -> str:
+        """The traceback, its last line shortened when it only repeats a long message shown above it."""
+        text = self.traceback.rstrip()
+        ending = f"{self.exc_type}: {self.message}".rstrip()
+        if self.exc_type and len(self.message) > _SHORT and text.endswith(ending):
+            last = text[: len(text) - len(ending)].rsplit("\n", 1)
+            if len(last) == 2 and (not last[1] or last[1].endswith(".")):  # the type's module path, if any
+                return f"{last[0]}\n{last[1]}{self.exc_type} (its message is above)"
+        return text
+
+
+def grouped_summaries(failures: tuple[WorkerFailure, ...] | list[WorkerFailure], short: bool = False) -> list[str]:
+    """One summary per distinct error (type and message), naming every rank that had it, in order of appearance."""
+    groups: dict[tuple[str, str], list[WorkerFailure]] = {}
+    for failure in failures:
+        groups.setdefault((failure.exc_type, failure.message), []).append(failure)
+    return [same[0].summary(tuple(f.rank for f in same), short) for same in groups.values()]
 
 
 def _ordered(failures: tuple[WorkerFailure, ...]) -> tuple[WorkerFailure, ...]:
@@ -104,13 +128,13 @@ def _format(failures: tuple[WorkerFailure, ...], elsewhere: tuple[int, ...] = ()
         head = f"worker {first.summary()}"
     else:
         ranks = ", ".join(str(f.rank) for f in real)
-        head = f"{len(real)} workers failed (ranks {ranks}):\n" + "\n".join(f"  {f.summary()}" for f in real)
+        head = f"{len(real)} workers failed (ranks {ranks}):\n" + "\n".join(f"  {g}" for g in grouped_summaries(real))
     if after:
         ranks = ", ".join(str(f.rank) for f in after)
         head += (f"\nthen rank{'s' if len(after) > 1 else ''} {ranks} lost the connection to the failed worker "
                  "(a consequence, not a second bug):\n" + "\n".join(f"  {f.summary()}" for f in after))
     if first.traceback:
-        head += f"\n\nrank {first.rank}, your code only:\n{first.traceback.rstrip()}"
+        head += f"\n\nrank {first.rank}, your code only:\n{first.traceback_below_message()}"
     return head
 
 

@@ -12,6 +12,7 @@ from notebook_accel.launcher.supervision.failures import (
     LaunchTimeoutError,
     WorkerError,
     WorkerFailure,
+    grouped_summaries,
     partial_collective,
 )
 
@@ -68,9 +69,8 @@ def run_outcome(
         worker_error = WorkerError(list(failures.values()), elsewhere, returned)
         worker_error.last_checkpoint = saved
         partial = partial_collective(worker_error.failures, worker_error.returned)
-        summary = partial.split("\n")[0] if partial else "; ".join(
-            f.summary() for f in worker_error.failures if not f.lost_peer) or "; ".join(
-            f.summary() for f in worker_error.failures)
+        real = [f for f in worker_error.failures if not f.lost_peer] or worker_error.failures
+        summary = partial.split("\n")[0] if partial else "; ".join(grouped_summaries(real, short=True))
         return RunOutcome("failed", elapsed, summary, tuple(failures)), worker_error
     return RunOutcome("finished", elapsed), None
 

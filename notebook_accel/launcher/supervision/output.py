@@ -24,6 +24,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import IO, Literal
 
+from notebook_accel.cell_names import cell_namer
 from notebook_accel.events import Log
 from notebook_accel.launcher.child.streams import Demux, Segment
 from notebook_accel.terminal import Screen, strip_ansi
@@ -73,6 +74,7 @@ class RankOutput:
         self._streams: dict[Stream, _StreamState] = {name: _StreamState(self._log) for name in ("stdout", "stderr")}
         self._decoders = {"stdout": _decoder(), "stderr": _decoder(), "fd2": _decoder()}
         self._file: IO[str] | None = None
+        self._namer = cell_namer()  # a traceback or warning a worker prints names Cell In[6], as IPython does
         if log_path is not None:
             try:
                 self._file = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close(); flushed per read
@@ -118,7 +120,8 @@ class RankOutput:
         events: list[Log] = []
         was_shown = state.shown
         if finals:
-            events.append(Log(self.rank, stream, "\n".join(finals)))
+            text = "\n".join(finals)
+            events.append(Log(self.rank, stream, text if self._namer is None else self._namer(text)))
             state.shown = ""  # consumers drop the live region on final lines
         live = "\n".join(state.screen.live())
         if live == state.shown:

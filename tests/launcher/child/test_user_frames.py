@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -56,3 +58,18 @@ def test_a_traceback_of_library_frames_only_is_kept_whole() -> None:
         tb = tb.tb_next  # from torch's first frame on: as if torch had been called from nowhere of the user's
     error.__traceback__ = tb
     assert "distributed_c10d.py" in user_traceback(error)
+
+
+def test_the_standard_librarys_frames_are_left_out() -> None:
+    @contextlib.contextmanager
+    def refusing() -> Iterator[None]:
+        raise RuntimeError("stale lock")
+        yield
+
+    def enter() -> None:
+        with refusing():
+            pass
+
+    text = user_traceback(_caught(enter))
+    assert "contextlib.py" not in text and "__enter__" not in text
+    assert "with refusing():" in text and 'raise RuntimeError("stale lock")' in text

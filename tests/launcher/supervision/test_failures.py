@@ -8,6 +8,7 @@ import pytest
 
 from notebook_accel.errors import NotebookAccelError
 from notebook_accel.launcher import LaunchTimeoutError, WorkerError, WorkerFailure
+from notebook_accel.launcher.supervision.failures import grouped_summaries
 
 RAISED = WorkerFailure(1, 1, None, "ValueError", "bad lr", "Traceback (most recent call last):\n  ...\nValueError: bad lr\n")
 KILLED = WorkerFailure(0, -9, "SIGKILL", "", "killed by SIGKILL (exit code -9)", "")
@@ -86,3 +87,26 @@ def test_a_real_failure_beside_returned_ranks_is_reported_as_before() -> None:
 def test_the_returned_ranks_survive_pickling() -> None:
     error = pickle.loads(pickle.dumps(WorkerError([IN_GATHER], returned=(1,))))
     assert error.returned == (1,) and str(error).startswith("rank 0 called gather")
+
+
+STALE = ("DeepSpeed's communication op (deepspeed_shm_comm) cannot be built: a stopped build left its lock, and "
+         "torch would wait for it forever. Fix: `rm /cache/deepspeed_shm_comm/lock`, then launch again")
+
+
+def _stale(rank: int) -> WorkerFailure:
+    tb = (f"Traceback (most recent call last):\n  File \"train.py\", line 3, in train\n"
+          f"notebook_accel.engines.deepspeed.jit_ops.StaleBuildLockError: {STALE}\n")
+    return WorkerFailure(rank, 1, None, "StaleBuildLockError", STALE, tb)
+
+
+def test_ranks_failing_the_same_way_share_one_line_and_a_long_message_is_not_repeated_by_the_traceback() -> None:
+    text = str(WorkerError([_stale(0), _stale(1)]))
+    assert text.count(STALE) == 1
+    assert "  ranks 0, 1: StaleBuildLockError: " + STALE in text
+    assert text.rstrip().endswith("jit_ops.StaleBuildLockError (its message is above)")
+
+
+def test_the_headline_summary_is_one_short_line_per_distinct_error() -> None:
+    lines = grouped_summaries([_stale(0), RAISED, _stale(2)], short=True)
+    assert lines[0].startswith("ranks 0, 2: StaleBuildLockError: DeepSpeed") and lines[0].endswith("...")
+    assert STALE not in lines[0] and lines[1] == "rank 1: ValueError: bad lr"

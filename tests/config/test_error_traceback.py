@@ -1,0 +1,30 @@
+"""A config error shown by IPython: the user's line and the message, no frames of the package (nor its path)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from notebook_accel.config import Config, ConfigError
+
+
+@pytest.fixture
+def shell() -> Iterator[object]:
+    """A real IPython shell in this process (as in a kernel), removed afterwards."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    instance = InteractiveShell.instance()
+    try:
+        yield instance
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_ipython_renders_a_config_error_without_the_packages_frames(shell: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config(num_processes=0)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(caught.value._render_traceback_()))  # type: ignore[attr-defined]
+    assert "Config(num_processes=0)" in text and "num_processes: got 0" in text, text
+    assert "schema.py" not in text and "notebook_accel/" not in text, text
