@@ -2,8 +2,8 @@
 
 The examples are not in accelerate's wheel or sdist, so they are read from a checkout of accelerate's repository:
 ``NOTEBOOK_ACCEL_ACCELERATE_EXAMPLES`` names its ``examples`` folder, the repository folder, or a (bare) git
-directory (``git clone --bare https://github.com/huggingface/accelerate``); without it, the workplace mirror
-:data:`MIRROR` is used when present. They are extracted into a temporary folder at run time; nothing of
+directory (``git clone --bare https://github.com/huggingface/accelerate``); without it the check is off (it takes
+several minutes per script, so it runs only when asked for). They are extracted into a temporary folder at run time; nothing of
 accelerate's is copied into this repository. For notebook_accel only their import lines are rewritten
 (:func:`tests.compat.accelerate_scripts.rewrite`).
 
@@ -40,7 +40,6 @@ from tests.compat.accelerate_scripts import WORLD_SIZE, _free_port, rewrite
 Mode = Literal["accelerate", "cli", "kernel"]
 MODES: tuple[Mode, ...] = ("accelerate", "cli", "kernel")
 ENV_VAR = "NOTEBOOK_ACCEL_ACCELERATE_EXAMPLES"
-MIRROR = Path("/work/.mirror/huggingface+accelerate/repo")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 HOW_TO_GET = (f"accelerate's examples are not in its wheel: set {ENV_VAR} to a checkout of "
@@ -97,9 +96,9 @@ def _is_git_dir(path: Path) -> bool:
 
 
 def examples_source() -> Path | None:
-    """Where accelerate's examples come from (``ENV_VAR``, else :data:`MIRROR`), or None when absent."""
+    """Where accelerate's examples come from (``ENV_VAR``), or None when it is not set or names no examples."""
     given = os.environ.get(ENV_VAR)
-    candidates = [Path(given).expanduser()] if given else [MIRROR]
+    candidates = [Path(given).expanduser()] if given else []
     for path in candidates:
         if (path / "nlp_example.py").is_file() or (path / "examples" / "nlp_example.py").is_file():
             return path

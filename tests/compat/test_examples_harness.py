@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat import accelerate_examples
 from tests.compat.accelerate_examples import ENV_VAR, Records, difference, examples_source, extract, verdict
 from tests.compat.offline_hub import GlueMrpc, load_dataset, load_metric
 
@@ -24,8 +23,7 @@ def _git(*args: str, cwd: Path) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def test_the_examples_come_from_the_variable_or_the_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(accelerate_examples, "MIRROR", tmp_path / "no-mirror")
+def test_the_examples_come_from_the_variable_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
     assert examples_source() is None
     monkeypatch.setenv(ENV_VAR, str(tmp_path))
