@@ -6,8 +6,9 @@ dtypes, optimizer parameter groups and buffer shapes, loader keys and value type
 throw-away generators), checked its files (regular files, sizes, and its share of the checksums: every file's is
 checked by one rank, see :func:`checked_by`) and mapped every file it needs with
 ``torch.load(weights_only=True, mmap=True)``. A checksum is computed through a memory mapping of the file, which
-leaves its pages in the cache for the mapped load: the check costs a pass of the hash over memory, not another read. Only when all ranks report success is the
-state applied: the small states first (put back if one of them fails), then optimizers and models, RNG last.
+leaves its pages in the cache for the mapped load: the check costs a pass of the hash over memory, not another read.
+Only when all ranks report success is the state applied: the small states first (put back if one of them fails),
+then optimizers and models, RNG last.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def checked_by(manifest: Manifest, needed: list[str], rank: int, world: int) -> 
         return sorted(set(needed) & set(manifest.all_files()))
     load = [0] * world
     mine: list[str] = []
-    owner = {e.file.format(rank=s): s % world for e in manifest.entries if e.per_rank for s in range(manifest.world_size)}
+    owner = {e.file.format(rank=s): s % world
+             for e in manifest.entries if e.per_rank for s in range(manifest.world_size)}
     rest = [name for name in manifest.all_files() if name not in owner]
     for name in [n for n in manifest.all_files() if n in owner] + sorted(rest, key=lambda n: (-_size(manifest, n), n)):
         who = owner.get(name, load.index(min(load)))
@@ -244,7 +246,8 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
 
     Args:
         accelerator: the Accelerator to restore into.
-        input_dir: the checkpoint directory (after a save into per-rank folders, each rank's own). ``None`` with automatic naming: the newest complete
+        input_dir: the checkpoint directory (after a save into per-rank folders, each rank's own). ``None`` with
+            automatic naming: the newest complete
             ``<project_dir>/checkpoints/checkpoint_<n>`` (partial saves are skipped; a complete one a killed commit
             left under a ``.tmp-`` name counts as its number while ``checkpoint_<n>`` is missing), and
             ``project_configuration.iteration`` becomes ``n + 1`` so the next save does not collide.

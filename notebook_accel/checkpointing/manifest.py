@@ -2,8 +2,9 @@
 
 It records the format version, the world size, every saved object (kind, index, file, type name), and the size
 and checksum of every file: XXH3-128 (format 3), or SHA-256 in a checkpoint written before (formats 1 and 2), which
-still loads and is still verified with it (:mod:`~notebook_accel.checkpointing.checksum`). Its presence with ``"complete": true`` in a directory whose name is not temporary is
-the completion marker; :func:`read_manifest` refuses anything else with a clear :class:`CheckpointError`.
+still loads and is still verified with it (:mod:`~notebook_accel.checkpointing.checksum`). Its presence with
+``"complete": true`` in a directory whose name is not temporary is the completion marker; :func:`read_manifest`
+refuses anything else with a clear :class:`CheckpointError`.
 """
 
 from __future__ import annotations

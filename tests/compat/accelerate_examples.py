@@ -3,8 +3,8 @@
 The examples are not in accelerate's wheel or sdist, so they are read from a checkout of accelerate's repository:
 ``NOTEBOOK_ACCEL_ACCELERATE_EXAMPLES`` names its ``examples`` folder, the repository folder, or a (bare) git
 directory (``git clone --bare https://github.com/huggingface/accelerate``); without it the check is off (it takes
-several minutes per script, so it runs only when asked for). They are extracted into a temporary folder at run time; nothing of
-accelerate's is copied into this repository. For notebook_accel only their import lines are rewritten
+several minutes per script, so it runs only when asked for). They are extracted into a temporary folder at run
+time; nothing of accelerate's is copied into this repository. For notebook_accel only their import lines are rewritten
 (:func:`tests.compat.accelerate_scripts.rewrite`).
 
 Each script runs through ``example_driver.py`` with :mod:`offline_hub` (a tiny random BERT or Llama, a synthetic

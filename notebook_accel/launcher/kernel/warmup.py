@@ -59,8 +59,11 @@ def _ui_wanted() -> bool:
 
 
 def _warm_up(torch_too: bool, ui: bool) -> None:
-    """The background thread: torch's modules (the fork waits for them), then the dashboard. A launch that comes first stops it after the module being imported
-    (:data:`_halt`): the fork must not wait for a second of UI imports it does not need."""
+    """The background thread: torch's modules (the fork waits for them), then the dashboard.
+
+    A launch that comes first stops it after the module being imported (:data:`_halt`): the fork must not wait for
+    a second of UI imports it does not need.
+    """
     if torch_too:
         _import_all()
     for name in UI_MODULES if ui else ():

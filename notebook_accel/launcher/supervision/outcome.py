@@ -59,9 +59,9 @@ def run_outcome(
                 "wait_for_everyone) that only the running ranks called waits for them forever; call it on every "
                 "rank." if done and running else "")
         error: BaseException = LaunchTimeoutError(
-            f"the run did not finish within timeout={format_duration(timeout)} (ranks still running: {running}); every worker "
-            "was stopped. Raise timeout= if the work needs longer, or look for a collective that one rank never "
-            f"reaches (the workers' last output is above).{hint}"
+            f"the run did not finish within timeout={format_duration(timeout)} (ranks still running: {running}); "
+            "every worker was stopped. Raise timeout= if the work needs longer, or look for a collective that one "
+            f"rank never reaches (the workers' last output is above).{hint}"
         )
         return RunOutcome("timeout", elapsed, str(error).split(";")[0], tuple(running)), error
     if failures:

@@ -54,7 +54,8 @@ def test_sharded_files_are_in_the_manifest_and_checked(tmp_path: Path) -> None:
     data[len(data) // 2] ^= 0xFF  # same size, one bit pattern changed
     shard.write_bytes(bytes(data))
     out = launch(workers.load_refused, str(directory), workers.WIDTH)
-    assert "CheckpointError" in out["error"] and "pytorch_model_fsdp_0_rank1_0.distcp: its XXH3-128 checksum differs" in out["error"]
+    assert "CheckpointError" in out["error"]
+    assert "pytorch_model_fsdp_0_rank1_0.distcp: its XXH3-128 checksum differs" in out["error"]
     assert out["unchanged"] and out["optimizer_state"] == 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -66,11 +67,16 @@ print("RESULT", changed, value == default_cache_dir())
 """
 
 
+def _fresh_environment() -> dict[str, str]:
+    """This process's environment without what an earlier test's torch._dynamo import set in it: a fresh kernel's."""
+    return {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+
+
 def test_the_warm_up_leaves_the_kernels_environment_and_sets_what_torch_sets_in_the_workers() -> None:
     """Importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR: done in the kernel for the workers, it changed
     where the user's own torch.compile in the kernel writes (issue 34, item 3)."""
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(_ENVIRON_SCRIPT)], capture_output=True,
-                          text=True, timeout=150)
+                          text=True, timeout=150, env=_fresh_environment())
     assert done.returncode == 0, done.stderr[-3000:]
     assert "RESULT [] True" in done.stdout, done.stdout[-2000:]
 
@@ -78,7 +84,7 @@ def test_the_warm_up_leaves_the_kernels_environment_and_sets_what_torch_sets_in_
 def test_a_kernel_imports_dynamo_in_the_background_before_any_launch() -> None:
     from tests.kernel.test_launcher_kernel import execute, running_kernel
 
-    with running_kernel() as (_, kc):
+    with running_kernel(_fresh_environment()) as (_, kc):
         cell = execute(kc, "import os, sys, time, torch\nfrom notebook_accel import notebook_launcher\n"
                            "deadline = time.monotonic() + 120\n"
                            "while 'torch._dynamo' not in sys.modules and time.monotonic() < deadline:\n"
