@@ -259,8 +259,13 @@ class PreparedDataLoader(DataLoader):
         restored, self._restored = self._restored, 0  # batches the dataset itself was positioned past
         if self._user_generator is None:
             # DataLoader draws its workers' base seed from `generator` at every iter(), from the global torch RNG
-            # when there is none: that draw would shift dropout & co. between a straight and a resumed run.
+            # when there is none. The workers' seed comes from the loader's own seed and the epoch; the global
+            # RNG still gets accelerate's one draw when an epoch starts (dropout & co. and a loader prepared later
+            # see what they see under accelerate), but not when a resumed run re-enters its epoch: the saved RNG
+            # state already holds that epoch's draw, so a resumed run goes on as the straight one did.
             self.generator = torch.Generator().manual_seed((self.seed * 1_000_003 + self._epoch) % 2**63)
+            if not (skip or restored):
+                torch.empty((), dtype=torch.int64).random_()
         for target in (self.batch_sampler, self.dataset):
             set_epoch = getattr(target, "set_epoch", None)
             if set_epoch is not None:

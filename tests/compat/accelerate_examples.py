@@ -188,13 +188,33 @@ def run_example(example: Example, examples: Path, mode: Mode, workdir: Path) -> 
     records = _records_folder(example, mode, workdir)
     folder = records.parent
     command = _command(mode, prepared(example, examples, mode), records, example.args)
-    try:
-        done = subprocess.run(command, env=_environment(mode, folder), cwd=folder, capture_output=True, text=True,
-                              timeout=example.timeout_s, stdin=subprocess.DEVNULL)
-        output = done.stdout + done.stderr
-    except subprocess.TimeoutExpired as exc:
-        output = f"timed out after {example.timeout_s:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
+    with subprocess.Popen(command, env=_environment(mode, folder), cwd=folder, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL) as process:
+        try:
+            output, _ = process.communicate(timeout=example.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_tree(process.pid)
+            rest, _ = process.communicate()
+            output = f"timed out after {example.timeout_s:.0f} s\n{rest}"
     return read_records(records), output
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process under it: torchrun starts its workers in sessions of their own, so a
+    timed-out launch would otherwise leave them running."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=30)
 
 
 def kernel_environment(workdir: Path) -> dict[str, str]:

@@ -6,6 +6,7 @@ These run without accelerate's examples (a fresh CI machine has none), so the ha
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,24 @@ def test_the_local_metric_gives_what_glue_mrpc_gives() -> None:
     assert metric.compute() == pytest.approx({"accuracy": metrics.accuracy_score(references, predictions),
                                               "f1": metrics.f1_score(references, predictions)}, rel=1e-15)
     assert GlueMrpc().compute(predictions=[1], references=[1]) == {"accuracy": 1.0, "f1": 1.0}
+
+
+def test_a_run_that_times_out_leaves_no_process_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launcher whose worker sits in a session of its own (as torchrun's do) is ended with that worker."""
+    import psutil
+
+    from tests.compat import accelerate_examples as harness
+
+    pid_file = tmp_path / "worker.pid"
+    launcher = ("import subprocess, sys, time\n"
+                "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],\n"
+                "                          start_new_session=True)\n"
+                f"open({str(pid_file)!r}, 'w').write(str(worker.pid))\n"
+                "time.sleep(600)\n")
+    monkeypatch.setattr(harness, "_command", lambda *_: [sys.executable, "-c", launcher])
+    monkeypatch.setattr(harness, "prepared", lambda *_: tmp_path / "script.py")
+    example = harness.Example("nlp_example.py", timeout_s=3.0)
+    _, output = harness.run_example(example, tmp_path, "cli", tmp_path / "work")
+    assert output.startswith("timed out after 3 s")
+    worker = int(pid_file.read_text())
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE

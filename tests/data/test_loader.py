@@ -309,3 +309,53 @@ def test_a_mid_epoch_state_without_generator_states_is_refused_for_a_shuffled_lo
         loader.load_state_dict({"epoch": 1, "batches_yielded": 2, "seed": 1, "num_processes": 1})
     loader.load_state_dict({"epoch": 1, "batches_yielded": 0, "seed": 1, "num_processes": 1})  # a boundary: fine
     assert sorted(i for b in loader for i in b.tolist()) == list(range(12))
+
+
+def _global_draws_of(epochs: Any) -> list[float]:
+    """What the global torch RNG gives after each epoch of ``epochs`` (an iterable of iterables)."""
+    after = []
+    for epoch in epochs:
+        for _ in epoch:
+            pass
+        after.append(torch.rand(()).item())
+    return after
+
+
+def test_an_epoch_draws_from_the_global_rng_as_a_plain_loader_does_and_a_resumed_epoch_does_not() -> None:
+    """torch's DataLoader (and so accelerate's prepared one) draws its workers' base seed from the global RNG at every
+    iter(); a prepared loader makes the same one draw when an epoch starts, so dropout masks and later shuffles match
+    accelerate's. A run resumed inside an epoch makes no draw: its restored RNG state already holds that epoch's."""
+    dataset = torch.arange(12)
+    torch.manual_seed(5)
+    plain = DataLoader(dataset, batch_size=4)
+    expected = _global_draws_of([plain, plain])
+    torch.manual_seed(5)
+    prepared = _prepare(DataLoader(dataset, batch_size=4))
+    assert _global_draws_of([prepared, prepared]) == expected
+    state: dict[str, Any] = {}
+    torch.manual_seed(6)
+    straight = _prepare(DataLoader(dataset, batch_size=4))
+    for i, _ in enumerate(straight):
+        if i == 0:
+            state, rng = straight.state_dict(), torch.get_rng_state()
+    after_straight = torch.rand(()).item()
+    resumed = _prepare(DataLoader(dataset, batch_size=4))
+    resumed.load_state_dict(state)
+    torch.set_rng_state(rng)
+    assert len(list(resumed)) == 2 and torch.rand(()).item() == after_straight
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_an_epoch_draws_from_the_global_rng_as_accelerates_prepared_loader_does(shuffle: bool) -> None:
+    """Every epoch of an unshuffled loader, and the first epoch of a shuffled one (accelerate's later shuffled epochs
+    draw differently again: not matched)."""
+    accelerate_data_loader = pytest.importorskip("accelerate.data_loader", reason="accelerate is in the test extra")
+    dataset = torch.arange(12)
+    torch.manual_seed(5)
+    theirs = accelerate_data_loader.prepare_data_loader(DataLoader(dataset, batch_size=4, shuffle=shuffle),
+                                                        num_processes=1, process_index=0)
+    epochs = 3 if not shuffle else 1
+    expected = _global_draws_of([theirs] * epochs)
+    torch.manual_seed(5)
+    ours = _prepare(DataLoader(dataset, batch_size=4, shuffle=shuffle))
+    assert _global_draws_of([ours] * epochs) == expected
