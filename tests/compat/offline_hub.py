@@ -68,7 +68,7 @@ def _on_forward(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outp
 
 
 def tokenizer(*_: Any, **kwargs: Any) -> Any:
-    """A word-level tokenizer over :data:`WORDS` with BERT's special tokens (``[SEP]`` is also eos), 64 tokens max."""
+    """A word-level tokenizer over :data:`WORDS` with BERT's special tokens (``[SEP]`` is also eos), 64 tokens at most."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 

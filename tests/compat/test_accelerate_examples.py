@@ -39,14 +39,9 @@ from tests.compat.accelerate_examples import (
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
-# Scripts that finish here but train differently from accelerate, on purpose (the README's "different on purpose").
-# A prepared loader here draws nothing from the global torch RNG when an epoch starts; accelerate's draws once per
-# iter() (torch's DataLoader takes its workers' base seed from it), so a loader prepared after another one was
-# iterated gets another shuffle seed.
-DIFFERENT_ON_PURPOSE: dict[str, str] = {
-    "by_feature/cross_validation.py": "each fold prepares a new shuffled loader after the previous folds' epochs: "
-                                      "from the second fold on its shuffle differs (no global RNG draw per epoch)",
-}
+# Scripts that finish here but train differently from accelerate, on purpose (the README's "different on purpose"),
+# with the reason. None today: a test fails as soon as one trains differently.
+DIFFERENT_ON_PURPOSE: dict[str, str] = {}
 
 pytestmark = pytest.mark.skipif(examples_source() is None, reason=HOW_TO_GET)
 RUN = [e for e in EXAMPLES if not e.not_run]
