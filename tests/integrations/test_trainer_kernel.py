@@ -38,7 +38,7 @@ def test_the_saved_cell_shows_the_trainers_curves(tmp_path: object) -> None:
     outputs = nb.cells[1].outputs
     assert not [o for o in outputs if o.output_type == "error"]
     (result,) = [o["data"] for o in outputs if o.output_type == "display_data"]
-    assert 'src="data:image/png;base64,' in result["text/html"]
+    assert 'src="data:image/svg+xml;base64,' in result["text/html"]  # the curves, drawn as the live view drew them
     plain = result["text/plain"]
     assert "train/loss = " in plain and "train/learning_rate = " in plain and "train/grad_norm = " in plain
     assert "IPython.core.display.HTML object" not in result["text/html"]  # the notebook bar would print this

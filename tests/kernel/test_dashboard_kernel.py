@@ -110,7 +110,7 @@ def test_the_saved_cell_holds_one_static_result_and_no_widget(tmp_path: object) 
     assert not any("VBox(children" in d.get("text/plain", "") for d in data)
     (result,) = data
     assert set(result) == {"text/html", "text/plain"}
-    assert "train: finished" in result["text/html"] and 'src="data:image/png;base64,' in result["text/html"]
+    assert "train: finished" in result["text/html"] and 'src="data:image/svg+xml;base64,' in result["text/html"]
     assert "<details open>" in result["text/html"] and "hello from rank 0" in result["text/html"]
     assert "train/loss = 0.016667 (step 59)" in result["text/plain"]
     assert "result: done" in "".join(o.get("text", "") for o in outputs if o.output_type == "stream")

@@ -167,7 +167,7 @@ def test_each_node_saves_into_its_own_folder_and_resumes_from_it(ray_cluster: Ra
     or of another save is refused, as in a local run (tests/checkpointing/test_multiprocess.py)."""
     result = _driver(ray_cluster, "checkpoint", str(tmp_path))
     out = result["value"]
-    assert isinstance(out, dict) and out["ranks"] == [0] and out["format"] == 2
+    assert isinstance(out, dict) and out["ranks"] == [0] and out["format"] == 3
     own_only, mixed = out["refusals"]
     assert "holds the states of ranks [1] only" in own_only and "not the folders of one save" in mixed
     assert result["left"] == {"actors": [], "groups": []}
