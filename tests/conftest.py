@@ -75,3 +75,15 @@ def _no_leaks() -> Iterator[None]:
 def port() -> int:
     """A free TCP port on 127.0.0.1."""
     return free_port()
+
+
+@pytest.fixture
+def shell() -> Iterator[object]:
+    """A real IPython shell in this process (as in a kernel), removed afterwards."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    instance = InteractiveShell.instance()
+    try:
+        yield instance
+    finally:
+        InteractiveShell.clear_instance()

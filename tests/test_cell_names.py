@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,18 +19,6 @@ def test_known_files_are_renamed_and_others_kept() -> None:
 def test_outside_ipython_nothing_changes() -> None:
     text = '  File "/tmp/ipykernel_7/1.py", line 5, in train'
     assert cell_names(text) == text
-
-
-@pytest.fixture
-def shell() -> Iterator[object]:
-    """A real IPython shell in this process (as in a kernel), removed afterwards."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    instance = InteractiveShell.instance()
-    try:
-        yield instance
-    finally:
-        InteractiveShell.clear_instance()
 
 
 @pytest.mark.timeout(120)

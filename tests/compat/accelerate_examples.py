@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tests.compat.accelerate_scripts import WORLD_SIZE, _free_port, rewrite
+from tests.compat.accelerate_scripts import WORLD_SIZE, launch_command, rewrite
 
 Mode = Literal["accelerate", "cli", "kernel"]
 MODES: tuple[Mode, ...] = ("accelerate", "cli", "kernel")
@@ -162,12 +162,7 @@ def kernel_cell(script: Path, records: Path, args: tuple[str, ...]) -> str:
 
 def _command(mode: Mode, script: Path, records: Path, args: tuple[str, ...]) -> list[str]:
     driver = [str(HERE / "example_driver.py"), str(records), str(script), *args]
-    port = str(_free_port())
-    if mode == "accelerate":
-        return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD_SIZE}",
-                f"--master_port={port}", *driver]
-    return [sys.executable, "-m", "notebook_accel.cli", "launch", "--num_processes", str(WORLD_SIZE),
-            "--main_process_port", port, *driver]
+    return launch_command("accelerate" if mode == "accelerate" else "notebook_accel", driver)
 
 
 def read_records(records: Path) -> Records:

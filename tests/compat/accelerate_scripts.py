@@ -113,6 +113,12 @@ def _command(script: Script, path: Path, results: Path, library: Library) -> lis
     driver = [str(DRIVER), str(path), str(results)]
     if not script.launched:
         return [sys.executable, *driver]
+    return launch_command(library, driver)
+
+
+def launch_command(library: Library, driver: list[str]) -> list[str]:
+    """``driver`` (a script and its arguments) started on :data:`WORLD_SIZE` processes on a free port: by torchrun
+    for accelerate (how its users launch), by ``notebook-accel launch`` for notebook_accel."""
     port = str(_free_port())
     if library == "accelerate":
         return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD_SIZE}",

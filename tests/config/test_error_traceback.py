@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 
 from notebook_accel.config import Config, ConfigError
-
-
-@pytest.fixture
-def shell() -> Iterator[object]:
-    """A real IPython shell in this process (as in a kernel), removed afterwards."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    instance = InteractiveShell.instance()
-    try:
-        yield instance
-    finally:
-        InteractiveShell.clear_instance()
 
 
 def test_ipython_renders_a_config_error_without_the_packages_frames(shell: object) -> None:
