@@ -78,8 +78,10 @@ def _see_parent_venv(python: Path) -> None:
 
     theirs = [p for p in site.getsitepackages() if p.startswith(sys.prefix)]
     ours = _probe(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    if theirs and ours:
-        (Path(ours) / "_parent_venv.pth").write_text("\n".join(theirs) + "\n")
+    if theirs and ours:  # addsitedir, not a plain path line: the parent's own .pth files (a venv made from a
+        # venv, as .venv-gpu is on an image whose torch lives in /opt/torch/.venv) are read too, all the way up
+        lines = [f"import site; site.addsitedir({path!r})" for path in theirs]
+        (Path(ours) / "_parent_venv.pth").write_text("\n".join(lines) + "\n")
 
 
 def ensure_gpu_venv(wheels: Path | None) -> Path:

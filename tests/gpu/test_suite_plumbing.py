@@ -62,10 +62,15 @@ def test_gpu_names_reads_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert gpu_env.gpu_names() == ["GPU 0: NVIDIA H100 (UUID: GPU-a)", "GPU 1: NVIDIA H100 (UUID: GPU-b)"]
 
 
+def _outer_env() -> dict[str, str]:
+    """This environment without ``dev.py test-gpu --cpu``'s own switch (the child must decide for itself)."""
+    return {k: v for k, v in os.environ.items() if k != "NOTEBOOK_ACCEL_GPU_SUITE"}
+
+
 def _pytest_gpu(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``pytest tests/gpu`` in a new process, as ``dev.py test-gpu`` runs it."""
     return subprocess.run([sys.executable, "-m", "pytest", "tests/gpu", "-o", "addopts=-ra", "-p", "no:cacheprovider",
-                           "-m", "not plumbing", *args], cwd=ROOT, env={**os.environ, **env},
+                           "-m", "not plumbing", *args], cwd=ROOT, env={**_outer_env(), **env},
                           capture_output=True, text=True, timeout=900)
 
 
@@ -84,19 +89,48 @@ def test_device_agnostic_cases_pass_on_the_cpu() -> None:
     assert " passed" in tail and " failed" not in tail
 
 
-def test_a_venv_made_from_a_venv_sees_the_parent_venvs_packages(tmp_path: Path) -> None:
-    """GPU images ship torch inside a venv (``/opt/torch/.venv``); ``system_site_packages`` alone misses it."""
+def _venv(where: Path) -> Path:
+    """A bare venv (no pip) that sees its base Python's packages; returns its python."""
     import venv
 
-    assert sys.prefix != sys.base_prefix, "the test suite runs in .venv, a venv"
+    venv.EnvBuilder(with_pip=False, system_site_packages=True).create(where)
+    return where / "bin" / "python"
+
+
+def _yaml_from(python: Path) -> subprocess.CompletedProcess[str]:
+    """Where ``python`` imports yaml from (a failed process when it cannot)."""
+    return subprocess.run([str(python), "-c", "import yaml; print(yaml.__file__)"], capture_output=True, text=True,
+                          check=False)
+
+
+def test_a_venv_made_from_a_venv_sees_the_parent_venvs_packages(tmp_path: Path) -> None:
+    """GPU images ship torch inside a venv (``/opt/torch/.venv``); ``system_site_packages`` alone misses it."""
+    assert sys.prefix != sys.base_prefix, "the test suite runs in a venv"
+    ours = importlib.util.find_spec("yaml")
+    assert ours is not None and ours.origin is not None
     gpu_env = _gpu_env()
-    child = tmp_path / "child"
-    venv.EnvBuilder(with_pip=False, system_site_packages=True).create(child)
-    python = child / "bin" / "python"
-    probe = [str(python), "-c", "import yaml; print(yaml.__file__)"]
-    before = subprocess.run(probe, capture_output=True, text=True, check=False)
+    python = _venv(tmp_path / "child")
+    before = _yaml_from(python)
     gpu_env._see_parent_venv(python)
-    after = subprocess.run(probe, capture_output=True, text=True, check=False)
-    assert after.returncode == 0 and after.stdout.startswith(sys.prefix), after.stderr
+    after = _yaml_from(python)
+    assert after.returncode == 0 and after.stdout.strip() == ours.origin, after.stderr
     if before.returncode == 0:  # the base Python has its own yaml: the .pth must still reach the parent venv's
-        assert not before.stdout.startswith(sys.prefix)
+        assert before.stdout.strip() != ours.origin
+
+
+def test_a_chain_of_venvs_reaches_the_packages_two_levels_up(tmp_path: Path) -> None:
+    """On the GPU image ``.venv-gpu`` is itself made from ``/opt/torch/.venv``; a venv made from it (this test's
+    own case, run there) must still reach the packages of the venv at the top of the chain."""
+    ours = importlib.util.find_spec("yaml")
+    assert ours is not None and ours.origin is not None
+    child = _venv(tmp_path / "child")
+    _gpu_env()._see_parent_venv(child)
+    grandchild = _venv(tmp_path / "grandchild")
+    made = subprocess.run([str(child), "-c", "import importlib.util as u, sys; "
+                           f"spec = u.spec_from_file_location('g', {str(ROOT / 'tools' / 'gpu_env.py')!r}); "
+                           "m = u.module_from_spec(spec); spec.loader.exec_module(m); "
+                           f"m._see_parent_venv(__import__('pathlib').Path({str(grandchild)!r}))"],
+                          capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    found = _yaml_from(grandchild)
+    assert found.returncode == 0 and found.stdout.strip() == ours.origin, found.stderr
