@@ -1,5 +1,6 @@
 """Time the collectives of a training step for the step-time breakdown: :class:`CommTimer` collects when each
-one was in flight, :class:`ExposedWait` how long DDP's backward waited for its all-reduce.
+one was in flight, :class:`ExposedWait` how long DDP's backward waited for its all-reduce on a CPU, :class:`GpuWait`
+the same on a GPU from torch's DDP logger.
 
 DDP's wait is what the step loses to communication: its all-reduce starts bucket by bucket while backward still
 computes, and only what is left when the computation ends holds the step up. :class:`ExposedWait` queues a final
@@ -24,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["CommTimer", "ExposedWait", "timed_call"]
+__all__ = ["CommTimer", "ExposedWait", "GpuWait", "timed_call"]
 
 _MAX_PENDING = 4096  # GPU event pairs not yet read back: beyond this, the oldest are dropped (bounded memory)
 
@@ -138,6 +139,59 @@ class ExposedWait:
         self._disarm()
         computed, self._computed = self._computed, -1.0
         return max(0.0, time.perf_counter() - computed) if computed >= 0 else 0.0
+
+
+class GpuWait:
+    """How long a step waits for DDP's communication on a GPU, from torch's DDP logger (CUDA events).
+
+    On a GPU the CPU queues backward's kernels and moves on, so only the GPU's clock knows when the computation ended
+    and when the last gradient bucket came back. DDP's logger times both on a sampled iteration (the first ten and
+    every hundredth) and keeps the latest sample beside a running mean of all of them. The mean starts with the
+    first iterations, when DDP rebuilds its buckets and the allocator warms up, and stays dominated by them for
+    hundreds of steps; this keeps its own mean of the samples it sees, leaving out iterations before
+    :attr:`FIRST_ITERATION`, and falls back to torch's mean before it has one.
+
+    Example:
+        >>> class Ddp:
+        ...     data = {"iteration": 1, "backward_comm_time": 9_000_000, "backward_compute_comm_overlap_time": 0}
+        ...     def _get_ddp_logging_data(self): return dict(self.data, avg_backward_comm_time=6_000_000,
+        ...                                                  avg_backward_compute_comm_overlap_time=1_000_000)
+        >>> wait, model = GpuWait(), Ddp()
+        >>> wait.read(model)  # only a warm-up sample so far: torch's mean, 6 ms - 1 ms
+        0.005
+        >>> model.data = {"iteration": 5, "backward_comm_time": 3_000_000,
+        ...               "backward_compute_comm_overlap_time": 500_000}
+        >>> wait.read(model)
+        0.0025
+    """
+
+    FIRST_ITERATION = 3  # iterations before it are left out
+
+    def __init__(self) -> None:
+        self._iteration = -1  # the iteration of the last sample folded in
+        self._sum = 0.0
+        self._count = 0
+
+    def read(self, model: Any) -> float:
+        """Seconds a step of ``model`` (a ``DistributedDataParallel``) waits after its computation (0 when torch
+        gives no figure)."""
+        try:
+            data = model._get_ddp_logging_data()
+        except Exception:  # noqa: BLE001 - a private torch API: without it, the GPU's wait reads 0
+            return 0.0
+        iteration = int(data.get("iteration", -1))
+        if iteration != self._iteration and iteration >= self.FIRST_ITERATION and "backward_comm_time" in data:
+            self._iteration = iteration
+            self._sum += _exposed(data.get("backward_comm_time"), data.get("backward_compute_comm_overlap_time"))
+            self._count += 1
+        if self._count:
+            return self._sum / self._count
+        return _exposed(data.get("avg_backward_comm_time"), data.get("avg_backward_compute_comm_overlap_time"))
+
+
+def _exposed(comm_ns: Any, overlap_ns: Any) -> float:
+    """Seconds of communication after the computation ended: its duration less its overlap with the computation."""
+    return max(0, int(comm_ns or 0) - int(overlap_ns or 0)) / 1e9
 
 
 def timed_call(timer: CommTimer, call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

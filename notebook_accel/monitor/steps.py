@@ -11,8 +11,9 @@ monotonic clock and no synchronisation:
   backward computation costs the step nothing and is not counted (torch's own figure, from the first bucket sent
   to the last one back, counts it, and called compute-bound runs communication-bound). On a GPU the CPU does not
   wait there, so torch's DDP logger gives it instead (the last bucket's return less the end of the computation,
-  CUDA events; it samples the first ten iterations and every hundredth). For FSDP and DeepSpeed, the time their
-  collectives were in flight (:mod:`.collectives`), overlap included;
+  CUDA events; it samples the first ten iterations and every hundredth; see :class:`.collectives.GpuWait`); that
+  wait is bounded by the step, not by the CPU's forward and backward, which only queued the GPU's work. For FSDP and
+  DeepSpeed, the time their collectives were in flight (:mod:`.collectives`), overlap included;
 - **optimizer**: ``optimizer.step()``;
 - **other**: the rest (logging, evaluation, the user's own code after the step).
 
@@ -32,7 +33,7 @@ from typing import Any
 from notebook_accel import channel
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import StepTimes
-from notebook_accel.monitor.collectives import CommTimer, ExposedWait
+from notebook_accel.monitor.collectives import CommTimer, ExposedWait, GpuWait
 
 __all__ = ["StepClock", "clock", "flush", "paused", "reset"]
 
@@ -68,6 +69,7 @@ class StepClock:
         self._steps = 0
         self._warmup = warmup
         self._wait = ExposedWait()
+        self._gpu_waits: dict[int, GpuWait] = {}  # id(model) -> its sampled wait
         self._next_post = time.perf_counter() + _POST_SECONDS
 
     def watch(self, model: Any) -> None:
@@ -125,20 +127,15 @@ class StepClock:
         sums[5] += self._exposed
         self._steps += 1
 
-    def _ddp_wait(self, measured: float) -> float:
-        """Seconds of DDP communication the steps waited for: ``measured`` on CPU, torch's sampled figure on a GPU."""
-        sampled = 0.0
+    def _ddp_sampled(self) -> float:
+        """Seconds of DDP communication the steps waited for on a GPU (torch's sampled figure per step, times the
+        steps); 0 for models on a CPU, whose wait is measured."""
+        per_step = 0.0
         for ref in self._models:
             model = ref()
-            if model is None or getattr(model, "device_type", "cpu") != "cuda":
-                continue
-            try:
-                data = model._get_ddp_logging_data()
-            except Exception:  # noqa: BLE001 - a private torch API: without it, the GPU's wait reads 0
-                continue
-            exposed = data.get("avg_backward_comm_time", 0) - data.get("avg_backward_compute_comm_overlap_time", 0)
-            sampled += max(0, exposed) / 1e9 * self._steps
-        return measured + sampled
+            if model is not None and getattr(model, "device_type", "cpu") == "cuda":
+                per_step += self._gpu_waits.setdefault(id(model), GpuWait()).read(model)
+        return per_step * self._steps
 
     def flush(self) -> None:
         """Post the steps measured since the last post (nothing when there were none)."""
@@ -146,7 +143,9 @@ class StepClock:
         if not self._steps:
             return
         step, data, forward_backward, backward, optimizer, exposed = self._sums
-        ddp = min(self._ddp_wait(exposed), forward_backward)  # it ends backward, so no more than forward+backward
+        # the CPU's wait ends backward, so it is no longer than forward+backward; a GPU's is not bounded by the
+        # CPU's time there (the CPU queues backward and moves on), only by the step
+        ddp = min(exposed, forward_backward) + self._ddp_sampled()
         comm = min(ddp + self.comm_timer.take(), max(0.0, step - data))
         self._post(StepTimes(self.rank, self._steps, step, data, forward_backward, backward, comm, optimizer,
                              self.loader_workers))

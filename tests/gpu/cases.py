@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from tests.gpu.comm_case import ddp_exposed_wait
+
 ON_CPU = os.environ.get("NOTEBOOK_ACCEL_GPU_SUITE") == "cpu"
 CASES: dict[str, Callable[[], dict[str, Any]]] = {}
 
@@ -347,6 +349,9 @@ def checkpoint_resumed() -> dict[str, Any]:
     while run.loader.epoch < 2:
         run.train()
     return run.result()
+
+
+case(ddp_exposed_wait)
 
 
 def main(argv: list[str]) -> int:

@@ -124,3 +124,16 @@ def test_fp8_trains_a_linear_stack_close_to_bf16() -> None:
     middle = len(bf16["losses"]) // 4  # a quarter of the way, while the loss still falls fast
     assert abs(fp8["losses"][middle] - bf16["losses"][middle]) <= 0.1 * bf16["losses"][middle] + 0.01 * bf16[
         "losses"][0], (fp8["losses"][middle], bf16["losses"][middle])
+
+
+@pytest.mark.cuda_only  # the CPU's figure is measured, not sampled: tests/monitor/test_verdict.py checks it
+def test_ddp_communication_on_the_gpu_is_what_the_step_waits_for() -> None:
+    result = run_case("ddp_exposed_wait")
+    print(json.dumps(result, indent=1))
+    plain, delayed = result["plain"], result["delayed"]
+    assert plain["steps"] >= 50 and delayed["steps"] >= 50
+    # a one-rank all-reduce costs the step next to nothing: a communication share would mislead
+    assert plain["comm"] <= 0.1 * plain["step"] + 0.0005, plain
+    # the delayed bucket: the step waits about as long as measured without the monitor (no_sync against sync)
+    assert delayed["real_comm"] > 0.003, delayed  # the hook's sleep really held the step up
+    assert abs(delayed["comm"] - delayed["real_comm"]) <= 0.3 * delayed["real_comm"] + 0.001, delayed
