@@ -19,6 +19,7 @@ import torch
 
 from notebook_accel.errors import shown
 from notebook_accel.float8.convert import ModuleFilter, convert_model, float8_module_names
+from notebook_accel.float8.eager_notice import watch_eager_fp8
 from notebook_accel.float8.facts import fp8_problems, torchao_installed
 from notebook_accel.kwargs_handlers import AORecipeKwargs, KwargsHandler
 from notebook_accel.parameter_map import ParameterMap
@@ -64,6 +65,8 @@ class Float8Training:
                           "float8 (the first and last Linear stay in high precision, and both dimensions must be "
                           "multiples of 16); it trains in bf16. Pass AORecipeKwargs(module_filter_func=...) to "
                           "choose the layers", stacklevel=3)
+        elif not self.emulate:
+            watch_eager_fp8(model)
         self._params.record(before, dict(model.named_parameters()))
         self._params.rebind_all(self._optimizers)
         return model
