@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from tests.gpu.comm_case import ddp_exposed_wait
+from tests.gpu.comm_case import ddp_exposed_wait, fp8_eager_notice
 
 ON_CPU = os.environ.get("NOTEBOOK_ACCEL_GPU_SUITE") == "cpu"
 CASES: dict[str, Callable[[], dict[str, Any]]] = {}
@@ -352,6 +352,7 @@ def checkpoint_resumed() -> dict[str, Any]:
 
 
 case(ddp_exposed_wait)
+case(fp8_eager_notice)
 
 
 def main(argv: list[str]) -> int:

@@ -123,3 +123,31 @@ def _delayed_all_reduce(_state, bucket):  # type: ignore[no-untyped-def]  # DDP 
         work = dist.all_reduce(buffer, async_op=True)
     buffer.record_stream(side)
     return work.get_future().then(lambda f: f.value()[0])
+
+
+def fp8_eager_notice() -> dict[str, Any]:
+    """An fp8 model on the GPU run eagerly, then another compiled: the warnings each gave, and the compiled one's
+    graph breaks (the hook must not add one)."""
+    import warnings
+
+    import torch
+
+    from notebook_accel import Accelerator
+
+    out: dict[str, Any] = {}
+    for mode in ("eager", "compiled"):
+        accelerator = Accelerator(mixed_precision="fp8")
+        torch.manual_seed(0)
+        model = accelerator.prepare(torch.nn.Sequential(*(torch.nn.Linear(256, 256) for _ in range(4))))
+        if mode == "compiled":
+            torch._dynamo.reset()
+            model = torch.compile(model)
+        x = torch.randn(512, 256, device=accelerator.device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                model(x).float().sum().backward()
+        breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+        out[mode] = {"warnings": [str(w.message) for w in caught if "fp8" in str(w.message)],
+                     "graph_breaks": breaks}
+    return out

@@ -137,3 +137,12 @@ def test_ddp_communication_on_the_gpu_is_what_the_step_waits_for() -> None:
     # the delayed bucket: the step waits about as long as measured without the monitor (no_sync against sync)
     assert delayed["real_comm"] > 0.003, delayed  # the hook's sleep really held the step up
     assert abs(delayed["comm"] - delayed["real_comm"]) <= 0.3 * delayed["real_comm"] + 0.001, delayed
+
+
+@pytest.mark.cuda_only
+def test_fp8_run_eagerly_on_the_gpu_says_so_once_and_compiled_not_at_all() -> None:
+    pytest.importorskip("torchao", reason="torchao is not installed (pip install 'notebook-accel[fp8]')")
+    result = run_case("fp8_eager_notice")
+    print(result)
+    assert len(result["eager"]["warnings"]) == 1 and "without torch.compile" in result["eager"]["warnings"][0]
+    assert result["compiled"]["warnings"] == []
