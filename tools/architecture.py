@@ -26,7 +26,7 @@ MAX_LINES = 400
 LAYERS: tuple[tuple[str, ...], ...] = (
     # facts and vocabulary: no torch at import, no other unit of the package
     ("_lazy", "errors", "environment", "durations", "cell_names", "ipython_tracebacks", "import_hooks", "nvml",
-     "terminal", "events", "progress_hook", "peer_loss"),
+     "terminal", "events", "progress_hook", "peer_loss", "periodic"),
     ("hardware", "metrics_batch", "channel", "argument_checks", "utils", "cluster"),
     # the worker-side building blocks of an Accelerator
     ("state", "gradient_state", "kwargs_handlers", "plugins", "logging", "config", "precision", "float8", "profiling",

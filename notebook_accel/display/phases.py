@@ -9,13 +9,13 @@ blocks the kernel's thread and may be slow can keep the sink's clock moving from
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from notebook_accel.display.base import BaseSink
 from notebook_accel.events import TICK_SECONDS
+from notebook_accel.periodic import every
 
 __all__ = ["launch_phase"]
 
@@ -35,19 +35,10 @@ def launch_phase(sink: BaseSink, text: str, ticking: bool = False) -> Iterator[N
         ''
     """
     sink.phase(text)
-    done = threading.Event()
-    thread = None
-    if ticking and sink.needs_tick:
-        def keep_ticking() -> None:
-            while not done.wait(TICK_SECONDS):
-                sink.tick(time.monotonic())
-
-        thread = threading.Thread(target=keep_ticking, name="notebook-accel launch clock", daemon=True)
-        thread.start()
+    clock = every(TICK_SECONDS, lambda: sink.tick(time.monotonic()), "notebook-accel launch clock") \
+        if ticking and sink.needs_tick else nullcontext()
     try:
-        yield
+        with clock:
+            yield
     finally:
-        done.set()
-        if thread is not None:
-            thread.join()
         sink.phase("")

@@ -13,8 +13,13 @@ So, before DeepSpeed sets up its group, each worker:
   the op was built before (torch takes the lock on every load, to see whether to rebuild): the launch fails at once
   with :class:`StaleBuildLockError`, naming the file and how to remove it. A lock some process holds is a build in
   progress (another rank, another run), and is waited for as torch does;
-- posts a :class:`~notebook_accel.events.Phase` saying that DeepSpeed is compiling (or waiting for another
-  process's build) when the op is not built yet, shown by the dashboard and the console, and clears it after.
+- while DeepSpeed sets up, watches every op's build folder (:mod:`.build_notice` over :mod:`.build_watch`) and
+  posts a :class:`~notebook_accel.events.Phase` whenever a build is under way, however it started (a first run, a rebuild
+  after changed sources or flags or another ninja, another kernel, the CLI): who compiles it (``rank 1``, or
+  another process with its pid and command line), for how long so far, and which rank waits for it; shown by the
+  dashboard and the console, with a line on stderr when it starts and when it ends. Ranks are named from the pids
+  of this run's workers, gathered once over the process group (gloo; elsewhere a rank knows only itself). A warm
+  start (the library there and up to date) says nothing.
 
 :func:`build_ops` compiles the ops ahead of time (``notebook-accel env --build-deepspeed-ops``).
 """
@@ -30,15 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from notebook_accel import channel, environment
+from notebook_accel import environment
 from notebook_accel.durations import format_duration
+from notebook_accel.engines.deepspeed.build_notice import KnownOp, announcing, run_pids
+from notebook_accel.engines.deepspeed.build_watch import MINUTES, holder_name, lock_holders
 from notebook_accel.errors import NotebookAccelError
-from notebook_accel.events import Phase
 
-__all__ = ["StaleBuildLockError", "JitOp", "cpu_jit_ops", "lock_holders", "check_lock", "compiling_phase",
-           "build_ops", "MINUTES"]
+__all__ = ["StaleBuildLockError", "JitOp", "cpu_jit_ops", "lock_holders", "check_lock", "run_pids",
+           "compiling_phase", "build_ops", "MINUTES"]
 
-MINUTES = "1-6"  # a first build took 88 s on a busy 2-core machine, 346 s (under 6 min) on a fully loaded one
 _RECHECK_SECONDS = 0.3  # a finished build closes the lock, then removes it: a lock seen twice is not that moment
 
 
@@ -110,31 +115,6 @@ def cpu_jit_ops() -> list[JitOp]:
         return []
 
 
-def lock_holders(path: Path) -> list[int] | None:
-    """The pids of the processes holding ``path`` open, from ``/proc/*/fd``; ``None`` where that cannot be told
-    (no ``/proc``). Processes whose descriptors cannot be read (another user's) are not counted."""
-    proc = Path("/proc")
-    if not (proc / "self" / "fd").is_dir():
-        return None
-    target = os.path.realpath(path)
-    holders: list[int] = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fds = list((entry / "fd").iterdir())
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(fd) == target:
-                    holders.append(int(entry.name))
-                    break
-            except OSError:
-                continue
-    return holders
-
-
 def check_lock(op: JitOp) -> list[int]:
     """The processes building ``op`` now (empty: no build, no lock).
 
@@ -170,41 +150,21 @@ def _inode(path: Path) -> int | None:
 
 @contextmanager
 def compiling_phase(rank: int) -> Iterator[None]:
-    """Around DeepSpeed's process-group set-up: refuse a stale build lock, and while an op gets built say so (a
-    :class:`Phase` to the dashboard or console, a line on stderr), clearing it after.
+    """Around DeepSpeed's process-group set-up: refuse a stale build lock, and while any op gets built say so (a
+    :class:`~notebook_accel.events.Phase` to the dashboard or console naming who builds it, lines on stderr when it
+    starts and ends; see :mod:`.build_notice`), clearing it after. Every rank of the run calls it at the same point
+    (it gathers the ranks' pids: :func:`~.build_notice.run_pids`).
 
     Raises:
         StaleBuildLockError: see :func:`check_lock`.
     """
-    short: list[str] = []
-    pending: list[JitOp] = []
-    for op in cpu_jit_ops():
-        holders = check_lock(op)  # a built op too: torch takes the lock on every load, even with nothing to build
-        if op.built:  # loading a built op takes its lock for a moment: nothing worth saying
-            continue
-        doing = f"waiting for process {holders[0]} to finish compiling" if holders else "compiling"
-        short.append(f"DeepSpeed is {doing} its {op.what} (first run only, about {MINUTES} min)")
-        pending.append(op)
-    if not short:
+    peers = run_pids(rank)
+    ops = cpu_jit_ops()
+    for op in ops:
+        check_lock(op)  # a built op too: torch takes the lock on every load, even with nothing to build
+    root = ops[0].build_dir.parent if ops else _build_dir("_").parent
+    with announcing(rank, peers, root, [KnownOp(op.name, op.what, op.build_dir) for op in ops]):
         yield
-        return
-    text = "; ".join(short)
-    where = ", ".join(f"{op.name} in {op.build_dir}" for op in pending)
-    _announce(rank, text, f"{text}: {where}; `notebook-accel env --build-deepspeed-ops` builds it ahead of a run")
-    try:
-        yield
-    finally:
-        _announce(rank, "", "")
-
-
-def _announce(rank: int, text: str, line: str) -> None:
-    """The phase (short: it is a dashboard label) to the kernel, and the longer ``line`` on stderr, for the rank's
-    output pane, the console and the log file."""
-    writer = channel.current()
-    if writer is not None:
-        writer.send(Phase(rank, text, time.time()))
-    if line:
-        print(f"notebook-accel: {line}", file=sys.stderr, flush=True)
 
 
 def build_ops(out: Any = None) -> int:
@@ -221,9 +181,11 @@ def build_ops(out: Any = None) -> int:
     if not ops:
         print("DeepSpeed has no op to compile on this machine (prebuilt, or not used here)", file=out)
     for op in ops:
-        check_lock(op)
+        holders = check_lock(op)
         start = time.monotonic()
         print(f"building DeepSpeed's {op.what} ({op.name}) in {op.build_dir} ...", file=out, flush=True)
+        if holders:  # torch waits for that build, then loads what it built
+            print(f"{holder_name(holders[0], {})} is compiling it now: waiting for it", file=out, flush=True)
         op.builder.load()
         print(f"built {op.name} in {format_duration(time.monotonic() - start)}", file=out, flush=True)
     return len(ops)

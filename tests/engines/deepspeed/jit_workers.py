@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,6 +11,9 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+from torch.utils import file_baton
+from torch.utils.file_baton import FileBaton
 
 from notebook_accel import Accelerator
 from notebook_accel.engines.deepspeed import DeepSpeedPlugin, jit_ops
@@ -24,6 +28,52 @@ def hold_lock(path: Path) -> subprocess.Popen[str]:
     process = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stdout.readline().strip() == "held"
     return process
+
+
+# torch's FileBaton, loaded from its file alone (it needs nothing of torch): the holder starts in a blink
+_HOLD_UNTIL_TOLD = "import importlib.util, os, sys; " \
+    "spec = importlib.util.spec_from_file_location('file_baton', os.environ['FILE_BATON']); " \
+    "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); " \
+    "baton = module.FileBaton(os.environ['HOLD_LOCK']); baton.try_acquire(); print('held', flush=True); " \
+    "sys.stdin.readline(); baton.release()"
+
+
+def hold_lock_until_told(path: Path, script: Path | None = None) -> subprocess.Popen[str]:
+    """A process that takes torch's build lock at ``path`` and releases it (as a finished build does) when a line
+    reaches its stdin (:func:`release`). With ``script``, it runs as that file with the arguments
+    ``env --build-deepspeed-ops`` (so that its command line reads like the CLI's when ``script`` is named so)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if script is None:
+        argv = [sys.executable, "-c", _HOLD_UNTIL_TOLD]
+    else:
+        script.write_text(_HOLD_UNTIL_TOLD.replace("; ", "\n"))
+        argv = [sys.executable, str(script), "env", "--build-deepspeed-ops"]
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "HOLD_LOCK": str(path), "FILE_BATON": file_baton.__file__})
+    assert process.stdout is not None and process.stdout.readline().strip() == "held"
+    return process
+
+
+def release(holder: subprocess.Popen[str]) -> None:
+    """Make a :func:`hold_lock_until_told` process release its lock and end."""
+    holder.communicate("\n", timeout=60)
+    assert holder.returncode == 0
+
+
+def work_in(folder: Path, name: str) -> subprocess.Popen[bytes]:
+    """A process named ``name`` (``cc1plus``, ``ninja``) whose current folder is ``folder``, as a build's ninja and
+    compiler are; it sleeps until killed."""
+    link = folder.parent / "bin" / name
+    link.parent.mkdir(exist_ok=True)
+    if not link.exists():
+        link.symlink_to(shutil.which("sleep") or "/bin/sleep")  # the process's name is the name it was run by
+    return subprocess.Popen([str(link), "600"], cwd=folder)
+
+
+def end(process: subprocess.Popen[bytes]) -> None:
+    """Kill and reap a :func:`work_in` process."""
+    process.kill()
+    process.wait()
 
 
 def stale_lock(path: Path) -> None:
@@ -55,4 +105,33 @@ def fake_build(build_dir: str, seconds: float) -> list[str]:
     jit_ops.cpu_jit_ops = lambda: [op]  # this worker only: a forked child's module
     with jit_ops.compiling_phase(int(os.environ["RANK"])):
         time.sleep(seconds)
+    return ["built"]
+
+
+def rank1_builds(build_dir: str, seconds: float) -> list[str]:
+    """Rank 1 holds the fake op's build lock and runs a compiler in its folder for ``seconds`` while every rank is
+    in ``compiling_phase``; the other ranks wait for the lock to go, as torch does."""
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    op = jit_ops.JitOp("fake_op", "CPU communication op", Path(build_dir), None)
+    jit_ops.cpu_jit_ops = lambda: [op]  # this worker only: a forked child's module
+    baton = FileBaton(str(op.lock))
+    compiler = None
+    if rank == 1:
+        op.build_dir.mkdir(parents=True, exist_ok=True)
+        assert baton.try_acquire()
+        compiler = work_in(op.build_dir, "cc1plus")
+    dist.barrier()
+    try:
+        with jit_ops.compiling_phase(rank):
+            if compiler is not None:
+                time.sleep(seconds)
+                end(compiler)
+                (op.build_dir / "fake_op.so").write_bytes(b"")
+                baton.release()
+            else:
+                baton.wait()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
     return ["built"]
