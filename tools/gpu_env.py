@@ -9,8 +9,8 @@ Standard library only (dev.py imports it before any virtual environment exists).
    installed unpinned from the package index, which gives the CUDA build (the CPU pin in constraints.txt is for
    the normal suite only).
 3. Install this package editable without its dependencies, then whatever the GPU suite needs that the
-   environment lacks (pytest, pytest-timeout, jupyter_client, ipykernel, pyyaml, numpy, safetensors, ipywidgets, xxhash, torchao). On a
-   machine without a package index pass ``--wheels DIR``, a folder filled elsewhere with
+   environment lacks (pytest, pytest-timeout, jupyter_client, ipykernel, pyyaml, numpy, safetensors, ipywidgets,
+   xxhash, torchao). On a machine without a package index pass ``--wheels DIR``, a folder filled elsewhere with
    ``pip download --only-binary=:all: --python-version 3.12 ... -d DIR NAME`` (see the README).
 4. Run ``pytest tests/gpu`` with ``NOTEBOOK_ACCEL_REQUIRE_GPU=1``, so a GPU that torch cannot use fails the run
    instead of skipping it.
