@@ -28,12 +28,12 @@ FIGURES = (("gpu", "GPU"), ("gpu_memory", "GPU memory"), ("temperature", "temp")
 
 @dataclass
 class RankFigures:
-    """One rank's system view: the latest sample, a sparkline series per figure, the last step-time window."""
+    """One rank's system view: the latest sample and a sparkline series per figure (its step times are the run's,
+    :meth:`SystemState.steps_of`)."""
 
     rank: int
     last: RankSystem | None = None
     sparks: dict[str, Series] = field(default_factory=dict)
-    window: RankSteps | None = None  # the steps of the latest StepTimes report (what the rank does now)
 
     def spark(self, key: str) -> Series:
         """The sparkline series of ``key`` (made on first use)."""
@@ -41,12 +41,6 @@ class RankFigures:
         if series is None:
             series = self.sparks[key] = Series(SPARK_BUDGET)
         return series
-
-
-def _window(times: StepTimes) -> RankSteps:
-    """One report as a :class:`RankSteps` (so it splits like the run's sums)."""
-    return RankSteps(times.steps, times.step_seconds, times.data_seconds, times.forward_backward_seconds,
-                     times.comm_seconds, times.optimizer_seconds, times.loader_workers)
 
 
 class SystemState:
@@ -76,7 +70,7 @@ class SystemState:
             self._sample(event)
         elif isinstance(event, StepTimes):
             self.steps.add(event)
-            self._figures(event.rank).window = _window(event)
+            self._figures(event.rank)
         else:
             return
         self.version += 1
@@ -109,6 +103,11 @@ class SystemState:
                                ("temperature", r.gpu_temperature), ("power", r.gpu_power_watts)):
                 if value is not None:
                     figures.spark(key).append(x, value)
+
+    def steps_of(self, rank: int) -> RankSteps | None:
+        """``rank``'s steps so far (``None`` before its first report): the one figure that the step bar, the
+        final lines and the verdict all show, so no two step times ever sit side by side."""
+        return self.steps.ranks.get(rank)
 
     def peak_memory(self, rank: int) -> int:
         """The run's peak resident memory of ``rank``'s process tree (bytes; 0 before a sample)."""

@@ -53,6 +53,11 @@ class RankSteps:
         return seconds / self.step if self.step > 0 else 0.0
 
     @property
+    def step_ms(self) -> float:
+        """The mean step, in milliseconds (0 without steps): the one step time every surface shows."""
+        return 1000 * self.step / self.steps if self.steps else 0.0
+
+    @property
     def compute(self) -> float:
         """Forward and backward without the communication in flight meanwhile."""
         return max(0.0, self.forward_backward - self.comm)
@@ -119,7 +124,7 @@ class StepBreakdown:
             if not r.steps:
                 continue
             parts = ", ".join(f"{_NAMES[k]} {v:.0%}" for k, v in r.split().items())
-            out.append(f"rank {rank}: {1000 * r.step / r.steps:.0f} ms a step: {parts}")
+            out.append(f"rank {rank}: {r.step_ms:.0f} ms a step: {parts}")
         return out
 
 
