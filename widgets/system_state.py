@@ -11,10 +11,11 @@ is computed only when asked, once per change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from notebook_accel.events import RankSystem, StepTimes, SystemSample
-from notebook_accel.monitor.summary import SystemSummary, gib
+from notebook_accel.monitor.idle import stopped_from_outside
+from notebook_accel.monitor.summary import SystemSummary, gib, live_ranks
 from notebook_accel.monitor.verdict import RankSteps, StepBreakdown, verdict
 from notebook_accel.widgets.series import Series
 
@@ -60,6 +61,7 @@ class SystemState:
         self.steps = StepBreakdown()
         self.host_available: int | None = None
         self.host_total: int | None = None
+        self.stopped = False  # the run was stopped from outside (its timeout, an interrupt): see end()
         self.version = 0  # bumped on every change, so a view redraws only when something moved
         self._t0: float | None = None
         self._verdict: tuple[int, str | None] = (-1, None)
@@ -75,6 +77,12 @@ class SystemState:
             return
         self.version += 1
 
+    def end(self, status: str) -> None:
+        """The run ended with ``status`` (its outcome's): after a timeout or an interrupt the verdict names every
+        rank's idleness at the end from a shorter stretch on (:func:`~notebook_accel.monitor.idle.idle_verdict`)."""
+        self.stopped = stopped_from_outside(status)
+        self.version += 1
+
     def _figures(self, rank: int) -> RankFigures:
         """The figures of ``rank`` (made on first use)."""
         figures = self.ranks.get(rank)
@@ -86,9 +94,7 @@ class SystemState:
         """Record every rank's figures of one sample; x is seconds since the first sample. A rank whose process
         tree has ended reads 0 bytes resident: that is no reading (its panel keeps the last live values, its
         sparklines end at the last real sample, its means count only the time it ran)."""
-        live = tuple(r for r in sample.ranks if r.rss_bytes > 0)
-        if len(live) != len(sample.ranks):
-            sample = replace(sample, ranks=live)
+        sample = live_ranks(sample)
         self.summary.add(sample)
         self.host_available, self.host_total = sample.host_available, sample.host_total
         if self._t0 is None:
@@ -133,7 +139,7 @@ class SystemState:
         once per change."""
         version, found = self._verdict
         if version != self.version:
-            found = verdict(self.steps, self.summary.gpu_means(), self.summary.idle.seconds())
+            found = verdict(self.steps, self.summary.gpu_means(), self.summary.idle.seconds(), stopped=self.stopped)
             self._verdict = (self.version, found)
         return found
 

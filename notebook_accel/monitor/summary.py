@@ -6,12 +6,12 @@ result, so every surface says the same thing the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from notebook_accel.events import RankSystem, SystemSample
 from notebook_accel.monitor.idle import IdleWatch
 
-__all__ = ["SystemSummary", "gib", "sample_line"]
+__all__ = ["SystemSummary", "gib", "live_ranks", "sample_line"]
 
 
 def gib(n: int | None) -> str:
@@ -37,6 +37,19 @@ def sample_line(sample: SystemSample) -> str:
     """``system: rank 0 cpu 98% 1.2 GiB, gpu 91% 30.2 GiB/80.0 GiB 64°C 310 W · ... · machine 17.9 GiB free``."""
     parts = [_rank_text(r) for r in sample.ranks] + [f"machine {gib(sample.host_available)} free"]
     return "system: " + " · ".join(parts)
+
+
+def live_ranks(sample: SystemSample) -> SystemSample:
+    """``sample`` without the ranks whose process tree had ended (the sampler reads one as 0 bytes resident): that
+    is no reading, so a finished rank's means, peaks and idleness count only the time it ran.
+
+    Example:
+        >>> gone, live = RankSystem(0, 0.0, 0, 2**30), RankSystem(1, 50.0, 2**30, 2**30)
+        >>> [r.rank for r in live_ranks(SystemSample(1.0, (gone, live), 2**33, 2**34)).ranks]
+        [1]
+    """
+    live = tuple(r for r in sample.ranks if r.rss_bytes > 0)
+    return sample if len(live) == len(sample.ranks) else replace(sample, ranks=live)
 
 
 @dataclass
@@ -68,7 +81,9 @@ class SystemSummary:
     idle: IdleWatch = field(default_factory=IdleWatch)
 
     def add(self, sample: SystemSample) -> None:
-        """Take one sample into the sums (and into :attr:`idle`, how long every rank has been idle)."""
+        """Take one sample into the sums (and into :attr:`idle`, how long every rank has been idle); ranks whose
+        processes had ended are left out (:func:`live_ranks`)."""
+        sample = live_ranks(sample)
         self.last = sample
         self.idle.add(sample)
         for r in sample.ranks:

@@ -5,7 +5,8 @@ one thing the numbers clearly point at, or says nothing when they do not (no ver
 on it). In this order:
 
 - **idle**: every rank's process tree has used no CPU and no GPU for 5 s or more up to now (a hang, see
-  :mod:`.idle`): what the run does now, whatever its steps said before;
+  :mod:`.idle`; 2 s at the end of a run stopped by its timeout or an interrupt): what the run does now, whatever
+  its steps said before;
 - **data-bound**, every rank: each rank waits 30% or more of its steps for its DataLoader (two equally slow loaders
   make the ranks wait for each other too: that is no straggler);
 - a **straggler**: one rank's own work per step (its step less its wait for data and for the others'
@@ -152,7 +153,7 @@ def _straggler(ranks: Mapping[int, RankSteps]) -> str | None:
 
 
 def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | None = None, idle_seconds: float = 0.0,
-            waiting_in: str | None = None) -> str | None:
+            waiting_in: str | None = None, stopped: bool = False) -> str | None:
     """The one clear reason the run is slow, in words, or ``None`` when the numbers do not show one.
 
     Args:
@@ -160,8 +161,10 @@ def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | Non
         gpu_utilization: each rank's mean GPU utilisation % (empty or ``None`` on CPU).
         idle_seconds: how long every rank has been idle up to now (:class:`~notebook_accel.monitor.idle.IdleWatch`).
         waiting_in: the collective the ranks wait in, where known.
+        stopped: the run has just been stopped from outside (its timeout, an interrupt): a shorter idle stretch
+            at its end is named (:func:`~notebook_accel.monitor.idle.idle_verdict`).
     """
-    idle = idle_verdict(idle_seconds, waiting_in)
+    idle = idle_verdict(idle_seconds, waiting_in, stopped)
     if idle:
         return idle
     ranks = {rank: r for rank, r in breakdown.ranks.items() if r.steps >= MIN_STEPS}

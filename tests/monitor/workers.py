@@ -235,3 +235,21 @@ def hang_in_all_reduce() -> None:
     if dist.get_rank() == 0:
         dist.all_reduce(torch.ones(1))
     time.sleep(120)
+
+
+def busy_then_hang(timeout: float, idle: float) -> None:
+    """Both ranks compute until ``idle`` seconds before the run's ``timeout`` (counted from this process's start,
+    about when the launcher starts counting), then rank 0 waits in an all_reduce that rank 1, asleep, never joins:
+    every rank idle for the run's last ``idle`` seconds, until its timeout stops it."""
+    import psutil
+    import torch.distributed as dist
+
+    from notebook_accel import Accelerator
+
+    Accelerator()
+    x, until = torch.ones(64, 64), psutil.Process().create_time() + timeout - idle
+    while time.time() < until:
+        x = torch.tanh(x @ x)
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))
+    time.sleep(120)
