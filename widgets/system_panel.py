@@ -2,10 +2,10 @@
 
 One row per rank: a small cell per figure the rank has (GPU utilisation, GPU memory used/total with the run's
 peak, temperature, power where NVML reports them; the worker's process-tree CPU % and resident memory, with
-its memory cgroup limit when one applies), each with a sparkline of the run so far, and a stacked bar of where
-its steps' time goes (data wait, forward+backward, communication, optimizer, other) over the run so far (the
-figure the verdict judges and the final lines repeat: one step time, never two). Above
-the rows the machine's free memory, below them the verdict line.
+its memory cgroup limit when one applies, and the compiler's processes' memory apart once they ran), each with a
+sparkline of the run so far, and a stacked bar of where its steps' time goes (data wait, forward+backward,
+communication, optimizer, other) over the run so far (the figure the verdict judges and the final lines repeat: one
+step time, never two). Above the rows the machine's free memory, below them the verdict line.
 
 Cost and layout: :func:`panel_html` is a pure function of :class:`~notebook_accel.widgets.system_state.SystemState`
 (7 kB and 0.2 ms of kernel CPU for two CPU ranks, 46 kB and 1.6 ms for eight GPU ranks, after an hour of
@@ -43,6 +43,8 @@ _ROW = (f"display:flex;flex-wrap:nowrap;align-items:center;gap:8px;height:{_ROW_
         "overflow-x:auto;border-top:1px solid #eee")
 _CELL = "display:inline-flex;flex-direction:column;flex:0 0 auto;white-space:nowrap;font-size:11px;line-height:14px"
 _BAR_W = 180
+_COMPILER_TITLE = ("resident memory of the compiler processes this rank started (torch.compile's workers, the C++ "
+                   "compiler), not in its mem")
 _WIDGET_MARGIN = 4  # an ipywidgets HTML widget's margin, above and below together
 
 
@@ -122,6 +124,10 @@ def _cells(state: SystemState, figures: RankFigures, final: bool = False) -> lis
                      "CPU of the worker's process tree (100% = one core)"))
     value, title = _memory_text(r, state.peak_memory(figures.rank))
     out.append(_cell("mem", value, sparkline_svg(spark("memory"), color="#4d7c0f"), title))
+    if "compiler" in figures.sparks:  # the compiler's processes: their memory apart, never in the rank's
+        peak = state.peak_compiler_memory(figures.rank)
+        out.append(_cell("+ compiler", f"{gib(r.compiler_rss_bytes)}, peak {_num(peak)}",
+                         sparkline_svg(spark("compiler"), color="#a16207"), _COMPILER_TITLE))
     return out
 
 

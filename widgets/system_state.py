@@ -24,7 +24,7 @@ __all__ = ["SystemState", "RankFigures", "FIGURES", "SPARK_BUDGET"]
 SPARK_BUDGET = 30  # buckets per sparkline: at most 64 points however long the run
 # the figures a rank can have, in display order: (key, label); GPU ones only where NVML reports them
 FIGURES = (("gpu", "GPU"), ("gpu_memory", "GPU memory"), ("temperature", "temp"), ("power", "power"),
-           ("cpu", "CPU"), ("memory", "memory"))
+           ("cpu", "CPU"), ("memory", "memory"), ("compiler", "compiler memory"))
 
 
 @dataclass
@@ -105,6 +105,8 @@ class SystemState:
             figures.last = r
             figures.spark("cpu").append(x, r.cpu_percent)
             figures.spark("memory").append(x, r.rss_bytes)
+            if r.compiler_rss_bytes or "compiler" in figures.sparks:  # from the compiler's first reading on
+                figures.spark("compiler").append(x, r.compiler_rss_bytes)
             for key, value in (("gpu", r.gpu_utilization), ("gpu_memory", r.gpu_memory_used),
                                ("temperature", r.gpu_temperature), ("power", r.gpu_power_watts)):
                 if value is not None:
@@ -119,6 +121,12 @@ class SystemState:
         """The run's peak resident memory of ``rank``'s process tree (bytes; 0 before a sample)."""
         totals = self.summary.ranks.get(rank)
         return totals.peak_rss if totals is not None else 0
+
+    def peak_compiler_memory(self, rank: int) -> int:
+        """The run's peak resident memory of the compiler processes ``rank`` started (torch.compile's workers, the
+        C++ compiler; bytes, 0: none seen)."""
+        totals = self.summary.ranks.get(rank)
+        return totals.peak_compiler if totals is not None else 0
 
     def peak_gpu_memory(self, rank: int) -> int | None:
         """The run's peak device memory of ``rank`` (bytes), ``None`` without a GPU reading."""

@@ -22,6 +22,8 @@ def gib(n: int | None) -> str:
 def _rank_text(r: RankSystem) -> str:
     """One rank's figures, GPU ones only where known."""
     text = f"rank {r.rank} cpu {r.cpu_percent:.0f}% {gib(r.rss_bytes)}"
+    if r.compiler_rss_bytes:
+        text += f" + compiler {gib(r.compiler_rss_bytes)}"
     if r.gpu_utilization is not None:
         text += f", gpu {r.gpu_utilization:.0f}%"
     if r.gpu_memory_used is not None:
@@ -61,6 +63,7 @@ class _RankTotals:
     gpu: float = 0.0
     gpu_samples: int = 0
     peak_rss: int = 0
+    peak_compiler: int = 0  # the compiler's processes (torch.compile's), apart from the rank's own memory
     peak_gpu: int | None = None
 
 
@@ -91,6 +94,7 @@ class SystemSummary:
             totals.samples += 1
             totals.cpu += r.cpu_percent
             totals.peak_rss = max(totals.peak_rss, r.peak_rss_bytes)
+            totals.peak_compiler = max(totals.peak_compiler, r.compiler_rss_bytes)
             if r.gpu_utilization is not None:
                 totals.gpu += r.gpu_utilization
                 totals.gpu_samples += 1
@@ -102,10 +106,13 @@ class SystemSummary:
         return {rank: t.gpu / t.gpu_samples for rank, t in self.ranks.items() if t.gpu_samples}
 
     def lines(self) -> list[str]:
-        """``rank 0: mean CPU 97%, peak memory 1.3 GiB[, mean GPU 88%, peak GPU memory 31.0 GiB]`` per rank."""
+        """``rank 0: mean CPU 97%, peak memory 1.3 GiB[ (+ compiler 2.9 GiB)][, mean GPU 88%, peak GPU memory
+        31.0 GiB]`` per rank (the compiler: the peak of the compiler's processes, apart from the rank's)."""
         out = []
         for rank, t in sorted(self.ranks.items()):
             line = f"rank {rank}: mean CPU {t.cpu / max(t.samples, 1):.0f}%, peak memory {gib(t.peak_rss)}"
+            if t.peak_compiler:
+                line += f" (+ compiler {gib(t.peak_compiler)})"
             if t.gpu_samples:
                 line += f", mean GPU {t.gpu / t.gpu_samples:.0f}%"
             if t.peak_gpu is not None:

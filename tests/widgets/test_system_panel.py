@@ -7,6 +7,7 @@ import re
 import ipywidgets as w
 
 from notebook_accel.events import Log, Metrics, RankSystem, RunInfo, RunOutcome, Started, StepTimes, SystemSample
+from notebook_accel.monitor.summary import sample_line
 from notebook_accel.widgets import Dashboard
 from notebook_accel.widgets.snapshot import StaticResult
 from notebook_accel.widgets.run_model import RunState
@@ -230,3 +231,18 @@ def test_the_final_frame_says_what_was_measured_not_what_is_awaited() -> None:
     assert "steps: none measured yet" in live and "no sample yet" in live
     assert "yet" not in final.replace("(yet)", "")
     assert "steps: none measured<" in final and "no sample taken" in final
+
+
+def test_the_compilers_memory_is_shown_apart_from_the_ranks_own() -> None:
+    state = SystemState()
+    state.apply(_sample(1.0, _cpu(0, 90.0), _cpu(1, 90.0)))
+    assert "compiler" not in panel_html(state)  # no cell before a compiler ran
+    compiling = RankSystem(1, 300.0, int(0.5 * GIB), int(0.75 * GIB), compiler_rss_bytes=int(2.9 * GIB))
+    state.apply(_sample(2.0, _cpu(0, 90.0), compiling))
+    assert "rank 1 cpu 300% 0.5 GiB + compiler 2.9 GiB ·" in sample_line(_sample(2.0, compiling, _cpu(0, 90.0)))
+    state.apply(_sample(3.0, _cpu(0, 90.0), _cpu(1, 90.0)))  # done compiling: its processes ended
+    out = panel_html(state, final=True)
+    assert out.count("+ compiler</span> 0.0 GiB, peak 2.9") == 1 and "mem</span> 0.5 GiB, peak 0.8" in out
+    assert state.peak_memory(1) == int(0.75 * GIB)  # the rank's own peak: none of the compiler's 2.9 GiB
+    assert state.summary.lines()[1] == "rank 1: mean CPU 160%, peak memory 0.8 GiB (+ compiler 2.9 GiB)"
+    assert "compiler" not in state.summary.lines()[0]
