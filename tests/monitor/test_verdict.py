@@ -178,6 +178,7 @@ def test_a_run_ended_by_its_timeout_while_every_rank_waited_says_so(capsys: pyte
     shown = summary_html(state, sink.outcome.elapsed)
     assert f"every rank idle for the last {said.group(1)} s before the run was stopped" in shown
     assert "no verdict" not in shown and said.group(0).lower() in summary_text(state, sink.outcome.elapsed)
+    assert "mem</span> 0.0 GiB" not in shown and " yet" not in shown  # the ranks ended: their last live figures
 
 
 def test_a_sample_taken_after_every_rank_ended_neither_ends_nor_lengthens_the_idle_stretch() -> None:
