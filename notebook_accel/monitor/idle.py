@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from notebook_accel.events import SystemSample
 
-__all__ = ["IDLE_PERCENT", "IDLE_SECONDS", "STOPPED_IDLE_SECONDS", "IdleWatch", "idle_verdict", "stopped_from_outside"]
+__all__ = ["IDLE_PERCENT", "IDLE_SECONDS", "STOPPED_IDLE_SECONDS", "IdleWatch", "idle_verdict",
+           "stopped_from_outside"]
 
 IDLE_PERCENT = 5.0  # below this CPU % (of one core) and GPU utilisation % a rank is idle
 IDLE_SECONDS = 5.0  # the shortest stretch with every rank idle that is worth a verdict while the run goes on
@@ -46,8 +47,7 @@ class IdleWatch:
         """Take one sample of every rank (one without ranks, every process tree gone, tells nothing: skipped)."""
         if not sample.ranks:
             return
-        idle = all(r.cpu_percent < IDLE_PERCENT and (r.gpu_utilization or 0) < IDLE_PERCENT
-                                          for r in sample.ranks)
+        idle = all(r.cpu_percent < IDLE_PERCENT and (r.gpu_utilization or 0) < IDLE_PERCENT for r in sample.ranks)
         if not idle:
             self._since = None
         elif self._since is None:
