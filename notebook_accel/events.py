@@ -165,7 +165,9 @@ class RankSystem:
     """One worker's share of the machine at a sample: its process tree's CPU % (100 = one core) and resident
     bytes (DataLoader workers included), the run's peak of that, its GPU's figures (``None`` on CPU or when
     NVML does not report them; ``gpu_memory_*`` in bytes, temperature in °C, power in W), and the memory cgroup
-    limit it runs under with that group's usage (``None`` when no cgroup limits it)."""
+    limit it runs under with that group's usage (``None`` when no cgroup limits it). The resident bytes leave out
+    the compiler's processes (torch.compile's workers, the C++ compiler), whose bytes are ``compiler_rss_bytes``
+    (see :mod:`notebook_accel.monitor.compiler`)."""
 
     rank: int
     cpu_percent: float
@@ -179,6 +181,7 @@ class RankSystem:
     gpu_power_watts: float | None = None
     memory_limit: int | None = None  # the memory cgroup limit over the worker, when tighter than the machine
     memory_group_usage: int | None = None  # what that cgroup holds now
+    compiler_rss_bytes: int = 0  # resident bytes of the compiler processes the rank started, apart from its own
 
 
 @dataclass(frozen=True)

@@ -224,6 +224,8 @@ class RunState:
         self.version += 1
         self.outcome = outcome
         self.status = outcome.status
+        if self.system is not None:
+            self.system.end(outcome.status)
         if outcome.status == "timeout":
             for rank in outcome.failed_ranks:
                 state = self._rank(rank)

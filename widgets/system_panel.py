@@ -2,9 +2,10 @@
 
 One row per rank: a small cell per figure the rank has (GPU utilisation, GPU memory used/total with the run's
 peak, temperature, power where NVML reports them; the worker's process-tree CPU % and resident memory, with
-its memory cgroup limit when one applies), each with a sparkline of the run so far, and a stacked bar of where
-its steps' time goes (data wait, forward+backward, communication, optimizer, other) over the last report. Above
-the rows the machine's free memory, below them the verdict line.
+its memory cgroup limit when one applies, and the compiler's processes' memory apart once they ran), each with a
+sparkline of the run so far, and a stacked bar of where its steps' time goes (data wait, forward+backward,
+communication, optimizer, other) over the run so far (the figure the verdict judges and the final lines repeat: one
+step time, never two). Above the rows the machine's free memory, below them the verdict line.
 
 Cost and layout: :func:`panel_html` is a pure function of :class:`~notebook_accel.widgets.system_state.SystemState`
 (7 kB and 0.2 ms of kernel CPU for two CPU ranks, 46 kB and 1.6 ms for eight GPU ranks, after an hour of
@@ -42,6 +43,8 @@ _ROW = (f"display:flex;flex-wrap:nowrap;align-items:center;gap:8px;height:{_ROW_
         "overflow-x:auto;border-top:1px solid #eee")
 _CELL = "display:inline-flex;flex-direction:column;flex:0 0 auto;white-space:nowrap;font-size:11px;line-height:14px"
 _BAR_W = 180
+_COMPILER_TITLE = ("resident memory of the compiler processes this rank started (torch.compile's workers, the C++ "
+                   "compiler), not in its mem")
 _WIDGET_MARGIN = 4  # an ipywidgets HTML widget's margin, above and below together
 
 
@@ -121,12 +124,17 @@ def _cells(state: SystemState, figures: RankFigures, final: bool = False) -> lis
                      "CPU of the worker's process tree (100% = one core)"))
     value, title = _memory_text(r, state.peak_memory(figures.rank))
     out.append(_cell("mem", value, sparkline_svg(spark("memory"), color="#4d7c0f"), title))
+    if "compiler" in figures.sparks:  # the compiler's processes: their memory apart, never in the rank's
+        peak = state.peak_compiler_memory(figures.rank)
+        out.append(_cell("+ compiler", f"{gib(r.compiler_rss_bytes)}, peak {_num(peak)}",
+                         sparkline_svg(spark("compiler"), color="#a16207"), _COMPILER_TITLE))
     return out
 
 
-def step_bar_html(window: RankSteps | None, final: bool = False) -> str:
-    """Where the last reported steps' time went, as a stacked bar with the step time above it (a grey frame of
-    the same size before the first report; ``final``: the run is over, and a rank without a report says so).
+def step_bar_html(steps: RankSteps | None, final: bool = False) -> str:
+    """Where the steps' time went, as a stacked bar with the mean step time above it (a grey frame of the same
+    size before the first report; ``final``: the run is over, and a rank without a report says so). ``steps`` are
+    the run's so far, the figure the verdict and the final lines use too.
 
     Example:
         >>> "data wait 50%" in step_bar_html(RankSteps(10, 1.0, 0.5, 0.4, 0.0, 0.05))
@@ -134,19 +142,19 @@ def step_bar_html(window: RankSteps | None, final: bool = False) -> str:
     """
     frame = f"width:{_BAR_W}px;height:10px;display:flex;background:#f3f4f6;border-radius:2px;overflow:hidden"
     box = f"{_CELL};min-width:{_BAR_W}px;gap:2px"  # at least the bar's width; wider text widens it, never overlaps
-    if window is None or not window.steps:
+    if steps is None or not steps.steps:
         note = "steps: none measured" if final else "steps: none measured yet"
         return f'<span style="{box}"><span style="{_NOTE}">{note}</span><span style="{frame}"></span></span>'
 
-    split = window.split()
+    split = steps.split()
     parts, words = [], []
     for key, label, color in PARTS:
         share = max(0.0, min(split[key], 1.0))
         parts.append(f'<span data-part="{key}" style="width:{100 * share:.1f}%;background:{color}"></span>')
         words.append(f"{_IN_FULL.get(label, label)} {share:.0%}")
-    title = ", ".join(words)
+    title = f"mean of {steps.steps} steps: " + ", ".join(words)
     return (f'<span style="{box}" title="{title}">'
-            f'<span><span style="{_NOTE}">step</span> {1000 * window.step / window.steps:.0f} ms '
+            f'<span><span style="{_NOTE}">step</span> {steps.step_ms:.0f} ms '
             f'<span style="{_NOTE}">· {html.escape(_largest(split))}</span></span>'
             f'<span class="nacc-step-bar" style="{frame}">{"".join(parts)}</span></span>')
 
@@ -181,7 +189,7 @@ def panel_html(state: SystemState, final: bool = False) -> str:
     for rank in sorted(state.ranks):
         figures = state.ranks[rank]
         rows.append(f'<div class="nacc-system-rank" data-rank="{rank}" style="{_ROW}">'
-                    f'<b style="flex:0 0 48px">rank {rank}</b>{step_bar_html(figures.window, final)}'
+                    f'<b style="flex:0 0 48px">rank {rank}</b>{step_bar_html(state.steps_of(rank), final)}'
                     f'{"".join(_cells(state, figures, final))}</div>')
     found = state.verdict()
     verdict = (f'<b style="color:#b45309">verdict:</b> {html.escape(found)}' if found else

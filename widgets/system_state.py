@@ -11,10 +11,11 @@ is computed only when asked, once per change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from notebook_accel.events import RankSystem, StepTimes, SystemSample
-from notebook_accel.monitor.summary import SystemSummary, gib
+from notebook_accel.monitor.idle import stopped_from_outside
+from notebook_accel.monitor.summary import SystemSummary, gib, live_ranks
 from notebook_accel.monitor.verdict import RankSteps, StepBreakdown, verdict
 from notebook_accel.widgets.series import Series
 
@@ -23,17 +24,17 @@ __all__ = ["SystemState", "RankFigures", "FIGURES", "SPARK_BUDGET"]
 SPARK_BUDGET = 30  # buckets per sparkline: at most 64 points however long the run
 # the figures a rank can have, in display order: (key, label); GPU ones only where NVML reports them
 FIGURES = (("gpu", "GPU"), ("gpu_memory", "GPU memory"), ("temperature", "temp"), ("power", "power"),
-           ("cpu", "CPU"), ("memory", "memory"))
+           ("cpu", "CPU"), ("memory", "memory"), ("compiler", "compiler memory"))
 
 
 @dataclass
 class RankFigures:
-    """One rank's system view: the latest sample, a sparkline series per figure, the last step-time window."""
+    """One rank's system view: the latest sample and a sparkline series per figure (its step times are the run's,
+    :meth:`SystemState.steps_of`)."""
 
     rank: int
     last: RankSystem | None = None
     sparks: dict[str, Series] = field(default_factory=dict)
-    window: RankSteps | None = None  # the steps of the latest StepTimes report (what the rank does now)
 
     def spark(self, key: str) -> Series:
         """The sparkline series of ``key`` (made on first use)."""
@@ -41,12 +42,6 @@ class RankFigures:
         if series is None:
             series = self.sparks[key] = Series(SPARK_BUDGET)
         return series
-
-
-def _window(times: StepTimes) -> RankSteps:
-    """One report as a :class:`RankSteps` (so it splits like the run's sums)."""
-    return RankSteps(times.steps, times.step_seconds, times.data_seconds, times.forward_backward_seconds,
-                     times.comm_seconds, times.optimizer_seconds, times.loader_workers)
 
 
 class SystemState:
@@ -66,6 +61,7 @@ class SystemState:
         self.steps = StepBreakdown()
         self.host_available: int | None = None
         self.host_total: int | None = None
+        self.stopped = False  # the run was stopped from outside (its timeout, an interrupt): see end()
         self.version = 0  # bumped on every change, so a view redraws only when something moved
         self._t0: float | None = None
         self._verdict: tuple[int, str | None] = (-1, None)
@@ -76,9 +72,15 @@ class SystemState:
             self._sample(event)
         elif isinstance(event, StepTimes):
             self.steps.add(event)
-            self._figures(event.rank).window = _window(event)
+            self._figures(event.rank)
         else:
             return
+        self.version += 1
+
+    def end(self, status: str) -> None:
+        """The run ended with ``status`` (its outcome's): after a timeout or an interrupt the verdict names every
+        rank's idleness at the end from a shorter stretch on (:func:`~notebook_accel.monitor.idle.idle_verdict`)."""
+        self.stopped = stopped_from_outside(status)
         self.version += 1
 
     def _figures(self, rank: int) -> RankFigures:
@@ -92,9 +94,7 @@ class SystemState:
         """Record every rank's figures of one sample; x is seconds since the first sample. A rank whose process
         tree has ended reads 0 bytes resident: that is no reading (its panel keeps the last live values, its
         sparklines end at the last real sample, its means count only the time it ran)."""
-        live = tuple(r for r in sample.ranks if r.rss_bytes > 0)
-        if len(live) != len(sample.ranks):
-            sample = replace(sample, ranks=live)
+        sample = live_ranks(sample)
         self.summary.add(sample)
         self.host_available, self.host_total = sample.host_available, sample.host_total
         if self._t0 is None:
@@ -105,15 +105,28 @@ class SystemState:
             figures.last = r
             figures.spark("cpu").append(x, r.cpu_percent)
             figures.spark("memory").append(x, r.rss_bytes)
+            if r.compiler_rss_bytes or "compiler" in figures.sparks:  # from the compiler's first reading on
+                figures.spark("compiler").append(x, r.compiler_rss_bytes)
             for key, value in (("gpu", r.gpu_utilization), ("gpu_memory", r.gpu_memory_used),
                                ("temperature", r.gpu_temperature), ("power", r.gpu_power_watts)):
                 if value is not None:
                     figures.spark(key).append(x, value)
 
+    def steps_of(self, rank: int) -> RankSteps | None:
+        """``rank``'s steps so far (``None`` before its first report): the one figure that the step bar, the
+        final lines and the verdict all show, so no two step times ever sit side by side."""
+        return self.steps.ranks.get(rank)
+
     def peak_memory(self, rank: int) -> int:
         """The run's peak resident memory of ``rank``'s process tree (bytes; 0 before a sample)."""
         totals = self.summary.ranks.get(rank)
         return totals.peak_rss if totals is not None else 0
+
+    def peak_compiler_memory(self, rank: int) -> int:
+        """The run's peak resident memory of the compiler processes ``rank`` started (torch.compile's workers, the
+        C++ compiler; bytes, 0: none seen)."""
+        totals = self.summary.ranks.get(rank)
+        return totals.peak_compiler if totals is not None else 0
 
     def peak_gpu_memory(self, rank: int) -> int | None:
         """The run's peak device memory of ``rank`` (bytes), ``None`` without a GPU reading."""
@@ -134,7 +147,7 @@ class SystemState:
         once per change."""
         version, found = self._verdict
         if version != self.version:
-            found = verdict(self.steps, self.summary.gpu_means(), self.summary.idle.seconds())
+            found = verdict(self.steps, self.summary.gpu_means(), self.summary.idle.seconds(), stopped=self.stopped)
             self._verdict = (self.version, found)
         return found
 

@@ -38,6 +38,7 @@ from notebook_accel.events import (
 )
 from notebook_accel.float8.facts import precision_label
 from notebook_accel.metrics_batch import MetricsBatch
+from notebook_accel.monitor.idle import stopped_from_outside
 from notebook_accel.monitor.summary import SystemSummary, sample_line
 from notebook_accel.monitor.verdict import StepBreakdown, verdict
 from notebook_accel.terminal import strip_ansi
@@ -307,7 +308,8 @@ class ConsoleSink(BaseSink):
             self._write(sys.stdout, "System: " + "; ".join(self._summary.lines()))
         if self._steps.ranks:
             self._write(sys.stdout, "Steps: " + "; ".join(self._steps.lines()))
-        found = verdict(self._steps, self._summary.gpu_means(), self._summary.idle.seconds())
+        found = verdict(self._steps, self._summary.gpu_means(), self._summary.idle.seconds(),
+                        stopped=stopped_from_outside(outcome.status))
         if found:
             self._write(sys.stdout, f"Verdict: {found}")
         elapsed = format_duration(outcome.elapsed)

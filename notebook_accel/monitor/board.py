@@ -92,7 +92,7 @@ class SystemBoard:
             steps = RankSteps(event.steps, event.step_seconds, event.data_seconds, event.forward_backward_seconds,
                               event.comm_seconds, event.optimizer_seconds)
             split = steps.split()
-            self._put(event.rank, _SAMPLE, (1000 * event.step_seconds / event.steps, split["data"],
+            self._put(event.rank, _SAMPLE, (steps.step_ms, split["data"],
                                             split["compute"], split["comm"], split["optimizer"], split["other"]))
             version, available = _HEAD.unpack_from(self._map, 0)
             _HEAD.pack_into(self._map, 0, version + 1, available)

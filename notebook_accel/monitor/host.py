@@ -2,21 +2,36 @@
 limit a process runs under (a container's or a job scheduler's, often far below the machine's).
 
 A worker's DataLoader workers and whatever else it started are its children: their CPU time and memory count as
-the worker's (a rank that is slow because its eight loader processes fight for four cores shows as busy).
+the worker's (a rank that is slow because its eight loader processes fight for four cores shows as busy). Except
+the compiler's processes (torch.compile's workers, the C++ compiler, see :mod:`.compiler`): their CPU counts (the rank
+is compiling, not idle) but their memory is the compiler's, read apart, never in the rank's own figure or its peak.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import NamedTuple
 
 import psutil
 
-__all__ = ["TreeMeter", "cgroup_memory", "machine_memory"]
+from notebook_accel.monitor.compiler import is_compiler
+
+__all__ = ["TreeMeter", "TreeReading", "cgroup_memory", "machine_memory"]
+
+
+class TreeReading(NamedTuple):
+    """One read of a process tree: CPU % since the previous read (100 = one core), the resident bytes of the tree
+    without the compiler's processes, and those of the compiler's processes (0 when none run)."""
+
+    cpu_percent: float
+    rss_bytes: int
+    compiler_rss_bytes: int = 0
 
 
 class TreeMeter:
-    """CPU % and resident bytes of ``pid`` and its descendants, between one :meth:`read` and the next.
+    """CPU % and resident bytes of ``pid`` and its descendants (the compiler's processes' bytes apart), between one
+    :meth:`read` and the next.
 
     CPU % is the tree's CPU seconds over wall seconds since the previous read (100 = one core busy). A child
     that ended between two reads takes its CPU seconds with it; the loss is at most one interval's worth.
@@ -24,9 +39,9 @@ class TreeMeter:
     Example:
         >>> import os
         >>> meter = TreeMeter(os.getpid())
-        >>> cpu, rss = meter.read()
-        >>> rss > 0
-        True
+        >>> reading = meter.read()
+        >>> reading.rss_bytes > 0, reading.compiler_rss_bytes
+        (True, 0)
     """
 
     def __init__(self, pid: int, fresh: bool = False) -> None:
@@ -43,32 +58,40 @@ class TreeMeter:
         else:
             self.read()
 
-    def read(self) -> tuple[float, int]:
-        """``(cpu_percent, rss_bytes)`` of the tree now; ``(0.0, 0)`` once the process is gone."""
+    def read(self) -> TreeReading:
+        """The tree's figures now; all zero once the process is gone."""
         now = time.monotonic()
         elapsed, self._last = max(now - self._last, 1e-6), now
         if self._process is None:
-            return 0.0, 0
+            return TreeReading(0.0, 0)
         try:
-            members = [self._process, *self._process.children(recursive=True)]
+            members = [self._process, *self._process.children(recursive=True)]  # a parent before its children
         except psutil.Error:
-            return 0.0, 0
+            return TreeReading(0.0, 0)
         cpu: dict[int, float] = {}
-        rss = 0
+        rss = compiler_rss = 0
+        compilers: set[int] = set()
         busy = 0.0
         for member in members:
+            compiler = member is not self._process and is_compiler(member, compilers)
+            if compiler:
+                compilers.add(member.pid)  # its children are the compiler's too
             try:
                 with member.oneshot():
                     times = member.cpu_times()
                     seconds = times.user + times.system
-                    rss += member.memory_info().rss
+                    resident = member.memory_info().rss
             except psutil.Error:
                 continue
+            if compiler:
+                compiler_rss += resident
+            else:
+                rss += resident
             cpu[member.pid] = seconds
             busy += seconds - self._cpu.get(member.pid, 0.0)  # a member new since the last read: all of it
         first = not self._cpu
         self._cpu = cpu
-        return (0.0 if first else max(0.0, 100.0 * busy / elapsed)), rss
+        return TreeReading(0.0 if first else max(0.0, 100.0 * busy / elapsed), rss, compiler_rss)
 
 
 def machine_memory() -> tuple[int, int]:

@@ -4,16 +4,23 @@ GPU, which the step times cannot show (no step ends while it lasts).
 
 A sample's CPU % covers the interval since the previous one, so an idle stretch starts at the sample before the
 first idle one.
+
+Live, a stretch is named from :data:`IDLE_SECONDS` on (a shorter one is a pause: an evaluation's barrier, a
+checkpoint). When the run was stopped from outside (its ``timeout=``, an interrupt), a stretch reaching its end is
+named from :data:`STOPPED_IDLE_SECONDS` on: the run never finished, and what every rank did last was wait. A
+``timeout=5`` hang is idle for less than 5 s, and "no verdict" would hide the one thing worth saying.
 """
 
 from __future__ import annotations
 
 from notebook_accel.events import SystemSample
 
-__all__ = ["IDLE_PERCENT", "IDLE_SECONDS", "IdleWatch", "idle_verdict"]
+__all__ = ["IDLE_PERCENT", "IDLE_SECONDS", "STOPPED_IDLE_SECONDS", "IdleWatch", "idle_verdict",
+           "stopped_from_outside"]
 
 IDLE_PERCENT = 5.0  # below this CPU % (of one core) and GPU utilisation % a rank is idle
-IDLE_SECONDS = 5.0  # the shortest stretch with every rank idle that is worth a verdict
+IDLE_SECONDS = 5.0  # the shortest stretch with every rank idle that is worth a verdict while the run goes on
+STOPPED_IDLE_SECONDS = 2.0  # the same at the end of a run stopped from outside: two sample intervals, never one
 
 
 class IdleWatch:
@@ -37,9 +44,10 @@ class IdleWatch:
         self._latest = 0.0
 
     def add(self, sample: SystemSample) -> None:
-        """Take one sample of every rank."""
-        idle = bool(sample.ranks) and all(r.cpu_percent < IDLE_PERCENT and (r.gpu_utilization or 0) < IDLE_PERCENT
-                                          for r in sample.ranks)
+        """Take one sample of every rank (one without ranks, every process tree gone, tells nothing: skipped)."""
+        if not sample.ranks:
+            return
+        idle = all(r.cpu_percent < IDLE_PERCENT and (r.gpu_utilization or 0) < IDLE_PERCENT for r in sample.ranks)
         if not idle:
             self._since = None
         elif self._since is None:
@@ -51,11 +59,27 @@ class IdleWatch:
         return self._latest - self._since if self._since is not None else 0.0
 
 
-def idle_verdict(seconds: float, waiting_in: str | None = None) -> str | None:
+def idle_verdict(seconds: float, waiting_in: str | None = None, stopped: bool = False) -> str | None:
     """``every rank idle for 42 s (...)`` when ``seconds`` is :data:`IDLE_SECONDS` or more, else ``None``; names
-    the collective the ranks wait in only when it is known (``waiting_in``)."""
-    if seconds < IDLE_SECONDS:
-        return None
+    the collective the ranks wait in only when it is known (``waiting_in``).
+
+    ``stopped``: the run was just stopped from outside (its timeout, an interrupt) and ``seconds`` reach its end:
+    from :data:`STOPPED_IDLE_SECONDS` on it says ``every rank idle for the last 4.8 s before the run was stopped``.
+
+    Example:
+        >>> idle_verdict(3.0) is None, idle_verdict(3.04, stopped=True)[:50]
+        (True, 'every rank idle for the last 3.0 s before the run ')
+    """
     why = (f"waiting in {waiting_in}?" if waiting_in else "no CPU or GPU use: waiting, e.g. in a collective that a "
            "rank never reaches, or for a process outside the ranks")
+    if stopped and seconds >= STOPPED_IDLE_SECONDS:
+        return f"every rank idle for the last {seconds:.1f} s before the run was stopped ({why})"
+    if seconds < IDLE_SECONDS:
+        return None
     return f"every rank idle for {seconds:.0f} s ({why})"
+
+
+def stopped_from_outside(status: str) -> bool:
+    """Whether a run that ended with ``status`` (a :class:`~notebook_accel.events.RunOutcome`'s) was stopped while
+    its ranks still ran: by its ``timeout=`` or an interrupt, not by finishing or by a rank's failure."""
+    return status in ("timeout", "interrupted")

@@ -24,6 +24,11 @@ PEAK_SECONDS = 10.0  # how long the tightest memory reading of a rank stays its 
 _GIB = 1024**3
 
 
+def _tree_bytes(r: RankSystem) -> int:
+    """Everything ``r``'s process tree holds, the compiler's included (memory running out counts them all)."""
+    return r.rss_bytes + r.compiler_rss_bytes
+
+
 def _pressure(sample: SystemSample, rank: int) -> float:
     """How near ``rank``'s memory was to running out in ``sample``, as a fraction of its room (0 when unknown):
     of its cgroup limit where it has one, else of the machine's memory."""
@@ -31,10 +36,10 @@ def _pressure(sample: SystemSample, rank: int) -> float:
     if mine is None:
         return 0.0
     if mine.memory_limit:
-        return max(mine.memory_group_usage or 0, mine.rss_bytes) / mine.memory_limit
+        return max(mine.memory_group_usage or 0, _tree_bytes(mine)) / mine.memory_limit
     if sample.host_total <= 0:
         return 0.0
-    return max(mine.rss_bytes / sample.host_total, 1 - sample.host_available / sample.host_total)
+    return max(_tree_bytes(mine) / sample.host_total, 1 - sample.host_available / sample.host_total)
 
 
 class MemoryPeaks:
@@ -109,7 +114,7 @@ class SystemSampler:
         available, total = machine_memory()
         ranks = []
         for rank, meter in self.meters.items():
-            cpu, rss = meter.read()
+            cpu, rss, compiler = meter.read()
             self.peak_rss[rank] = max(self.peak_rss[rank], rss)
             gpu = self._nvml.read(self._uuids[rank]) if self._nvml is not None and rank in self._uuids else None
             used = gpu.memory_used if gpu is not None else None
@@ -120,7 +125,7 @@ class SystemSampler:
                 rank, round(cpu, 1), rss, self.peak_rss[rank],
                 gpu.utilization if gpu else None, used, gpu.memory_total if gpu else None,
                 self.peak_gpu.get(rank), gpu.temperature if gpu else None, gpu.power_watts if gpu else None,
-                limit if limit is not None and limit < total else None, group_usage,
+                limit if limit is not None and limit < total else None, group_usage, compiler,
             ))
         self.last = SystemSample(time.time(), tuple(ranks), available, total)
         self.peaks.add(self.last)
@@ -162,18 +167,20 @@ def memory_death_note(sample: SystemSample | None, rank: int) -> str | None:
     if mine is None or sample.host_total <= 0:
         return None
     ago = max(0.0, time.time() - sample.time)
+    compiler = (f", and its compiler processes {mine.compiler_rss_bytes / _GIB:.2f} GiB" if mine.compiler_rss_bytes
+                else "")
     held = (f"{ago:.1f} s before it died, rank {rank}'s processes had {mine.rss_bytes / _GIB:.2f} GiB resident (pages "
-            "shared with the kernel included)")
+            f"shared with the kernel included){compiler}")
     fix = "Use a smaller batch, fewer DataLoader workers or processes, or more memory"
     if mine.memory_limit is not None:
         group = mine.memory_group_usage or 0
-        if group >= 0.8 * mine.memory_limit or mine.rss_bytes >= 0.7 * mine.memory_limit:
+        if group >= 0.8 * mine.memory_limit or _tree_bytes(mine) >= 0.7 * mine.memory_limit:
             return (f"most likely the out-of-memory killer: {held}, and the memory cgroup it runs in (a container's "
                     f"or a scheduler's limit) held {group / _GIB:.2f} GiB of its {mine.memory_limit / _GIB:.2f} GiB "
                     f"limit. {fix}")
         return None
-    if sample.host_available < 0.1 * sample.host_total or mine.rss_bytes >= 0.5 * sample.host_total:
-        workers = sum(r.rss_bytes for r in sample.ranks)
+    if sample.host_available < 0.1 * sample.host_total or _tree_bytes(mine) >= 0.5 * sample.host_total:
+        workers = sum(_tree_bytes(r) for r in sample.ranks)
         return (f"most likely the out-of-memory killer: {held} (all workers {workers / _GIB:.2f} GiB) of the "
                 f"machine's {sample.host_total / _GIB:.1f} GiB, with {sample.host_available / _GIB:.2f} GiB still "
                 f"available. {fix}")

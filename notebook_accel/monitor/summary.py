@@ -6,12 +6,12 @@ result, so every surface says the same thing the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from notebook_accel.events import RankSystem, SystemSample
 from notebook_accel.monitor.idle import IdleWatch
 
-__all__ = ["SystemSummary", "gib", "sample_line"]
+__all__ = ["SystemSummary", "gib", "live_ranks", "sample_line"]
 
 
 def gib(n: int | None) -> str:
@@ -22,6 +22,8 @@ def gib(n: int | None) -> str:
 def _rank_text(r: RankSystem) -> str:
     """One rank's figures, GPU ones only where known."""
     text = f"rank {r.rank} cpu {r.cpu_percent:.0f}% {gib(r.rss_bytes)}"
+    if r.compiler_rss_bytes:
+        text += f" + compiler {gib(r.compiler_rss_bytes)}"
     if r.gpu_utilization is not None:
         text += f", gpu {r.gpu_utilization:.0f}%"
     if r.gpu_memory_used is not None:
@@ -39,6 +41,19 @@ def sample_line(sample: SystemSample) -> str:
     return "system: " + " · ".join(parts)
 
 
+def live_ranks(sample: SystemSample) -> SystemSample:
+    """``sample`` without the ranks whose process tree had ended (the sampler reads one as 0 bytes resident): that
+    is no reading, so a finished rank's means, peaks and idleness count only the time it ran.
+
+    Example:
+        >>> gone, live = RankSystem(0, 0.0, 0, 2**30), RankSystem(1, 50.0, 2**30, 2**30)
+        >>> [r.rank for r in live_ranks(SystemSample(1.0, (gone, live), 2**33, 2**34)).ranks]
+        [1]
+    """
+    live = tuple(r for r in sample.ranks if r.rss_bytes > 0)
+    return sample if len(live) == len(sample.ranks) else replace(sample, ranks=live)
+
+
 @dataclass
 class _RankTotals:
     """Running sums of one rank's samples."""
@@ -48,6 +63,7 @@ class _RankTotals:
     gpu: float = 0.0
     gpu_samples: int = 0
     peak_rss: int = 0
+    peak_compiler: int = 0  # the compiler's processes (torch.compile's), apart from the rank's own memory
     peak_gpu: int | None = None
 
 
@@ -68,7 +84,9 @@ class SystemSummary:
     idle: IdleWatch = field(default_factory=IdleWatch)
 
     def add(self, sample: SystemSample) -> None:
-        """Take one sample into the sums (and into :attr:`idle`, how long every rank has been idle)."""
+        """Take one sample into the sums (and into :attr:`idle`, how long every rank has been idle); ranks whose
+        processes had ended are left out (:func:`live_ranks`)."""
+        sample = live_ranks(sample)
         self.last = sample
         self.idle.add(sample)
         for r in sample.ranks:
@@ -76,6 +94,7 @@ class SystemSummary:
             totals.samples += 1
             totals.cpu += r.cpu_percent
             totals.peak_rss = max(totals.peak_rss, r.peak_rss_bytes)
+            totals.peak_compiler = max(totals.peak_compiler, r.compiler_rss_bytes)
             if r.gpu_utilization is not None:
                 totals.gpu += r.gpu_utilization
                 totals.gpu_samples += 1
@@ -87,10 +106,13 @@ class SystemSummary:
         return {rank: t.gpu / t.gpu_samples for rank, t in self.ranks.items() if t.gpu_samples}
 
     def lines(self) -> list[str]:
-        """``rank 0: mean CPU 97%, peak memory 1.3 GiB[, mean GPU 88%, peak GPU memory 31.0 GiB]`` per rank."""
+        """``rank 0: mean CPU 97%, peak memory 1.3 GiB[ (+ compiler 2.9 GiB)][, mean GPU 88%, peak GPU memory
+        31.0 GiB]`` per rank (the compiler: the peak of the compiler's processes, apart from the rank's)."""
         out = []
         for rank, t in sorted(self.ranks.items()):
             line = f"rank {rank}: mean CPU {t.cpu / max(t.samples, 1):.0f}%, peak memory {gib(t.peak_rss)}"
+            if t.peak_compiler:
+                line += f" (+ compiler {gib(t.peak_compiler)})"
             if t.gpu_samples:
                 line += f", mean GPU {t.gpu / t.gpu_samples:.0f}%"
             if t.peak_gpu is not None:

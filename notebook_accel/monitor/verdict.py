@@ -5,7 +5,8 @@ one thing the numbers clearly point at, or says nothing when they do not (no ver
 on it). In this order:
 
 - **idle**: every rank's process tree has used no CPU and no GPU for 5 s or more up to now (a hang, see
-  :mod:`.idle`): what the run does now, whatever its steps said before;
+  :mod:`.idle`; 2 s at the end of a run stopped by its timeout or an interrupt): what the run does now, whatever
+  its steps said before;
 - **data-bound**, every rank: each rank waits 30% or more of its steps for its DataLoader (two equally slow loaders
   make the ranks wait for each other too: that is no straggler);
 - a **straggler**: one rank's own work per step (its step less its wait for data and for the others'
@@ -51,6 +52,11 @@ class RankSteps:
     def share(self, seconds: float) -> float:
         """``seconds`` as a fraction of the step time."""
         return seconds / self.step if self.step > 0 else 0.0
+
+    @property
+    def step_ms(self) -> float:
+        """The mean step, in milliseconds (0 without steps): the one step time every surface shows."""
+        return 1000 * self.step / self.steps if self.steps else 0.0
 
     @property
     def compute(self) -> float:
@@ -119,7 +125,7 @@ class StepBreakdown:
             if not r.steps:
                 continue
             parts = ", ".join(f"{_NAMES[k]} {v:.0%}" for k, v in r.split().items())
-            out.append(f"rank {rank}: {1000 * r.step / r.steps:.0f} ms a step: {parts}")
+            out.append(f"rank {rank}: {r.step_ms:.0f} ms a step: {parts}")
         return out
 
 
@@ -147,7 +153,7 @@ def _straggler(ranks: Mapping[int, RankSteps]) -> str | None:
 
 
 def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | None = None, idle_seconds: float = 0.0,
-            waiting_in: str | None = None) -> str | None:
+            waiting_in: str | None = None, stopped: bool = False) -> str | None:
     """The one clear reason the run is slow, in words, or ``None`` when the numbers do not show one.
 
     Args:
@@ -155,8 +161,10 @@ def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | Non
         gpu_utilization: each rank's mean GPU utilisation % (empty or ``None`` on CPU).
         idle_seconds: how long every rank has been idle up to now (:class:`~notebook_accel.monitor.idle.IdleWatch`).
         waiting_in: the collective the ranks wait in, where known.
+        stopped: the run has just been stopped from outside (its timeout, an interrupt): a shorter idle stretch
+            at its end is named (:func:`~notebook_accel.monitor.idle.idle_verdict`).
     """
-    idle = idle_verdict(idle_seconds, waiting_in)
+    idle = idle_verdict(idle_seconds, waiting_in, stopped)
     if idle:
         return idle
     ranks = {rank: r for rank, r in breakdown.ranks.items() if r.steps >= MIN_STEPS}

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pytest
 
 from notebook_accel import notebook_launcher
@@ -18,6 +19,9 @@ from notebook_accel.launcher.supervision.failures import WorkerError
 from notebook_accel.monitor import Nvml, SystemSampler, TreeMeter, memory_death_note
 from notebook_accel.monitor import sampler as sampler_module
 from notebook_accel.monitor.host import cgroup_memory
+from notebook_accel.monitor.summary import SystemSummary, gib
+from notebook_accel.widgets.system_panel import panel_html
+from notebook_accel.widgets.system_state import SystemState
 from tests.launcher.recording import RecordingSink
 from tests.monitor import workers
 
@@ -120,7 +124,7 @@ def test_a_tree_meter_counts_children() -> None:
                               "while time.time() - t < 1.5: pass"])
     try:
         time.sleep(1.0)
-        cpu, rss = meter.read()
+        cpu, rss, _ = meter.read()
     finally:
         child.wait()
     assert rss > 200 << 20  # the child's 200 MB count as ours
@@ -130,6 +134,62 @@ def test_a_tree_meter_counts_children() -> None:
 def _sample(rss: int, available: int, total: int, limit: int | None = None, group: int | None = None) -> SystemSample:
     return SystemSample(time.time(), (RankSystem(1, 0.0, rss, rss, memory_limit=limit, memory_group_usage=group),),
                         available, total)
+
+
+_FAKE_COMPILE_WORKER = """
+import os, sys, time
+held = bytearray(200 << 20); held[::4096] = b"x" * len(held[::4096])  # the side process: 200 MiB
+if os.fork() == 0:  # one pool worker, forked as torch's SubprocPool forks its workers
+    more = bytearray(100 << 20); more[::4096] = b"x" * len(more[::4096])
+    time.sleep(30)
+    os._exit(0)
+sys.stdout.write("ready\\n"); sys.stdout.flush()
+time.sleep(30)
+"""
+
+
+def test_a_tree_meter_bills_torchs_compile_workers_apart(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    entry = tmp_path / "torch" / "_inductor" / "compile_worker" / "__main__.py"  # the script torch starts
+    entry.parent.mkdir(parents=True)
+    entry.write_text(_FAKE_COMPILE_WORKER)
+    meter = TreeMeter(os.getpid())
+    before = meter.read().rss_bytes
+    side = subprocess.Popen([sys.executable, str(entry), "--kind=fork", f"--parent={os.getpid()}"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert side.stdout is not None and side.stdout.readline() == "ready\n"
+        time.sleep(0.3)  # the forked worker fills its 100 MiB
+        reading = meter.read()
+    finally:
+        for child in psutil.Process(side.pid).children():
+            child.kill()
+        side.kill()
+        side.wait()
+    assert reading.compiler_rss_bytes > 300 << 20, reading  # the side process and its forked worker
+    assert reading.rss_bytes < before + (50 << 20), (before, reading)  # none of it is the rank's own
+
+
+def test_a_tree_meter_bills_the_cpp_compiler_apart(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    compiler = tmp_path / "cc1plus"  # what g++ runs to compile a kernel inductor wrote (its name is the kernel's)
+    compiler.symlink_to(sys.executable)
+    meter = TreeMeter(os.getpid())
+    before = meter.read().rss_bytes
+    child = subprocess.Popen([str(compiler), "-c", "import sys, time; held = bytearray(300 << 20); "
+                              "held[::4096] = b'x' * len(held[::4096]); print('ready', flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        reading = meter.read()
+    finally:
+        child.kill()
+        child.wait()
+    assert reading.compiler_rss_bytes > 300 << 20 and reading.rss_bytes < before + (50 << 20), (before, reading)
 
 
 def test_memory_deaths_are_blamed_on_memory_only_with_evidence() -> None:
@@ -188,6 +248,28 @@ def test_a_worker_killed_for_memory_gets_an_error_with_the_figures(small_memory_
     message = str(caught.value)
     assert "rank 1" in message and "SIGKILL" in message and "out-of-memory killer" in message
     assert "memory cgroup" in message and "0.16 GiB limit" in message
+
+
+@pytest.mark.timeout(180)
+def test_torchs_compile_workers_memory_is_the_compilers_never_the_ranks() -> None:
+    # the issue: during torch.compile the compile workers' memory was billed to the rank ("peak 3.3 GiB" on rank 1)
+    sink = RecordingSink()
+    notebook_launcher(workers.compile_pool_holds, (400, 4.0), num_processes=2, dashboard=sink)
+    samples = [s for s in sink.of_type(SystemSample) if isinstance(s, SystemSample)]
+    compiler = {rank: max(r.compiler_rss_bytes for s in samples for r in s.ranks if r.rank == rank) for rank in (0, 1)}
+    peak = {rank: max(r.peak_rss_bytes for s in samples for r in s.ranks if r.rank == rank) for rank in (0, 1)}
+    assert abs(peak[0] - peak[1]) < 150 << 20, peak  # the ranks' own memory: alike, none of the compiler's in it
+    assert compiler[0] > 400 << 20 and compiler[1] == 0, compiler  # torch's pool, with the 400 MiB its worker held
+    summary = SystemSummary()
+    for sample in samples:
+        summary.add(sample)
+    line0, line1 = summary.lines()
+    assert f"peak memory {gib(peak[0])} (+ compiler {gib(compiler[0])})" in line0 and "compiler" not in line1
+    state = SystemState()
+    for sample in samples:
+        state.apply(sample)
+    html = panel_html(state, final=True)
+    assert html.count("+ compiler</span>") == 1 and f"peak {compiler[0] / GIB:.1f}" in html
 
 
 def test_cgroup_memory_of_this_process_is_a_limit_or_none() -> None:

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from notebook_accel import LaunchTimeoutError, notebook_launcher
-from notebook_accel.events import StepTimes, SystemSample
+from notebook_accel.display.console import ConsoleSink
+from notebook_accel.events import RankSystem, StepTimes, SystemSample
+from notebook_accel.monitor.idle import IDLE_SECONDS
 from notebook_accel.monitor.summary import SystemSummary
 from notebook_accel.monitor.verdict import StepBreakdown, verdict
+from notebook_accel.widgets.run_model import RunState
+from notebook_accel.widgets.snapshot import summary_html, summary_text
 from tests.engines.deepspeed import needs_deepspeed
 from tests.launcher.recording import RecordingSink
 from tests.monitor import workers
+
+GIB = 1024**3
 
 
 def run_of(function: Callable[..., Any], *args: Any) -> tuple[StepBreakdown, Any, set[str | None]]:
@@ -143,6 +150,47 @@ def test_a_hang_is_named_every_rank_idle_not_no_verdict() -> None:
         summary.add(sample)  # type: ignore[arg-type]
     found = verdict(StepBreakdown(), summary.gpu_means(), summary.idle.seconds())
     assert found is not None and found.startswith("every rank idle for"), (found, summary.lines())
+
+
+@pytest.mark.timeout(180)
+def test_a_run_ended_by_its_timeout_while_every_rank_waited_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    # the issue: a hang ended by timeout= before 5 s of idleness closed with "no verdict: nothing clearly slowed
+    # the run down"; here both ranks compute, then wait for the last 4.5 s until timeout=8 stops them (the samples
+    # show 2.5 to 4.5 s of it: under the 5 s a live verdict needs)
+    sink = RecordingSink()
+    with pytest.raises(LaunchTimeoutError):
+        notebook_launcher(workers.busy_then_hang, (8.0, 4.5), num_processes=2, dashboard=sink, timeout=8)
+    assert sink.info is not None and sink.outcome is not None and sink.outcome.status == "timeout"
+    summary = SystemSummary()
+    for sample in sink.of_type(SystemSample):
+        summary.add(sample)  # type: ignore[arg-type]
+    assert 2.0 <= summary.idle.seconds() < IDLE_SECONDS, summary.idle.seconds()  # below the live threshold
+    assert verdict(StepBreakdown(), summary.gpu_means(), summary.idle.seconds()) is None  # what it said live
+    console, state = ConsoleSink(), RunState(sink.info)  # the two closing summaries: text, and the notebook's
+    for event in sink.events:
+        console.handle(event)
+        state.apply(event)
+    console.finish(sink.outcome)
+    state.finish(sink.outcome)
+    said = re.search(r"Verdict: every rank idle for the last (\d+\.\d) s before the run was stopped",
+                     capsys.readouterr().out)
+    assert said is not None and float(said.group(1)) == round(summary.idle.seconds(), 1)
+    shown = summary_html(state, sink.outcome.elapsed)
+    assert f"every rank idle for the last {said.group(1)} s before the run was stopped" in shown
+    assert "no verdict" not in shown and said.group(0).lower() in summary_text(state, sink.outcome.elapsed)
+    assert "mem</span> 0.0 GiB" not in shown and " yet" not in shown  # the ranks ended: their last live figures
+
+
+def test_a_sample_taken_after_every_rank_ended_neither_ends_nor_lengthens_the_idle_stretch() -> None:
+    summary = SystemSummary()
+    for t, cpu in ((0.0, 90.0), (1.0, 1.0), (2.0, 0.0), (3.0, 0.0)):
+        summary.add(SystemSample(t, (RankSystem(0, cpu, GIB, GIB), RankSystem(1, cpu, GIB, GIB)), GIB, 2 * GIB))
+    summary.add(SystemSample(4.0, (RankSystem(0, 0.0, 0, GIB), RankSystem(1, 0.0, 0, GIB)), GIB, 2 * GIB))  # gone
+    assert summary.idle.seconds() == 3.0
+    assert verdict(StepBreakdown(), None, summary.idle.seconds()) is None  # live: too short
+    said = verdict(StepBreakdown(), None, summary.idle.seconds(), stopped=True)
+    assert said is not None and said.startswith("every rank idle for the last 3.0 s before the run was stopped (")
+    assert verdict(StepBreakdown(), None, 1.9, stopped=True) is None  # one sample interval is no stretch
 
 
 def test_a_rank_busy_again_ends_the_idle_verdict() -> None:

@@ -235,3 +235,50 @@ def hang_in_all_reduce() -> None:
     if dist.get_rank() == 0:
         dist.all_reduce(torch.ones(1))
     time.sleep(120)
+
+
+def busy_then_hang(timeout: float, idle: float) -> None:
+    """Both ranks compute until ``idle`` seconds before the run's ``timeout`` (counted from this process's start,
+    about when the launcher starts counting), then rank 0 waits in an all_reduce that rank 1, asleep, never joins:
+    every rank idle for the run's last ``idle`` seconds, until its timeout stops it."""
+    import psutil
+    import torch.distributed as dist
+
+    from notebook_accel import Accelerator
+
+    Accelerator()
+    x, until = torch.ones(64, 64), psutil.Process().create_time() + timeout - idle
+    while time.time() < until:
+        x = torch.tanh(x @ x)
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))
+    time.sleep(120)
+
+
+def hold_memory(mib: int, seconds: float) -> int:
+    """Hold ``mib`` MiB, touched, for ``seconds`` (a job for a compile worker); returns this process's id."""
+    chunk = bytearray(mib << 20)
+    chunk[:: 4096] = b"x" * len(chunk[:: 4096])
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def compile_pool_holds(mib: int, seconds: float) -> None:
+    """Rank 0 starts torch's own compile worker pool (``SubprocPool``: the side process running
+    ``torch/_inductor/compile_worker/__main__.py``, and its forked workers, as ``torch.compile`` does with
+    ``compile_threads`` > 1) and has one of its workers hold ``mib`` MiB for ``seconds``; rank 1 waits as long."""
+    import torch.distributed as dist
+    from torch._inductor.compile_worker.subproc_pool import SubprocPool
+
+    from notebook_accel import Accelerator
+
+    Accelerator()
+    if dist.get_rank() == 0:
+        pool = SubprocPool(2)
+        try:
+            assert pool.submit(hold_memory, mib, seconds).result(timeout=120) != os.getpid()
+        finally:
+            pool.shutdown()
+    else:
+        time.sleep(seconds + 2)
+    dist.barrier()

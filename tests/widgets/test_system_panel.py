@@ -7,6 +7,7 @@ import re
 import ipywidgets as w
 
 from notebook_accel.events import Log, Metrics, RankSystem, RunInfo, RunOutcome, Started, StepTimes, SystemSample
+from notebook_accel.monitor.summary import sample_line
 from notebook_accel.widgets import Dashboard
 from notebook_accel.widgets.snapshot import StaticResult
 from notebook_accel.widgets.run_model import RunState
@@ -76,7 +77,7 @@ def test_the_sparkline_moves_with_new_samples() -> None:
     assert _points(panel_html(state)) != before
 
 
-def test_the_step_bar_splits_the_last_report_and_the_verdict_appears() -> None:
+def test_the_step_bar_splits_the_runs_steps_and_the_verdict_appears() -> None:
     state = SystemState()
     state.apply(_sample(1.0, _cpu(0, 100.0)))
     assert "none measured yet" in panel_html(state) and "no verdict" in panel_html(state)
@@ -85,8 +86,30 @@ def test_the_step_bar_splits_the_last_report_and_the_verdict_appears() -> None:
     assert "100 ms" in out and "data wait 50%" in out and "forward+backward 30%" in out and "optimizer 10%" in out
     assert 'data-part="data" style="width:50.0%' in out and out.index("data wait 50%") < out.index("CPU")
     assert "verdict:</b> data-bound: rank 0 waits 50% of each step for its DataLoader" in out
-    state.apply(StepTimes(0, 20, 2.0, 0.2, 1.4, 0.7, 0.0, 0.2, 0))  # the bar shows the last report
-    assert 'data-part="data" style="width:10.0%' in panel_html(state)
+    state.apply(StepTimes(0, 20, 2.0, 0.2, 1.4, 0.7, 0.0, 0.2, 0))  # the bar shows the run's steps so far
+    assert 'data-part="data" style="width:30.0%' in panel_html(state) and "mean of 40 steps" in panel_html(state)
+
+
+def _step_figures(text: str) -> list[tuple[str, str]]:
+    """Each ``(ms, other %)`` a text shows: the bar's ``step 58 ms · other 89%``, the lines' ``58 ms a step: ...,
+    other 89%``."""
+    return (re.findall(r'step</span> (\d+) ms <span style="[^"]*">· other (\d+)%', text)
+            + re.findall(r"(\d+) ms a step: [^<;]*other (\d+)%", text))
+
+
+def test_the_step_bar_and_the_final_lines_show_one_step_time() -> None:
+    # the issue: the bar said "step 55 ms · other 93%" (the last report), the final lines "58 ms a step … other 89%"
+    dash, shown = _dashboard()
+    dash.handle(_sample(1.0, _cpu(0, 95.0)))
+    for seconds, other in ((0.58, 0.5), (0.52, 0.49), (0.55, 0.51)):  # three reports of 10 steps, mostly "other"
+        dash.handle(StepTimes(0, 10, seconds + other, 0.01, seconds * 0.05, 0.02, 0.0, 0.01))
+    dash.refresh()
+    live = _step_figures(dash.system.widget.value)
+    dash.finish(RunOutcome("finished", 3.0))
+    (result,) = [x for x in shown if isinstance(x, StaticResult)]
+    final = _step_figures(result._repr_mimebundle_()["text/html"])
+    assert len(live) == 1 and len(final) == 2, (live, final)  # the bar live; the bar and the rank's line at the end
+    assert set(live) == set(final) and len(set(final)) == 1, (live, final)
 
 
 def test_run_state_feeds_the_panel_without_touching_the_rest() -> None:
@@ -208,3 +231,18 @@ def test_the_final_frame_says_what_was_measured_not_what_is_awaited() -> None:
     assert "steps: none measured yet" in live and "no sample yet" in live
     assert "yet" not in final.replace("(yet)", "")
     assert "steps: none measured<" in final and "no sample taken" in final
+
+
+def test_the_compilers_memory_is_shown_apart_from_the_ranks_own() -> None:
+    state = SystemState()
+    state.apply(_sample(1.0, _cpu(0, 90.0), _cpu(1, 90.0)))
+    assert "compiler" not in panel_html(state)  # no cell before a compiler ran
+    compiling = RankSystem(1, 300.0, int(0.5 * GIB), int(0.75 * GIB), compiler_rss_bytes=int(2.9 * GIB))
+    state.apply(_sample(2.0, _cpu(0, 90.0), compiling))
+    assert "rank 1 cpu 300% 0.5 GiB + compiler 2.9 GiB ·" in sample_line(_sample(2.0, compiling, _cpu(0, 90.0)))
+    state.apply(_sample(3.0, _cpu(0, 90.0), _cpu(1, 90.0)))  # done compiling: its processes ended
+    out = panel_html(state, final=True)
+    assert out.count("+ compiler</span> 0.0 GiB, peak 2.9") == 1 and "mem</span> 0.5 GiB, peak 0.8" in out
+    assert state.peak_memory(1) == int(0.75 * GIB)  # the rank's own peak: none of the compiler's 2.9 GiB
+    assert state.summary.lines()[1] == "rank 1: mean CPU 160%, peak memory 0.8 GiB (+ compiler 2.9 GiB)"
+    assert "compiler" not in state.summary.lines()[0]
