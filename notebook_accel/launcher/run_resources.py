@@ -194,9 +194,12 @@ def _open(res: RunResources, plan: Plan, attempt: int, resume: str | None) -> No
     if res.store is not None and plan.nodes == 1:
         res.private = res.enter(new_store_folder(), remove_store_folder)
     # What this run holds open in the kernel: the workers of every later fork close it (kernel/fds.py); the guard is
-    # read when asked, as it starts later.
+    # read when asked, as it starts later. Sockets are looked for by port only where the store serves connections
+    # (several machines): one machine's listener is closed by number, and looking costs every worker a walk of its
+    # descriptors before its function starts.
     store, watch = res.store, res.watch
+    served = (store is not None and res.private is None) or watch is not None
     res.descriptors = res.enter(RunDescriptors([lambda: (store.fd if store else -1, res.guard.fd if res.guard else -1),
                                                 lambda: watch.descriptors() if watch else ()],
-                                               {int(port)} if store or watch else set()).open(), RunDescriptors.close)
+                                               {int(port)} if served else set()).open(), RunDescriptors.close)
 

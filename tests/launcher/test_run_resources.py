@@ -93,6 +93,7 @@ def test_opened_in_order_and_all_closed(tmp_path: Path) -> None:
     assert resources.guard is None  # started once the workers exist: no worker inherits its pipe
     assert resources.inherited_fds() == (store.fd,)
     assert descriptors in kernel_fds._RUNS and os.path.isdir(private)
+    assert descriptors.ports == set()  # one machine: the store serves no connection, no worker looks for sockets
     board = resources.open_board([0, 1])
     with resources:
         resources.guard_workers([])
