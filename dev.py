@@ -3,7 +3,7 @@
 
     python3 dev.py test [pytest args]   # make .venv, install the package with its test extra, run the suite
     python3 dev.py demo                 # make .venv, run the quickstart notebook headless into build/
-    python3 dev.py bench                # run every benchmark in benchmarks/ and print its ratios
+    python3 dev.py bench                # also install the bench extra, run every benchmark in benchmarks/, print ratios
     python3 dev.py test-gpu [--cpu] [--wheels DIR] [pytest args]
                                         # on a GPU machine: .venv-gpu with a CUDA torch, then tests/gpu
 
@@ -55,6 +55,20 @@ def ensure_venv() -> Path:
     return PYTHON
 
 
+def ensure_bench_extra() -> None:
+    """Install the ``bench`` extra (the peers the benchmarks compare with) into .venv, unless already done; the test
+    suite never needs it, so ``dev.py test`` (CI) does not install it."""
+    stamp = VENV / f".bench-{_fingerprint()}"
+    if stamp.exists():
+        return
+    print("[dev] installing the bench extra (the benchmarks' peers; torch stays pinned)", flush=True)
+    subprocess.run([str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-c",
+                    str(ROOT / "constraints.txt"), "-e", ".[bench]"], check=True, cwd=ROOT)
+    for old in VENV.glob(".bench-*"):
+        old.unlink()
+    stamp.touch()
+
+
 def ensure_system_packages() -> None:
     """Install the Debian packages some tests need, when missing and we are root; else say which tests skip.
 
@@ -96,6 +110,7 @@ def main(argv: list[str]) -> int:
         return subprocess.run([python, "-m", "pytest", *rest], cwd=ROOT, env=env).returncode
     if command == "demo":
         return subprocess.run([python, str(ROOT / "tools" / "demo.py"), *rest], cwd=ROOT, env=env).returncode
+    ensure_bench_extra()
     code = 0
     for script in sorted((ROOT / "benchmarks").glob("*.py")):
         print(f"[dev] {script.relative_to(ROOT)}", flush=True)

@@ -218,7 +218,8 @@ class LaunchEnvironment:
         env = os.environ if environ is None else environ
         for name in (MASTER_ADDR, MASTER_PORT, DEVICE, MIXED_PRECISION, GRADIENT_ACCUMULATION_STEPS, FP8,
                      *ENGINE_VARIABLES, LAUNCHED):
-            env.pop(name, None)
+            if name in env:  # os.environ.pop of an absent name raises and catches a KeyError: costly in a new worker
+                del env[name]
         env.update(self.to_environ())
 
 

@@ -1,16 +1,18 @@
 """What one launch attempt holds open in the kernel, opened in order and closed in one place.
 
 :func:`open_resources` opens, in this order: node 0's rendezvous listener and store (not served yet), the
-kernel-death guard, the heartbeat of several nodes, the private store folder of one machine, and the registration
-of the run's descriptors; the system board joins just before the fork (:meth:`RunResources.open_board`). Each is
+heartbeat of several nodes, the private store folder of one machine, and the registration of the run's descriptors;
+the system board joins just before the fork (:meth:`RunResources.open_board`), the kernel-death guard just after it
+(:meth:`RunResources.guard_workers`). Each is
 handed to :meth:`RunResources.enter` as it is opened, and :meth:`RunResources.close` closes them all in reverse,
 once, each whatever the others do: on a failure while opening, when a blocking run ends, or, for a background run,
 in the supervising thread that was handed the resources (:meth:`RunResources.hand_over`) once the workers existed.
 
 Some steps must wait for the workers, and the launcher calls them at those points: the store is served only once
 the workers exist (no store thread may exist in the kernel at the fork: :meth:`RunResources.serve`), the guard is
-told the workers' process groups once they are forked (:meth:`RunResources.guard_workers`), and the board is made
-before the fork so that the workers inherit it.
+started once they are forked and told their process groups (:meth:`RunResources.guard_workers`: starting it costs
+about a millisecond that no longer delays the fork, and no worker inherits its pipe), and the board is made before
+the fork so that the workers inherit it.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class RunResources:
         self.private: str | None = None
         self.descriptors: RunDescriptors | None = None
         self.board: SystemBoard | None = None
+        self.guarded = False  # forked workers: start a guard once they exist (guard_workers)
 
     def enter(self, resource: T, close: Callable[[T], object]) -> T:
         """Own ``resource`` (just opened): ``close(resource)`` runs at :meth:`close`, before what was entered
@@ -110,9 +113,9 @@ class RunResources:
             self.close()
 
     def inherited_fds(self) -> tuple[int, ...]:
-        """The kernel's descriptors of this run that each worker must close at once (listener, guard pipe)."""
-        fds = (self.store.fd if self.store else -1, self.guard.fd if self.guard else -1)
-        return tuple(fd for fd in fds if fd >= 0)
+        """The kernel's descriptors of this run that each worker must close at once (the listener; the guard is
+        started after the fork)."""
+        return (self.store.fd,) if self.store and self.store.fd >= 0 else ()
 
     def open_board(self, ranks: Sequence[int]) -> SystemBoard:
         """Make the run's system board (just before the fork: the workers inherit its memory)."""
@@ -120,9 +123,15 @@ class RunResources:
         return self.board
 
     def guard_workers(self, handles: Sequence[WorkerHandle]) -> None:
-        """Once forked: have the guard end the workers' process groups if the kernel dies."""
-        if self.guard is not None:
-            self.guard.watch(h.pid for h in handles)
+        """Once forked: start the guard, which ends the workers' process groups (and removes the private store
+        folder) if the kernel dies. A worker dies with the kernel from its first instruction (``PR_SET_PDEATHSIG``);
+        the guard is for what it starts later."""
+        if not self.guarded:
+            return
+        self.guard = guard = self.enter(KernelDeathGuard(), KernelDeathGuard.close)
+        if self.private is not None:
+            guard.remove_on_death(self.private)  # a killed kernel leaves no folder behind
+        guard.watch(h.pid for h in handles)
 
     def serve(self) -> None:
         """In the supervising thread, once the workers exist: serve the store (several machines; one machine's
@@ -174,8 +183,7 @@ def _open(res: RunResources, plan: Plan, attempt: int, resume: str | None) -> No
                             plan.steps, variables, plan.engine, plan.fp8)
     if listener is not None:  # the store owns the listener from here on and closes it
         res.store = res.enter(StoreServer(listener, plan.nodes * local, plan.rdzv.join_timeout), StoreServer.close)
-    if not plan.in_process:  # ends the workers' groups if the kernel is killed
-        res.guard = res.enter(KernelDeathGuard(), KernelDeathGuard.close)
+    res.guarded = not plan.in_process  # a guard ends the workers' groups if the kernel is killed (guard_workers)
     if plan.nodes > 1 and not plan.in_process:  # a lost node ends the run (rendezvous/heartbeat.py)
         res.watch = res.enter(PeerWatch(plan.master_addr, int(port), plan.node, plan.nodes, local,
                                         plan.rdzv.keep_alive_interval, plan.rdzv.keep_alive_max_attempt,
@@ -185,11 +193,13 @@ def _open(res: RunResources, plan: Plan, attempt: int, resume: str | None) -> No
     # costs a launch 2-4 ms.
     if res.store is not None and plan.nodes == 1:
         res.private = res.enter(new_store_folder(), remove_store_folder)
-        if res.guard is not None:
-            res.guard.remove_on_death(res.private)  # a killed kernel leaves no folder behind
-    # What this run holds open in the kernel: the workers of every later fork close it (kernel/fds.py).
-    store, guard, watch = res.store, res.guard, res.watch
-    res.descriptors = res.enter(RunDescriptors([lambda: (store.fd if store else -1, guard.fd if guard else -1),
+    # What this run holds open in the kernel: the workers of every later fork close it (kernel/fds.py); the guard is
+    # read when asked, as it starts later. Sockets are looked for by port only where the store serves connections
+    # (several machines): one machine's listener is closed by number, and looking costs every worker a walk of its
+    # descriptors before its function starts.
+    store, watch = res.store, res.watch
+    served = (store is not None and res.private is None) or watch is not None
+    res.descriptors = res.enter(RunDescriptors([lambda: (store.fd if store else -1, res.guard.fd if res.guard else -1),
                                                 lambda: watch.descriptors() if watch else ()],
-                                               {int(port)} if store or watch else set()).open(), RunDescriptors.close)
+                                               {int(port)} if served else set()).open(), RunDescriptors.close)
 

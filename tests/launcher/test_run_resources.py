@@ -65,40 +65,40 @@ def test_handed_over_resources_are_closed_by_the_new_owner_only() -> None:
 def test_a_failure_while_opening_closes_what_was_opened(monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[str] = []
 
-    class Guard(run_resources.KernelDeathGuard):
-        """The real guard, noting when it is opened and closed."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            opened.append("guard")
+    class Store(run_resources.StoreServer):
+        """The real store, noting when it is closed."""
 
         def close(self) -> None:
             super().close()
-            opened.append("guard closed")
+            opened.append("store closed")
 
     def no_folder() -> str:
         raise OSError("no space left for the store folder")
 
-    monkeypatch.setattr(run_resources, "KernelDeathGuard", Guard)
+    monkeypatch.setattr(run_resources, "StoreServer", Store)
     monkeypatch.setattr(run_resources, "new_store_folder", no_folder)
     registered = len(kernel_fds._RUNS)
     with pytest.raises(OSError, match="no space left"):
         open_resources(_plan(), 0, None)
-    assert opened == ["guard", "guard closed"]
+    assert opened == ["store closed"]
     assert len(kernel_fds._RUNS) == registered  # never registered
 
 
 def test_opened_in_order_and_all_closed(tmp_path: Path) -> None:
     resources = open_resources(_plan(), 0, None)
-    store, guard, private, descriptors = resources.store, resources.guard, resources.private, resources.descriptors
-    assert store is not None and guard is not None and private is not None and descriptors is not None
+    store, private, descriptors = resources.store, resources.private, resources.descriptors
+    assert store is not None and private is not None and descriptors is not None
     assert resources.watch is None and [env.rank for env in resources.envs] == [0, 1]
     assert resources.envs[0].master_port == resources.port == store.port
-    assert set(resources.inherited_fds()) == {store.fd, guard.fd}
+    assert resources.guard is None  # started once the workers exist: no worker inherits its pipe
+    assert resources.inherited_fds() == (store.fd,)
     assert descriptors in kernel_fds._RUNS and os.path.isdir(private)
+    assert descriptors.ports == set()  # one machine: the store serves no connection, no worker looks for sockets
     board = resources.open_board([0, 1])
     with resources:
-        pass
+        resources.guard_workers([])
+        guard = resources.guard
+        assert guard is not None and guard.fd in kernel_fds.snapshot().fds  # later runs' workers close it
     assert store.fd == -1 and guard.fd == -1 and not os.path.exists(private) and descriptors not in kernel_fds._RUNS
     with pytest.raises(ValueError):  # unmapped
         board.fresh(every=0.0)

@@ -143,12 +143,22 @@ def survey_kernel() -> KernelState:
     group = bool(dist is not None and dist.is_available() and dist.is_initialized())
     streams = {id(sys.stdout): 1, id(sys.stderr): 2}
     handlers: list[tuple[logging.StreamHandler[Any], int]] = []
-    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
-        for handler in getattr(logger, "handlers", ()):
-            fd = streams.get(id(getattr(handler, "stream", None)))
-            if fd is not None and isinstance(handler, logging.StreamHandler):
-                handlers.append((handler, fd))
+    for handler in _live_handlers():
+        fd = streams.get(id(getattr(handler, "stream", None)))
+        if fd is not None and isinstance(handler, logging.StreamHandler):
+            handlers.append((handler, fd))
     return KernelState(os.getpid(), group, tuple(handlers))
+
+
+def _live_handlers() -> list[logging.Handler]:
+    """Every logging handler of this process: from logging's own list of live handlers (a few dozen, where a kernel
+    with torch has hundreds of loggers, each a page to touch after the previous fork write-protected them), else by
+    walking the loggers. A handler no logger holds is moved too, which changes nothing."""
+    refs = getattr(logging, "_handlerList", None)
+    if isinstance(refs, list):
+        return [h for h in (ref() for ref in list(refs)) if isinstance(h, logging.Handler)]
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    return [h for logger in loggers for h in getattr(logger, "handlers", ())]
 
 
 def _forget_process_group() -> None:

@@ -9,6 +9,7 @@ only folders that hold nothing but ``rank<N>.log`` files) are removed when a new
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -30,7 +31,12 @@ def rank_log(folder: Path, rank: int) -> Path:
 
 
 def display_path(path: Path) -> str:
-    """``path`` relative to the working directory when it lies below it (shorter to read), else absolute."""
+    """``path`` relative to the working directory when it lies below it (shorter to read), else absolute.
+
+    A relative path without ``..`` (the default root, ``runs``) already is that, and is shown as it is: resolving it
+    would cost a launch a system call per component before its workers start."""
+    if not path.is_absolute() and ".." not in path.parts:
+        return str(path)
     absolute = path.resolve()
     try:
         return str(absolute.relative_to(Path.cwd()))
@@ -89,8 +95,9 @@ def prune_runs(current: Path | None, keep: int = KEEP_RUNS) -> None:
 
 def _prune(root: Path, keep: int, current: Path) -> None:
     """Remove our oldest run folders beyond ``keep`` (never ``current``, never a folder holding other files)."""
-    try:
-        ours = sorted(p for p in root.iterdir() if p.is_dir() and _OURS.match(p.name) and p != current)
+    try:  # the name first, then the type the directory listing already gave (no stat per entry)
+        with os.scandir(root) as entries:
+            ours = sorted(root / e.name for e in entries if _OURS.match(e.name) and e.is_dir() and e.name != current.name)
     except OSError:
         return
     for old in ours[: max(0, len(ours) - (keep - 1))]:

@@ -312,3 +312,19 @@ def test_the_private_store_applies_when_the_worker_imports_torch_later() -> None
     done = subprocess.run([sys.executable, "-c", _LATE_IMPORT], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[3], check=True)
     assert done.stdout.strip() == "private"
+
+
+def test_a_store_folder_is_removed_whatever_it_holds(tmp_path: Path) -> None:
+    new_store_folder, remove_store_folder = rendezvous.new_store_folder, rendezvous.remove_store_folder
+    usual = new_store_folder()
+    Path(usual, "store").write_bytes(b"keys")
+    more = new_store_folder()
+    Path(more, "store").write_bytes(b"keys")
+    Path(more, "sub").mkdir()
+    Path(more, "sub", "file").write_text("x")
+    empty = new_store_folder()
+    for folder in (usual, more, empty):
+        remove_store_folder(folder)
+        assert not os.path.exists(folder)
+    remove_store_folder(usual)  # gone already
+    remove_store_folder(None)

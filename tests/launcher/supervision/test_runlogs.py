@@ -57,3 +57,12 @@ def test_only_our_oldest_folders_are_pruned(tmp_path: Path, monkeypatch: pytest.
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["20200101-000000-train", "20200103-000000-train", newest.name, "tensorboard"]
     assert os.path.exists(tmp_path / "20200101-000000-train" / "notes.txt")
+
+
+def test_a_path_outside_or_above_the_working_directory_is_shown_absolute(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert display_path(Path("../runs/x")) == str(tmp_path / "runs" / "x")
+    assert display_path(tmp_path / "work" / "runs") == "runs"
+    assert display_path(Path("runs/x")) == "runs/x"
