@@ -190,6 +190,8 @@ class RunState:
             self._rank(rank)
         if not isinstance(event, (Started, Exited)):
             self.workers_spoke = True
+        if self.system is not None and isinstance(event, (Progress, Metrics, MetricsBatch, Log)):
+            self.system.progress()  # a sign of life: the ranks are not hung, however little CPU they use
         match event:
             case Metrics():
                 self._metrics(event)

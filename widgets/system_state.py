@@ -73,9 +73,15 @@ class SystemState:
         elif isinstance(event, StepTimes):
             self.steps.add(event)
             self._figures(event.rank)
+            self.summary.idle.progress()
         else:
             return
         self.version += 1
+
+    def progress(self) -> None:
+        """A rank showed progress (a loader's batch, a metric, a line of output): no idle stretch goes on across
+        it (see :mod:`notebook_accel.monitor.idle`)."""
+        self.summary.idle.progress()
 
     def end(self, status: str) -> None:
         """The run ended with ``status`` (its outcome's): after a timeout or an interrupt the verdict names every

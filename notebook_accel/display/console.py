@@ -219,6 +219,8 @@ class ConsoleSink(BaseSink):
 
     def handle(self, event: Event) -> None:
         """Print output lines, throttled progress and metrics; ignore the rest."""
+        if isinstance(event, (Log, Progress, Metrics, StepTimes)):
+            self._summary.idle.progress()  # a sign of life: no idle stretch goes on across it
         if isinstance(event, Log):
             self._log(event)
         elif isinstance(event, Progress) and event.rank == self.main_rank:
@@ -285,6 +287,7 @@ class ConsoleSink(BaseSink):
 
     def handle_metrics(self, batch: MetricsBatch) -> None:
         """A worker's batch of ``log`` calls: its latest values, when the throttle allows (as :meth:`handle`)."""
+        self._summary.idle.progress()
         if batch.rank == self.main_rank and self._clock() - self._last_metrics >= self._metrics_interval:
             self._metrics(batch.record(-1))
 

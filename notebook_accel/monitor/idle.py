@@ -3,7 +3,9 @@ rank that never comes, a lock) or a wait outside the ranks shows as every worker
 GPU, which the step times cannot show (no step ends while it lasts).
 
 A sample's CPU % covers the interval since the previous one, so an idle stretch starts at the sample before the
-first idle one.
+first idle one. Low CPU alone is not a hang: a loop that sleeps, or waits on a remote service, each step uses next
+to none and still moves on. Any sign of progress from a rank (a step's times, a loader's progress, a metric, a line
+of output) ends the stretch (:meth:`IdleWatch.progress`), so only ranks that are idle *and* silent are named.
 
 Live, a stretch is named from :data:`IDLE_SECONDS` on (a shorter one is a pause: an evaluation's barrier, a
 checkpoint). When the run was stopped from outside (its ``timeout=``, an interrupt), a stretch reaching its end is
@@ -53,6 +55,20 @@ class IdleWatch:
         elif self._since is None:
             self._since = self._previous if self._previous is not None else sample.time
         self._previous = self._latest = sample.time
+
+    def progress(self) -> None:
+        """A rank showed progress (a step ended, a batch came, a metric or a line was sent): the stretch ends; the
+        next idle sample starts a new one.
+
+        Example:
+            >>> from notebook_accel.events import RankSystem
+            >>> watch = IdleWatch()
+            >>> for t in range(9):  # a loop that sleeps through its steps: 1% CPU, a step's times every second
+            ...     watch.add(SystemSample(float(t), (RankSystem(0, 1.0, 1, 1),), 1, 2)); watch.progress()
+            >>> watch.seconds()
+            0.0
+        """
+        self._since = None
 
     def seconds(self) -> float:
         """Seconds every rank has been idle until the latest sample (0 when one is busy)."""

@@ -181,6 +181,45 @@ def test_a_run_ended_by_its_timeout_while_every_rank_waited_says_so(capsys: pyte
     assert "mem</span> 0.0 GiB" not in shown and " yet" not in shown  # the ranks ended: their last live figures
 
 
+@pytest.mark.timeout(180)
+def test_a_loop_that_sleeps_through_its_steps_is_not_called_idle(capsys: pytest.CaptureFixture[str]) -> None:
+    # seen in JupyterLab: a loop sleeping 0.15 s a step (2-4% CPU) for 14 s, steps and metrics all along, closed
+    # with "every rank idle for 8 s (... a collective that a rank never reaches ...)": a hang that was not there
+    sink = RecordingSink()
+    steps = notebook_launcher(workers.sleepy_training, (9.0, 0.3), num_processes=2, dashboard=sink)
+    assert steps > 10 and sink.outcome is not None
+    summary = SystemSummary()
+    for sample in sink.of_type(SystemSample):
+        summary.add(sample)  # type: ignore[arg-type]
+    assert summary.idle.seconds() >= IDLE_SECONDS, summary.lines()  # the CPU alone says idle: the case in question
+    console, state = ConsoleSink(), RunState(sink.info)  # type: ignore[arg-type]
+    for event in sink.events:
+        console.handle(event)
+        state.apply(event)
+    console.finish(sink.outcome)
+    state.finish(sink.outcome)
+    out = capsys.readouterr().out
+    assert "idle for" not in out, out[-2000:]
+    assert "idle for" not in summary_html(state, sink.outcome.elapsed)
+
+
+def test_progress_ends_an_idle_stretch_in_both_summaries() -> None:
+    from notebook_accel.widgets.system_state import SystemState
+
+    state, console = SystemState(), ConsoleSink()
+    for t in range(9):  # 1% CPU, 8 s: idle by the CPU
+        sample = SystemSample(float(t), (RankSystem(0, 1.0, GIB, GIB), RankSystem(1, 1.0, GIB, GIB)), GIB, 2 * GIB)
+        state.apply(sample)
+        console.handle(sample)
+    assert state.summary.idle.seconds() == 8.0 and console._summary.idle.seconds() == 8.0
+    said = state.verdict()
+    assert said is not None and said.startswith("every rank idle for 8 s"), said
+    state.apply(StepTimes(0, 6, 1.0, 0.0, 0.02, 0.01, 0.0, 0.0))
+    console.handle(StepTimes(0, 6, 1.0, 0.0, 0.02, 0.01, 0.0, 0.0))
+    assert state.summary.idle.seconds() == 0.0 and console._summary.idle.seconds() == 0.0
+    assert state.verdict() is None
+
+
 def test_a_sample_taken_after_every_rank_ended_neither_ends_nor_lengthens_the_idle_stretch() -> None:
     summary = SystemSummary()
     for t, cpu in ((0.0, 90.0), (1.0, 1.0), (2.0, 0.0), (3.0, 0.0)):

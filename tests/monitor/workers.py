@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import torch
 
@@ -169,19 +170,27 @@ def log_system(folder: str, wanted: bool) -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     data = torch.utils.data.TensorDataset(torch.randn(4096, 8), torch.randn(4096, 1))
     model, optimizer, loader = accelerator.prepare(model, optimizer, torch.utils.data.DataLoader(data, batch_size=8))
+    step = _train_steps(accelerator, model, optimizer, loader, 270, 0.01, "loss")  # about 3.5 s
+    accelerator.end_training()
+    return step
+
+
+def _train_steps(accelerator: Any, model: Any, optimizer: Any, loader: Any, steps: int, pause: float,
+                 metric: str) -> int:
+    """Train ``steps`` steps (a count, not a clock: every rank must run the same collectives), logging ``metric``
+    and sleeping ``pause`` seconds after each; returns the steps done."""
     step = 0
-    while step < 270:  # about 3.5 s; a step count, not a clock: every rank must run the same collectives
+    while step < steps:
         for x, y in loader:
             loss = torch.nn.functional.mse_loss(model(x), y)
             accelerator.backward(loss)
             optimizer.step()
             optimizer.zero_grad()
-            accelerator.log({"loss": loss.item()}, step=step)
+            accelerator.log({metric: loss.item()}, step=step)
             step += 1
-            time.sleep(0.01)
-            if step == 270:
+            time.sleep(pause)
+            if step == steps:
                 break
-    accelerator.end_training()
     return step
 
 
@@ -282,3 +291,16 @@ def compile_pool_holds(mib: int, seconds: float) -> None:
     else:
         time.sleep(seconds + 2)
     dist.barrier()
+
+
+def sleepy_training(seconds: float, pause: float) -> int:
+    """A loop that sleeps ``pause`` seconds every step (as a loop waiting on a remote service or throttled by hand
+    does) for about ``seconds``: next to no CPU, yet steps, metrics and progress all the while. Returns the steps."""
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    model = torch.nn.Linear(4, 1)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.05),
+                                                   torch.utils.data.DataLoader(data, batch_size=4))
+    return _train_steps(accelerator, model, optimizer, loader, int(seconds / pause), pause, "train/loss")
