@@ -30,7 +30,7 @@ from notebook_accel.checkpointing.atomic import commit_dir, file_digest, make_di
 from notebook_accel.checkpointing.checksum import recording
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.folders import Folders, folder_key
-from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Manifest, write_manifest
+from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Manifest, write_manifest, written_format
 from notebook_accel.checkpointing.naming import (
     checkpoint_path,
     checkpoints_root,
@@ -138,8 +138,9 @@ def _phase_commit(accelerator: Any, objects: list[Saved], temp: str, path: str, 
     place, rotate old automatic checkpoints. ``group``: the ranks this folder holds and the save's id, when the
     ranks save into different folders."""
     world = accelerator.state.num_processes
-    manifest = Manifest(world_size=world, entries=[s.entry for s in objects],
-                        step=int(getattr(accelerator, "step", 0) or 0), iteration=iteration)
+    entries = [s.entry for s in objects]
+    manifest = Manifest(world_size=world, entries=entries, step=int(getattr(accelerator, "step", 0) or 0),
+                        iteration=iteration, format_version=written_format(entries))
     if group is not None:
         manifest.ranks, manifest.save_id = group
     missing = [n for n in manifest.all_files() if not os.path.isfile(os.path.join(temp, n))]
