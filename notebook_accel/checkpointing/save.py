@@ -12,7 +12,8 @@ all-gather of per-rank errors that also acts as a barrier):
 
 The checksums (XXH3-128, :mod:`~notebook_accel.checkpointing.checksum`) are computed while the files are written,
 by the rank that writes them, and reach the main process with the agreement that ends phase 2: nothing is read
-back. Only a file written by a collective writer (DCP's shards) is hashed after the write, by its own rank.
+back (FSDP's DCP shards are hashed inside DCP's writer too). Only a collective writer's own-rank file that was not
+hashed while it was written is hashed after the write, by its own rank.
 
 A failure anywhere makes every rank raise the same :class:`CheckpointError`; the temporary directory is removed
 and the previous checkpoint is untouched. A process killed mid-save leaves only a ``.tmp-`` directory, which
@@ -120,7 +121,7 @@ def _write_files(objects: list[Saved], snapshot: dict[int, Any], temp: str, rank
                 saved.write(temp, snapshot[i])
                 own = os.path.join(temp, saved.entry.file.format(rank=rank))
                 if saved.entry.per_rank and os.path.abspath(own) not in ledger and os.path.isfile(own):
-                    ledger[os.path.abspath(own)] = file_digest(own)  # written by DCP: hashed here, from the cache
+                    ledger[os.path.abspath(own)] = file_digest(own)  # not hashed while written: here, from the cache
         for i, saved in enumerate(objects):
             if saved.write is not None:
                 continue

@@ -62,6 +62,15 @@ def test_model_and_optimizer_are_one_dcp_state(tmp_path: Path) -> None:
     assert keys == {"model", "optimizer_0"}
 
 
+@pytest.mark.timeout(180)
+def test_shards_are_hashed_while_dcp_writes_them(tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    launch(workers.resume_reading_nothing_back, "FULL_SHARD", str(directory), False)  # no file is read back
+    manifest = json.loads((directory / "manifest.json").read_text())
+    for name in SHARDED_FILES:  # and the digests recorded are the files'
+        assert manifest["files"][name]["xxh3_128"] == file_digest(str(directory / name))[1], name
+
+
 @pytest.mark.timeout(240)
 def test_a_checkpoint_of_the_layout_before_format_4_resumes_exactly_and_is_checked(tmp_path: Path) -> None:
     directory = tmp_path / "ckpt"

@@ -189,6 +189,18 @@ def resume_apart(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return resume(*args, **kwargs)
 
 
+def resume_reading_nothing_back(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """:func:`resume`, where hashing a file after it was written fails: the save must hash while it writes."""
+    import notebook_accel.checkpointing.atomic as atomic
+    import notebook_accel.checkpointing.save as save
+
+    def read_back(path: str, *rest: Any) -> Any:
+        raise AssertionError(f"the save read {path} back to hash it")
+
+    atomic.file_digest = save.file_digest = read_back  # type: ignore[assignment]  # this worker only
+    return resume(*args, **kwargs)
+
+
 def load_refused(directory: str, width: int, state_dict_type: str = "SHARDED_STATE_DICT",
                  trained: int = 0) -> dict[str, Any]:
     """Try to load ``directory`` into a FULL_SHARD TinyNet of ``width`` (trained ``trained`` steps first); the
