@@ -209,8 +209,11 @@ def full_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ind
 
 def joint_model(group: JointShards, model: torch.nn.Module, index: int) -> Saved:
     """The checkpoint object for FSDP model ``index`` as the ``"model"`` part of its joint DCP state."""
-    return group.part("model", "model", index, type(model).__name__, lambda: get_model_state_dict(model),
-                      lambda state: set_model_state_dict(model, state))
+
+    def apply(state: dict[str, Any]) -> None:
+        set_model_state_dict(model, state)
+
+    return group.part("model", "model", index, type(model).__name__, lambda: get_model_state_dict(model), apply)
 
 
 def joint_optimizer(group: JointShards, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -55,7 +55,7 @@ class _HashedStream(io.IOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data: Any) -> int:  # type: ignore[override]
+    def write(self, data: Any) -> int:
         return self.hashing.write(data)
 
     def tell(self) -> int:
