@@ -6,6 +6,7 @@ reader below give every file the object's name instead: ``<name>_rank<r>_0.distc
 shards) and ``<name>.metadata``. Everything else (planning, resharding) is DCP's own, except what it would
 unpickle in full: the reader reads the metadata, and the planner the non-tensor values, as plain data only, and
 the planner refuses a checkpoint whose keys, shapes or dtypes differ from the live state (see :mod:`.dcp_safety`).
+The writer hashes each shard file (XXH3-128) on its way to disk, so a save reads no shard back for its manifest.
 """
 
 from __future__ import annotations
