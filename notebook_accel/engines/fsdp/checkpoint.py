@@ -42,7 +42,7 @@ from notebook_accel.checkpointing.saved import Saved
 from notebook_accel.engines.fsdp.joint import JointShards, fresh_tensors
 from notebook_accel.engines.fsdp.storage import load_sharded, metadata_file, save_sharded, shard_files
 
-__all__ = ["fsdp_objects", "JointShards"]
+__all__ = ["fsdp_objects"]
 
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
