@@ -10,7 +10,10 @@ shards with ``torch.distributed.checkpoint``). The contenders, saving into a fre
   each fsync'd, the folder renamed into place and its parent fsync'd (``safe2``, the same again: the A/A control);
 - ``ours``: ``Accelerator.save_state`` (atomic folder, fsync, rename, per-rank RNG and a checksum of every file);
 - ``accelerate``: accelerate's ``save_state`` on its own DDP copy of the model, as a peer (plain only, when
-  accelerate is installed).
+  accelerate is installed);
+- ``two-call`` (FSDP only): ``save_state`` in the layout of checkpoint format 3, the model and its optimizer in
+  DCP files of their own (two DCP calls), which ``load_state`` still reads: the layout change measured in the same
+  rounds, so its effect is not lost in the machine's swings between runs.
 
 Loading reads the folder each contender saved in that round: ``raw`` is ``torch.load`` + ``load_state_dict``
 (``dcp.load`` + ``set_state_dict`` under FSDP) and the baseline there; ``raw2`` the A/A control. Contenders
@@ -133,6 +136,21 @@ def _accelerate_peer(params: int) -> Any:
     return peer
 
 
+def _two_call(save: Callable[[str], Any]) -> Callable[[str], None]:
+    """``save`` with the FSDP layout of format 3: no model shares a DCP state with its optimizers."""
+    from notebook_accel.engines.fsdp.layout import FsdpLayout
+
+    def run(path: str) -> None:
+        joint = FsdpLayout.__dict__["_group"]
+        FsdpLayout._group = staticmethod(lambda index, context: None)  # type: ignore[method-assign]
+        try:
+            save(path)
+        finally:
+            FsdpLayout._group = joint  # type: ignore[method-assign]
+
+    return run
+
+
 def _timed(action: Callable[[], Any]) -> float:
     """Seconds ``action`` takes on the slowest rank (barriers on both sides)."""
     dist.barrier()
@@ -161,6 +179,9 @@ def _contenders(engine: str, params: int) -> tuple[dict[str, Callable[[str], Non
     loads: dict[str, Callable[[str], None]] = {
         "raw": lambda p: load(inner, optimizer, p), "ours": lambda p: accelerator.load_state(p),
         "raw2": lambda p: load(inner, optimizer, p)}
+    if engine == "fsdp":
+        saves["two-call"] = _two_call(lambda p: accelerator.save_state(p))
+        loads["two-call"] = lambda p: accelerator.load_state(p)  # the layout is the checkpoint's
     peer = _accelerate_peer(params) if engine == "plain" else None
     if peer is not None:
         saves["accelerate"] = lambda p: peer.save_state(p)
@@ -229,6 +250,11 @@ def _report(engine: str, result: dict[str, Any], rounds: int) -> None:
                     "save safe2": " (A/A control)", "load raw2": " (A/A control)"}.get(name, "")
             print(f"  {name:<16} {statistics.median(times[name]):7.3f} s   {statistics.median(ratios):.2f}x "
                   f"[{min(ratios):.2f}-{max(ratios):.2f}]{note}")
+    for kind in ("save", "load"):
+        if f"{kind} two-call" in times:  # the layout change, round by round
+            ratios = [t / b for t, b in zip(times[f"{kind} ours"], times[f"{kind} two-call"])]
+            print(f"  {kind} ours / two-call, per round: {statistics.median(ratios):.2f}x "
+                  f"[{min(ratios):.2f}-{max(ratios):.2f}]")
 
 
 def main() -> None:

@@ -8,8 +8,8 @@ a save no longer spends a second reading back every gigabyte it has just written
 - Saving: :class:`HashingWriter` sits between ``torch.save`` (or any writer) and the open file, so every byte is
   hashed as it is handed to the file: no second pass, no read back. The digest of every durable write made inside
   :func:`recording` lands in its ledger (``path -> (size, digest)``), which ``save_state`` sends to the folder's
-  leader for the manifest; a file written by code we do not control (a DCP shard) is hashed once after the write,
-  by the rank that wrote it, from the page cache.
+  leader for the manifest (FSDP's DCP shards too: its writer streams them through a :class:`HashingWriter`); a
+  file written by code that does not is hashed once after the write, by the rank that wrote it, from the page cache.
 - Loading: :func:`file_checksum` hashes a file through a read-only memory mapping, which leaves its pages in the
   page cache for the ``torch.load(mmap=True)`` that follows: the check is the read, not a pass on top of it.
 

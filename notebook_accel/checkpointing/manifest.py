@@ -20,11 +20,14 @@ from notebook_accel.checkpointing.atomic import file_digest, write_bytes
 from notebook_accel.checkpointing.checksum import ALGORITHM, ALGORITHMS, TITLES, Algorithm
 from notebook_accel.checkpointing.errors import CheckpointError
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Kind", "Entry", "Manifest", "read_manifest", "write_manifest"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Kind", "Entry", "Manifest", "read_manifest", "write_manifest",
+           "written_format"]
 
-#: the format written and the newest read: 3 records XXH3-128 checksums (1 and 2, SHA-256: one folder / per-rank
-#: folders; a format-3 manifest with ``ranks`` is a save into per-rank folders)
-FORMAT_VERSION = 3
+#: the newest format read: 3 records XXH3-128 checksums (1 and 2, SHA-256: one folder / per-rank folders; from 3
+#: on a manifest with ``ranks`` is a save into per-rank folders); 4 is 3 where entries may share files (an FSDP
+#: model and its optimizers in one DCP state), and is written only then (:func:`written_format`)
+FORMAT_VERSION = 4
+_SHARING_FORMAT = 4
 MANIFEST_NAME = "manifest.json"
 
 Kind = Literal["model", "optimizer", "scheduler", "dataloader", "scaler", "custom", "rng"]
@@ -101,7 +104,7 @@ class Manifest:
             instead in a checkpoint of format 1 or 2).
         step: the Accelerator's ``step`` counter at save time.
         iteration: the automatic-naming iteration of this checkpoint (``None`` for an explicit ``output_dir``).
-        format_version: the format written (:data:`FORMAT_VERSION`; older ones are read too).
+        format_version: the format written (:func:`written_format`; older ones are read too).
         complete: the completion marker; always True in a committed checkpoint.
         created: Unix time of the save.
         ranks: the ranks whose per-rank files this folder holds when the ranks saved into different folders
@@ -189,12 +192,13 @@ class Manifest:
         return sorted((e for e in self.entries if e.kind == kind), key=lambda e: e.index)
 
     def all_files(self) -> list[str]:
-        """Every file the entries name (of a per-rank entry: the files of the ranks this folder holds)."""
+        """Every file the entries name, once (of a per-rank entry: the files of the ranks this folder holds)."""
         if self.ranks is None:
-            return [name for e in self.entries for name in e.files(self.world_size)]
+            return list(dict.fromkeys(name for e in self.entries for name in e.files(self.world_size)))
         ranks = self.ranks
-        return [name for e in self.entries
-                for name in ([e.file.format(rank=r) for r in ranks] if e.per_rank else [e.file]) + list(e.shared_files)]
+        return list(dict.fromkeys(
+            name for e in self.entries
+            for name in ([e.file.format(rank=r) for r in ranks] if e.per_rank else [e.file]) + list(e.shared_files)))
 
     def record_files(self, directory: str, known: dict[str, tuple[int, str]] | None = None) -> None:
         """Fill :attr:`files` with the size and XXH3-128 digest of every file: from ``known`` (file name ->
@@ -222,6 +226,13 @@ class Manifest:
                 problems.append(f"{name}: its {TITLES[algorithm]} checksum differs from the manifest's (the file was "
                                 "changed or corrupted after the save); load an older checkpoint or restore the file")
         return problems
+
+
+def written_format(entries: list[Entry]) -> int:
+    """The format a manifest of ``entries`` is written in: 4 when two entries share a file (a reader of format 3
+    would take each for a file of its own), else 3, which every reader since XXH3-128 loads."""
+    names = [name for e in entries for name in {e.file, *e.shared_files}]
+    return _SHARING_FORMAT if len(names) != len(set(names)) else 3
 
 
 def _algorithm(expected: dict[str, Any]) -> Algorithm:

@@ -12,7 +12,8 @@ all-gather of per-rank errors that also acts as a barrier):
 
 The checksums (XXH3-128, :mod:`~notebook_accel.checkpointing.checksum`) are computed while the files are written,
 by the rank that writes them, and reach the main process with the agreement that ends phase 2: nothing is read
-back. Only a file written by a collective writer (DCP's shards) is hashed after the write, by its own rank.
+back (FSDP's DCP shards are hashed inside DCP's writer too). Only a collective writer's own-rank file that was not
+hashed while it was written is hashed after the write, by its own rank.
 
 A failure anywhere makes every rank raise the same :class:`CheckpointError`; the temporary directory is removed
 and the previous checkpoint is untouched. A process killed mid-save leaves only a ``.tmp-`` directory, which
@@ -30,7 +31,7 @@ from notebook_accel.checkpointing.atomic import commit_dir, file_digest, make_di
 from notebook_accel.checkpointing.checksum import recording
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.folders import Folders, folder_key
-from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Manifest, write_manifest
+from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Manifest, write_manifest, written_format
 from notebook_accel.checkpointing.naming import (
     checkpoint_path,
     checkpoints_root,
@@ -120,7 +121,7 @@ def _write_files(objects: list[Saved], snapshot: dict[int, Any], temp: str, rank
                 saved.write(temp, snapshot[i])
                 own = os.path.join(temp, saved.entry.file.format(rank=rank))
                 if saved.entry.per_rank and os.path.abspath(own) not in ledger and os.path.isfile(own):
-                    ledger[os.path.abspath(own)] = file_digest(own)  # written by DCP: hashed here, from the cache
+                    ledger[os.path.abspath(own)] = file_digest(own)  # not hashed while written: here, from the cache
         for i, saved in enumerate(objects):
             if saved.write is not None:
                 continue
@@ -138,8 +139,9 @@ def _phase_commit(accelerator: Any, objects: list[Saved], temp: str, path: str, 
     place, rotate old automatic checkpoints. ``group``: the ranks this folder holds and the save's id, when the
     ranks save into different folders."""
     world = accelerator.state.num_processes
-    manifest = Manifest(world_size=world, entries=[s.entry for s in objects],
-                        step=int(getattr(accelerator, "step", 0) or 0), iteration=iteration)
+    entries = [s.entry for s in objects]
+    manifest = Manifest(world_size=world, entries=entries, step=int(getattr(accelerator, "step", 0) or 0),
+                        iteration=iteration, format_version=written_format(entries))
     if group is not None:
         manifest.ranks, manifest.save_id = group
     missing = [n for n in manifest.all_files() if not os.path.isfile(os.path.join(temp, n))]

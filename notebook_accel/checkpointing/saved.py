@@ -9,7 +9,7 @@ answers with its own :class:`Saved` (FSDP's sharded layout, DeepSpeed's checkpoi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from notebook_accel.checkpointing.manifest import Entry, Manifest
@@ -47,8 +47,11 @@ class CheckpointContext:
         prepared: the Accelerator's prepared models, as ``prepare`` returned them (an engine's own wrappers).
         models: the same models unwrapped (the user's modules).
         saved: the manifest of the checkpoint being loaded (its files decide their layout); ``None`` when saving.
+        shared: what an engine's objects of this one checkpoint share (FSDP: a model's joint state with its
+            optimizers), keyed by the engine; empty at first.
     """
 
     prepared: list[torch.nn.Module]
     models: list[torch.nn.Module]
     saved: Manifest | None = None
+    shared: dict[Any, Any] = field(default_factory=dict, compare=False)

@@ -17,7 +17,7 @@ from notebook_accel.checkpointing import manifest as manifest_module
 from notebook_accel.checkpointing.atomic import file_digest
 from notebook_accel.checkpointing.checksum import HashingWriter, file_checksum, recording
 from notebook_accel.checkpointing.load import checked_by
-from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Entry, Manifest
+from notebook_accel.checkpointing.manifest import MANIFEST_NAME, Entry, Manifest, written_format
 from tests.checkpointing.fakes import fingerprint, make_accelerator, train_step
 
 FILES = ["pytorch_model.bin", "optimizer.bin", "scheduler.bin", "dl_state_dict_rank0.bin",
@@ -181,3 +181,24 @@ def test_in_per_rank_folders_each_rank_checks_what_it_reads() -> None:
     manifest.ranks, manifest.save_id = [1], "ab"
     assert checked_by(manifest, ["pytorch_model.bin", "random_states_1.pkl", "elsewhere.bin"], 1, 2) == \
         ["pytorch_model.bin", "random_states_1.pkl"]
+
+
+def test_files_entries_share_are_listed_recorded_and_checked_once(tmp_path) -> None:
+    joint = dict(file="state_rank{rank}_0.distcp", per_rank=True, shared_files=("state.metadata",))
+    manifest = Manifest(world_size=2, entries=[Entry("model", 0, type_name="FSDP", **joint),
+                                               Entry("optimizer", 0, type_name="AdamW", **joint)])
+    assert manifest.all_files() == ["state_rank0_0.distcp", "state_rank1_0.distcp", "state.metadata"]
+    for name in manifest.all_files():
+        (tmp_path / name).write_bytes(name.encode())
+    manifest.record_files(str(tmp_path))
+    mine = [checked_by(manifest, [], rank, 2) for rank in (0, 1)]
+    assert sorted(mine[0] + mine[1]) == sorted(manifest.all_files())  # every file hashed by one rank, once
+    manifest.ranks, manifest.save_id = [1], "ab"
+    assert manifest.all_files() == ["state_rank1_0.distcp", "state.metadata"]
+
+
+def test_a_manifest_is_format_4_only_where_entries_share_files() -> None:
+    joint = dict(file="state_rank{rank}_0.distcp", per_rank=True, shared_files=("state.metadata",))
+    assert written_format([Entry("model", 0, type_name="FSDP", **joint),
+                           Entry("optimizer", 0, type_name="AdamW", **joint)]) == 4
+    assert written_format(_two_rank_manifest().entries) == 3  # every reader since XXH3-128 loads it

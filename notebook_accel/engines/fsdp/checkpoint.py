@@ -1,9 +1,12 @@
 """Checkpoints of FSDP models and their optimizers: sharded with ``torch.distributed.checkpoint`` (DCP), or full.
 
 With ``state_dict_type="SHARDED_STATE_DICT"`` (the default) every rank writes only its own shards, nothing is
-gathered: model ``i`` as ``pytorch_model_fsdp_<i>_rank<r>_0.distcp`` plus ``pytorch_model_fsdp_<i>.metadata``, its
-optimizer as ``optimizer_<i>_rank<r>_0.distcp`` plus ``optimizer_<i>.metadata`` (state keyed by parameter name);
-see :mod:`.storage`.
+gathered: model ``i`` and its optimizers (state keyed by parameter name) together, with one DCP call, as
+``fsdp_state_<i>_rank<r>_0.distcp`` plus ``fsdp_state_<i>.metadata`` (:mod:`.joint`). Checkpoints of format 3 and
+older hold them apart (model ``i`` as ``pytorch_model_fsdp_<i>_rank<r>_0.distcp`` plus
+``pytorch_model_fsdp_<i>.metadata``, optimizer ``j`` as ``optimizer_<j>_rank<r>_0.distcp`` plus
+``optimizer_<j>.metadata``), and are read by :func:`sharded_model` and :func:`sharded_optimizer`. See
+:mod:`.storage` for the file names.
 
 With ``"FULL_STATE_DICT"`` the full weights (``pytorch_model_fsdp_<i>.bin``) and the full optimizer state
 (``optimizer_<i>.bin``, keyed by parameter name) are gathered to rank 0, which writes them; on load rank 0 reads
@@ -31,12 +34,12 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.utils._pytree import tree_map_only
 
 from notebook_accel.checkpointing.atomic import read_torch, write_torch
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.manifest import Entry
 from notebook_accel.checkpointing.saved import Saved
+from notebook_accel.engines.fsdp.joint import JointShards, fresh_tensors
 from notebook_accel.engines.fsdp.storage import load_sharded, metadata_file, save_sharded, shard_files
 
 __all__ = ["fsdp_objects"]
@@ -69,18 +72,13 @@ def _save(name: str, label: str) -> Any:
     return write
 
 
-def _fresh(state: dict[str, Any]) -> dict[str, Any]:
-    """Empty tensors with the shapes, dtypes and sharding of ``state``'s (other values copied as they are)."""
-    return tree_map_only(torch.Tensor, torch.empty_like, state)
-
-
 def sharded_model(model: torch.nn.Module, index: int) -> Saved:
     """The checkpoint object for FSDP model ``index``: its shards, saved and loaded with DCP."""
     name = f"pytorch_model_fsdp_{index}"
     entry = _entry("model", index, name, type(model).__name__)
 
     def read(directory: str) -> dict[str, Any]:
-        return load_sharded(_fresh(get_model_state_dict(model)), directory, name, entry.label())
+        return load_sharded(fresh_tensors(get_model_state_dict(model)), directory, name, entry.label())
 
     def apply(state: dict[str, Any]) -> None:
         set_model_state_dict(model, state)
@@ -106,7 +104,7 @@ def sharded_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     entry = _entry("optimizer", index, name, type(optimizer).__name__)
 
     def read(directory: str) -> dict[str, Any]:
-        return load_sharded(_fresh(_optimizer_state(model, optimizer)), directory, name, entry.label())
+        return load_sharded(fresh_tensors(_optimizer_state(model, optimizer)), directory, name, entry.label())
 
     return Saved(entry, lambda: _optimizer_state(model, optimizer), lambda state: [],
                  lambda state: set_optimizer_state_dict(model, optimizer, state), write=_save(name, entry.label()),
@@ -209,10 +207,32 @@ def full_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ind
                  write=write, read=read)
 
 
+def joint_model(group: JointShards, model: torch.nn.Module, index: int) -> Saved:
+    """The checkpoint object for FSDP model ``index`` as the ``"model"`` part of its joint DCP state."""
+
+    def apply(state: dict[str, Any]) -> None:
+        set_model_state_dict(model, state)
+
+    return group.part("model", "model", index, type(model).__name__, lambda: get_model_state_dict(model), apply)
+
+
+def joint_optimizer(group: JointShards, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    index: int) -> Saved:
+    """The checkpoint object for optimizer ``index`` as the ``"optimizer_<index>"`` part of ``model``'s joint DCP
+    state."""
+    return group.part(f"optimizer_{index}", "optimizer", index, type(optimizer).__name__,
+                      lambda: _optimizer_state(model, optimizer),
+                      lambda state: set_optimizer_state_dict(model, optimizer, state))
+
+
 def fsdp_objects(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, index: int,
-                 state_dict_type: str) -> Saved:
+                 state_dict_type: str, group: JointShards | None = None) -> Saved:
     """The checkpoint object for FSDP ``model`` (``optimizer=None``) or for its ``optimizer``, in the plugin's
-    ``state_dict_type``."""
+    ``state_dict_type``; a sharded one as a part of ``group`` (the model's joint DCP state), or, with
+    ``group=None``, in its own DCP files (the layout before format 4, read for old checkpoints)."""
     if state_dict_type == "FULL_STATE_DICT":
         return full_model(model, index) if optimizer is None else full_optimizer(model, optimizer, index)
+    if group is not None:
+        return joint_model(group, model, index) if optimizer is None else joint_optimizer(group, model, optimizer,
+                                                                                           index)
     return sharded_model(model, index) if optimizer is None else sharded_optimizer(model, optimizer, index)

@@ -17,14 +17,24 @@ from notebook_accel.checkpointing.manifest import Entry
 from notebook_accel.checkpointing.saved import CheckpointContext, Saved
 from notebook_accel.model import is_sharded
 
-__all__ = ["FsdpLayout", "fsdp_layout", "owning_model"]
+__all__ = ["FsdpLayout", "fsdp_layout", "apart", "owning_model"]
+
+
+_JOINT = "fsdp_state_"  # the stem of a model's joint DCP state with its optimizers (format 4 on)
+_APART = "pytorch_model_fsdp_"  # the stem of a model's own files (a sharded one's before format 4; full weights)
 
 
 def fsdp_layout(entry: Entry | None) -> str | None:
     """The FSDP ``state_dict_type`` a saved model entry was written in, or ``None`` (a plain model file)."""
-    if entry is None or entry.kind != "model" or not entry.file.startswith("pytorch_model_fsdp_"):
+    if entry is None or entry.kind != "model" or not entry.file.startswith((_APART, _JOINT)):
         return None
     return "SHARDED_STATE_DICT" if entry.per_rank else "FULL_STATE_DICT"
+
+
+def apart(entry: Entry | None) -> bool:
+    """True when a saved sharded model entry holds the model alone (the layout before format 4): its
+    optimizers have DCP files of their own."""
+    return entry is not None and entry.per_rank and entry.file.startswith(_APART)
 
 
 def owning_model(optimizer: torch.optim.Optimizer, models: list[torch.nn.Module]) -> torch.nn.Module | None:
@@ -68,7 +78,7 @@ class FsdpLayout:
             return None
         from notebook_accel.engines.fsdp import checkpoint  # imports FSDP: only when a model uses its layout
 
-        return checkpoint.fsdp_objects(context.models[index], None, index, layout)
+        return checkpoint.fsdp_objects(context.models[index], None, index, layout, self._group(index, context))
 
     def optimizer(self, optimizer: torch.optim.Optimizer, index: int, context: CheckpointContext) -> Saved | None:
         """The checkpoint object of optimizer ``index`` when it trains a model in the FSDP layout, else ``None``."""
@@ -78,5 +88,16 @@ class FsdpLayout:
             return None
         from notebook_accel.engines.fsdp import checkpoint
 
-        layout = layouts[next(i for i in layouts if context.models[i] is owner)]
-        return checkpoint.fsdp_objects(owner, optimizer, index, layout)
+        model = next(i for i in layouts if context.models[i] is owner)
+        return checkpoint.fsdp_objects(owner, optimizer, index, layouts[model], self._group(model, context))
+
+    @staticmethod
+    def _group(index: int, context: CheckpointContext) -> Any:
+        """Model ``index``'s joint DCP state with its optimizers (one per checkpoint), or ``None`` when the
+        checkpoint being loaded holds them apart (format 3 and older)."""
+        saved = context.saved
+        if saved is not None and apart(next((e for e in saved.entries_of("model") if e.index == index), None)):
+            return None
+        from notebook_accel.engines.fsdp.joint import JointShards
+
+        return context.shared.setdefault(("fsdp", index), JointShards(index))

@@ -6,6 +6,7 @@ reader below give every file the object's name instead: ``<name>_rank<r>_0.distc
 shards) and ``<name>.metadata``. Everything else (planning, resharding) is DCP's own, except what it would
 unpickle in full: the reader reads the metadata, and the planner the non-tensor values, as plain data only, and
 the planner refuses a checkpoint whose keys, shapes or dtypes differ from the live state (see :mod:`.dcp_safety`).
+The writer hashes each shard file (XXH3-128) on its way to disk, so a save reads no shard back for its manifest.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ import dataclasses
 import os
 import re
 import warnings
+import io
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import SavePlan
 
+from notebook_accel.checkpointing.checksum import HashingWriter, record
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.engines.fsdp.dcp_safety import CheckedLoadPlanner, metadata_problems, read_metadata
 
@@ -41,11 +45,54 @@ def metadata_file(name: str) -> str:
     return f"{name}.metadata"
 
 
+class _HashedStream(io.IOBase):
+    """The stream DCP writes a shard file through: every byte hashed on its way into ``file``."""
+
+    def __init__(self, file: IO[bytes], hashing: HashingWriter) -> None:
+        super().__init__()
+        self.file = file
+        self.hashing = hashing
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return self.hashing.write(data)
+
+    def tell(self) -> int:
+        return self.file.tell()
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    def flush(self) -> None:
+        if not self.file.closed:
+            self.file.flush()
+
+
+class _HashingFileSystem(FileSystem):
+    """DCP's file system, whose shard files (``.distcp``) are hashed while DCP writes them: their digests land in
+    the save's ledger (:func:`~notebook_accel.checkpointing.checksum.record`), so no shard is read back to hash."""
+
+    @contextlib.contextmanager
+    def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[io.IOBase]:
+        """A file stream as DCP's own; a shard file opened for writing is hashed on the way."""
+        if mode != "wb" or not os.fspath(path).endswith(".distcp"):
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        with open(path, "wb") as file, HashingWriter(file) as hashing:
+            yield _HashedStream(file, hashing)
+            file.flush()
+            record(os.fspath(path), hashing.size, hashing.hexdigest())
+
+
 class _NamedWriter(dcp.FileSystemWriter):
-    """DCP's file writer, every file named after the object."""
+    """DCP's file writer, every file named after the object, each shard hashed while it is written."""
 
     def __init__(self, directory: str, name: str) -> None:
         super().__init__(directory, single_file_per_rank=True, thread_count=1)
+        self.fs = _HashingFileSystem()
         self.object_name = name
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:

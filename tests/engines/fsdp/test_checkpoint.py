@@ -14,6 +14,8 @@ from notebook_accel import notebook_launcher
 from notebook_accel.launcher import WorkerError
 from notebook_accel.checkpointing.atomic import file_digest
 from notebook_accel.checkpointing.manifest import Entry
+from notebook_accel.engines.fsdp.dcp_safety import read_metadata
+from tests.checkpointing.hostile import record
 from tests.engines.fsdp import workers
 
 
@@ -22,9 +24,7 @@ def launch(fn: Any, *args: Any) -> Any:
     return notebook_launcher(fn, args, num_processes=2, dashboard=False, use_cpu=True)
 
 
-SHARDED_FILES = ["optimizer_0.metadata", "optimizer_0_rank0_0.distcp", "optimizer_0_rank1_0.distcp",
-                 "pytorch_model_fsdp_0.metadata", "pytorch_model_fsdp_0_rank0_0.distcp",
-                 "pytorch_model_fsdp_0_rank1_0.distcp"]
+SHARDED_FILES = ["fsdp_state_0.metadata", "fsdp_state_0_rank0_0.distcp", "fsdp_state_0_rank1_0.distcp"]
 
 
 @pytest.mark.timeout(180)
@@ -38,6 +38,73 @@ def test_exact_resume_is_bitwise(strategy: str, tmp_path: Path) -> None:
     assert resumed["losses"] == straight["losses"]  # same batches, same updates, bit for bit
     assert resumed["weights"] == straight["weights"]
     assert resumed["step_count"] == straight["step_count"] == 8 and resumed["random"] == straight["random"]
+    assert resumed["step"] == straight["step"] > 0  # the Accelerator's step counter
+
+
+APART_FILES = ["optimizer_0.metadata", "optimizer_0_rank0_0.distcp", "optimizer_0_rank1_0.distcp",
+               "pytorch_model_fsdp_0.metadata", "pytorch_model_fsdp_0_rank0_0.distcp",
+               "pytorch_model_fsdp_0_rank1_0.distcp"]  # the layout before format 4: two DCP calls
+
+
+@pytest.mark.timeout(180)
+def test_model_and_optimizer_are_one_dcp_state(tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    launch(workers.resume, "FULL_SHARD", str(directory), False)
+    assert sorted(name for name in os.listdir(directory) if name.endswith((".distcp", ".metadata"))) == SHARDED_FILES
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["format_version"] == 4  # entries share files: a reader of format 3 refuses it by its version
+    shared = [(e["kind"], e["file"], e["shared_files"]) for e in manifest["entries"] if e["kind"] in ("model",
+                                                                                                   "optimizer")]
+    assert shared == [("model", "fsdp_state_0_rank{rank}_0.distcp", ["fsdp_state_0.metadata"]),
+                      ("optimizer", "fsdp_state_0_rank{rank}_0.distcp", ["fsdp_state_0.metadata"])]
+    with open(directory / "fsdp_state_0.metadata", "rb") as f:
+        keys = {key.split(".")[0] for key in read_metadata(f).state_dict_metadata}
+    assert keys == {"model", "optimizer_0"}
+
+
+@pytest.mark.timeout(180)
+def test_shards_are_hashed_while_dcp_writes_them(tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    launch(workers.resume_reading_nothing_back, "FULL_SHARD", str(directory), False)  # no file is read back
+    manifest = json.loads((directory / "manifest.json").read_text())
+    for name in SHARDED_FILES:  # and the digests recorded are the files'
+        assert manifest["files"][name]["xxh3_128"] == file_digest(str(directory / name))[1], name
+
+
+@pytest.mark.timeout(240)
+def test_a_checkpoint_of_the_layout_before_format_4_resumes_exactly_and_is_checked(tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    straight = launch(workers.resume_apart, "FULL_SHARD", str(directory), False)
+    assert set(APART_FILES) <= set(straight["files"]) and not any("fsdp_state" in n for n in straight["files"])
+    assert json.loads((directory / "manifest.json").read_text())["format_version"] == 3
+    resumed = launch(workers.resume, "FULL_SHARD", str(directory), True)
+    assert resumed["losses"] == straight["losses"] and resumed["weights"] == straight["weights"]
+    assert resumed["step_count"] == 8 and resumed["random"] == straight["random"]
+    assert resumed["step"] == straight["step"]
+    shard = directory / "optimizer_0_rank1_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    out = launch(workers.load_refused, str(directory), workers.WIDTH)
+    assert "optimizer_0_rank1_0.distcp: its XXH3-128 checksum differs" in out["error"]
+    assert out["unchanged"] and out["optimizer_state"] == 0
+
+
+@pytest.mark.timeout(180)
+def test_a_truncated_metadata_file_is_refused_clearly(tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    launch(workers.resume, "FULL_SHARD", str(directory), False)
+    metadata = directory / "fsdp_state_0.metadata"
+    whole = metadata.stat().st_size
+    metadata.write_bytes(metadata.read_bytes()[: whole // 2])
+    out = launch(workers.load_refused, str(directory), workers.WIDTH)  # the manifest's size catches it first
+    assert f"fsdp_state_0.metadata: {whole // 2} bytes, the manifest says {whole}" in out["error"]
+    assert out["unchanged"] and out["optimizer_state"] == 0
+    record(directory, metadata.name)  # and if the manifest was made to agree, the reader says what is wrong
+    out = launch(workers.load_refused, str(directory), workers.WIDTH)
+    assert "model 0 (FSDPTinyNet) with optimizer 0 (AdamW): fsdp_state_0.metadata is not sharded-checkpoint " \
+           "metadata as DCP writes it (" in out["error"], out["error"]
+    assert out["unchanged"] and out["optimizer_state"] == 0
 
 
 @pytest.mark.timeout(180)
@@ -49,13 +116,13 @@ def test_sharded_files_are_in_the_manifest_and_checked(tmp_path: Path) -> None:
     for name in SHARDED_FILES:  # each rank hashed its own shard (the metadata: rank 0), and the record is the file's
         assert manifest["files"][name] == {"size": (directory / name).stat().st_size,
                                            "xxh3_128": file_digest(str(directory / name))[1]}, name
-    shard = directory / "pytorch_model_fsdp_0_rank1_0.distcp"
+    shard = directory / "fsdp_state_0_rank1_0.distcp"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, one bit pattern changed
     shard.write_bytes(bytes(data))
     out = launch(workers.load_refused, str(directory), workers.WIDTH)
     assert "CheckpointError" in out["error"]
-    assert "pytorch_model_fsdp_0_rank1_0.distcp: its XXH3-128 checksum differs" in out["error"]
+    assert "fsdp_state_0_rank1_0.distcp: its XXH3-128 checksum differs" in out["error"]
     assert out["unchanged"] and out["optimizer_state"] == 0
 
 

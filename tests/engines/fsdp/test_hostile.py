@@ -31,13 +31,25 @@ def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-@pytest.fixture
-def checkpoint(sharded: Path, tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def apart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same in the layout before format 4 (model and optimizer in DCP files of their own)."""
+    directory = tmp_path_factory.mktemp("fsdp-apart") / "ckpt"
+    launch(workers.resume_apart, "FULL_SHARD", str(directory), False, 4, 0)
+    return directory
+
+
+def _copy(source: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "ckpt"
     copy.mkdir()
-    for file in sharded.iterdir():
+    for file in source.iterdir():
         (copy / file.name).write_bytes(file.read_bytes())
     return copy
+
+
+@pytest.fixture
+def checkpoint(sharded: Path, tmp_path: Path) -> Path:
+    return _copy(sharded, tmp_path)
 
 
 def _refused_without_running(directory: Path, marker: Path, pattern: str, **kwargs: Any) -> None:
@@ -48,8 +60,9 @@ def _refused_without_running(directory: Path, marker: Path, pattern: str, **kwar
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("name", ["pytorch_model_fsdp_0.metadata", "optimizer_0.metadata"])
-def test_metadata_that_would_run_code_is_refused(checkpoint: Path, tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("name", ["fsdp_state_0.metadata", "pytorch_model_fsdp_0.metadata", "optimizer_0.metadata"])
+def test_metadata_that_would_run_code_is_refused(sharded: Path, apart: Path, tmp_path: Path, name: str) -> None:
+    checkpoint = _copy(sharded if name.startswith("fsdp_state_") else apart, tmp_path)  # both layouts are read
     marker = tmp_path / "ran"
     (checkpoint / name).write_bytes(pickle.dumps(CodeRunning(str(marker))))
     record(checkpoint, name)
@@ -71,37 +84,37 @@ def _repoint(checkpoint: Path, name: str, fqn: str, **change: Any) -> None:
 @pytest.mark.timeout(180)
 def test_a_shard_value_that_would_run_code_is_refused(checkpoint: Path, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    shard = checkpoint / "optimizer_0_rank0_0.distcp"
+    shard = checkpoint / "fsdp_state_0_rank0_0.distcp"
     payload = torch_bytes(CodeRunning(str(marker)))
     offset = shard.stat().st_size
     with open(shard, "ab") as f:  # the learning rate is stored as a pickle: point it at one that runs code
         f.write(payload)
     record(checkpoint, shard.name)
-    _repoint(checkpoint, "optimizer_0", "param_groups.0.lr", relative_path=shard.name, offset=offset,
+    _repoint(checkpoint, "fsdp_state_0", "optimizer_0.param_groups.0.lr", relative_path=shard.name, offset=offset,
              length=len(payload))
-    _refused_without_running(checkpoint, marker, "the value of 'param_groups.0.lr' in its shards cannot be read as "
+    _refused_without_running(checkpoint, marker, "the value of 'optimizer_0.param_groups.0.lr' in its shards cannot be read as "
                                                  "plain data")
 
 
 @pytest.mark.timeout(180)
 def test_a_shard_value_of_another_type_is_refused(checkpoint: Path, tmp_path: Path) -> None:
-    shard = checkpoint / "optimizer_0_rank0_0.distcp"
+    shard = checkpoint / "fsdp_state_0_rank0_0.distcp"
     payload = torch_bytes("fast")
     offset = shard.stat().st_size
     with open(shard, "ab") as f:
         f.write(payload)
     record(checkpoint, shard.name)
-    _repoint(checkpoint, "optimizer_0", "param_groups.0.lr", relative_path=shard.name, offset=offset,
+    _repoint(checkpoint, "fsdp_state_0", "optimizer_0.param_groups.0.lr", relative_path=shard.name, offset=offset,
              length=len(payload))
-    _refused_without_running(checkpoint, tmp_path / "ran", "param_groups.0.lr is a str in the checkpoint, a float "
+    _refused_without_running(checkpoint, tmp_path / "ran", "optimizer_0.param_groups.0.lr is a str in the checkpoint, a float "
                                                            "here")
 
 
 @pytest.mark.timeout(180)
 def test_metadata_pointing_outside_the_shards_is_refused(checkpoint: Path, tmp_path: Path) -> None:
-    _repoint(checkpoint, "pytorch_model_fsdp_0", "head.bias", relative_path="../../outside.distcp")
-    _refused_without_running(checkpoint, tmp_path / "ran", "pytorch_model_fsdp_0.metadata is malformed: the "
-                             "storage of 'head.bias' is in '../../outside.distcp', which is not one of this object's "
+    _repoint(checkpoint, "fsdp_state_0", "model.head.bias", relative_path="../../outside.distcp")
+    _refused_without_running(checkpoint, tmp_path / "ran", "fsdp_state_0.metadata is malformed: the "
+                             "storage of 'model.head.bias' is in '../../outside.distcp', which is not one of this object's "
                              "shard files")
 
 
@@ -136,6 +149,6 @@ def test_a_checkpoint_with_an_extra_layer_is_refused(tmp_path: Path) -> None:
     launch(workers.resume, "FULL_SHARD", str(directory), False, 2, 0, aux=True)
     out = launch(workers.load_refused, str(directory), workers.WIDTH, trained=2)
     assert "CheckpointError" in out["error"], out["error"]
-    assert "model 0 (FSDPTinyNet): the sharded state does not fit this model: keys differ (missing in the " \
-           "checkpoint: [], unexpected: ['aux.bias', 'aux.weight'])" in out["error"]
+    assert "model 0 (FSDPTinyNet) with optimizer 0 (AdamW): the sharded state does not fit this model: keys differ " \
+           "(missing in the checkpoint: [], unexpected: ['model.aux.bias', 'model.aux.weight', " in out["error"]
     assert out["unchanged"]

@@ -44,7 +44,7 @@ def test_two_to_three_and_one_to_two(tmp_path: Path) -> None:
     _same_training_state(saved, launch(3, reshard_workers.load, two))  # 3 uneven shards of every weight
     one = str(tmp_path / "one")
     saved = launch(1, reshard_workers.save, one)  # one process with the plugin writes the FSDP layout too
-    assert (tmp_path / "one" / "pytorch_model_fsdp_0.metadata").is_file()
+    assert (tmp_path / "one" / "fsdp_state_0.metadata").is_file()
     _same_training_state(saved, launch(2, reshard_workers.load, one))
 
 
@@ -82,10 +82,10 @@ def test_a_plain_checkpoint_is_not_read_as_fsdp(tmp_path: Path) -> None:
 def test_a_damaged_shard_is_refused_before_resharding(tmp_path: Path) -> None:
     directory = tmp_path / "ckpt"
     launch(2, reshard_workers.save, str(directory))
-    shard = directory / "optimizer_0_rank1_0.distcp"  # a file no rank of a 1-process run calls its own
+    shard = directory / "fsdp_state_0_rank1_0.distcp"  # a file no rank of a 1-process run calls its own
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     out = launch(1, reshard_workers.load, str(directory))
-    assert "optimizer_0_rank1_0.distcp: its XXH3-128 checksum differs" in out["error"]
+    assert "fsdp_state_0_rank1_0.distcp: its XXH3-128 checksum differs" in out["error"]
     assert out["unchanged"] and out["optimizer_state"] == 0

@@ -168,6 +168,7 @@ def resume(strategy: str | None, directory: str, load: bool, before: int = 4, af
         batches = iter(loader)
         steps(accelerator, model, optimizer, batches, before)
         set_seed(123 + accelerator.process_index)  # the RNG state that must come back, different on each rank
+        accelerator.step = 7 * before  # the step counter that must come back
         accelerator.save_state(directory)
     losses = steps(accelerator, model, optimizer, batches, after)
     weights = accelerator.get_state_dict(model)
@@ -176,7 +177,28 @@ def resume(strategy: str | None, directory: str, load: bool, before: int = 4, af
                    for root, _, names in os.walk(directory) for name in names)
     return {"losses": losses, "weights": state, "files": files, "step_count": int(optimizer.state_dict()["state"]
             [next(iter(optimizer.state_dict()["state"]))]["step"]) if optimizer.state else 0,
-            "random": torch.rand(1).item()}
+            "random": torch.rand(1).item(), "step": accelerator.step}
+
+
+def resume_apart(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """:func:`resume`, saving in the layout before format 4, as the code before it wrote it: the model and its
+    optimizer in DCP files of their own, two DCP calls (the per-object writers are kept, for these checkpoints)."""
+    from notebook_accel.engines.fsdp.layout import FsdpLayout
+
+    FsdpLayout._group = staticmethod(lambda index, context: None)  # type: ignore[method-assign]  # this worker only
+    return resume(*args, **kwargs)
+
+
+def resume_reading_nothing_back(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """:func:`resume`, where hashing a file after it was written fails: the save must hash while it writes."""
+    import notebook_accel.checkpointing.atomic as atomic
+    import notebook_accel.checkpointing.save as save
+
+    def read_back(path: str, *rest: Any) -> Any:
+        raise AssertionError(f"the save read {path} back to hash it")
+
+    atomic.file_digest = save.file_digest = read_back  # type: ignore[assignment]  # this worker only
+    return resume(*args, **kwargs)
 
 
 def load_refused(directory: str, width: int, state_dict_type: str = "SHARDED_STATE_DICT",
