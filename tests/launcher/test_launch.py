@@ -265,7 +265,11 @@ def test_output_captured_in_whole_lines_including_c_level() -> None:
         stdout = sink.lines(rank, "stdout")
         assert "printf 5" in stdout  # C stdio: its buffering decides when, but it is never lost
         assert [line for line in stdout if line != "printf 5"] == ["from C level", "hello"]
-        assert sink.lines(rank, "stderr") == [f"logged on {rank}", "C stderr", f"warning on {rank}"]
+        stderr = sink.lines(rank, "stderr")
+        # Python's stderr is in order (one ordered pipe); C's fd 2 has a pipe of its own, whose lines take their
+        # place where the launcher reads them (streams.py): under load the 50 ms head start is not always enough
+        assert [line for line in stderr if line != "C stderr"] == [f"logged on {rank}", f"warning on {rank}"]
+        assert stderr.count("C stderr") == 1, stderr
 
 
 def test_unpicklable_return_value_is_a_clear_error() -> None:
