@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader
 
 from notebook_accel.data.iterable import ShardedIterableDataset, Tagged, TaggingCollate
 from notebook_accel.data.loader_report import open_report
-from notebook_accel.data.loader_state import check_generator_states, check_resumable
+from notebook_accel.data.loader_state import Cursor, check_generator_states, check_resumable
 from notebook_accel.data.randomness import SeedableRandomSampler, generators_of
 from notebook_accel.data.sharding import LastRound, ShardedBatchSampler, ShardedSampler
 from notebook_accel.data.worker_fork import check_importable, worker_context
@@ -94,7 +94,7 @@ class PreparedDataLoader(DataLoader):
         self.remainder = remainder
         self.end_of_dataloader = False
         self._epoch = 0
-        self._position = 0
+        self._at = Cursor()  # plain slots, written per batch: DataLoader's own __setattr__ costs ~0.5 µs
         self._resume_from = 0
         self._restored = 0
         self._parent: PreparedDataLoader | None = None
@@ -104,7 +104,6 @@ class PreparedDataLoader(DataLoader):
         self._user_generator = options.get("generator")
         self._generators = generators_of(self._shard_sampler, options.get("generator"))
         self._epoch_states: list[torch.Tensor] | None = None  # generator states when the current epoch began
-        self._round_real: int | None = None  # real items of the batch's round, when it was padded (iterables)
         self._tagged_real: int | None = None  # the same, for the last padded round seen this epoch
         self._iterating = False
 
@@ -123,7 +122,7 @@ class PreparedDataLoader(DataLoader):
         if epoch != self._epoch:
             self._resume_from = 0
             self._restored = 0
-            self._position = 0
+            self._at.position = 0
         self._epoch = epoch
 
     @property
@@ -177,8 +176,8 @@ class PreparedDataLoader(DataLoader):
         """While a batch is processed: the real keys of its global round when that round holds ``even_batches``
         repeats, else ``None``. For a map-style loader only the last round can; for an iterable dataset read by
         DataLoader workers, each worker's last round can (every worker completes its own)."""
-        if self._round_real is not None:
-            return self._round_real
+        if self._at.round_real is not None:
+            return self._at.round_real
         if self.end_of_dataloader and not isinstance(self.dataset, ShardedIterableDataset) and self.remainder > 0:
             return self.remainder
         return None
@@ -194,15 +193,15 @@ class PreparedDataLoader(DataLoader):
             >>> loader.state_dict()                     # doctest: +SKIP
             {'epoch': 1, 'batches_yielded': 3, 'seed': 1234, 'num_processes': 2}
         """
-        state: dict[str, Any] = {"epoch": self._epoch, "batches_yielded": self._position, "seed": self.seed,
+        state: dict[str, Any] = {"epoch": self._epoch, "batches_yielded": self._at.position, "seed": self.seed,
                                  "num_processes": self.state.num_processes}
         if self._generators:
-            inside = (self._iterating or self._position > 0) and self._epoch_states is not None
+            inside = (self._iterating or self._at.position > 0) and self._epoch_states is not None
             states = self._epoch_states if inside else [g.get_state() for g in self._generators]
             state["generator_states"] = [t.clone() for t in states or []]
         shard = self._stateful_shard()
-        if shard is not None and self._position > 0:
-            dataset_state = shard.state_before(self._position)  # one batch per round on every rank
+        if shard is not None and self._at.position > 0:
+            dataset_state = shard.state_before(self._at.position)  # one batch per round on every rank
             if dataset_state is not None:
                 state["dataset_state"] = dataset_state
         return state
@@ -231,11 +230,11 @@ class PreparedDataLoader(DataLoader):
         if sharded is not None and sharded.isolate_seed is not None:
             sharded.isolate_seed = self.seed
         self._load_generator_states(state.get("generator_states"))
-        self._position = int(state["batches_yielded"])
-        self._resume_from = max(0, self._position - self._skip)
+        self._at.position = int(state["batches_yielded"])
+        self._resume_from = max(0, self._at.position - self._skip)
         shard = self._stateful_shard()
         if shard is not None and state.get("dataset_state") is not None and self._resume_from:
-            shard.restore(state["dataset_state"], self._position)  # positioned: nothing is read twice
+            shard.restore(state["dataset_state"], self._at.position)  # positioned: nothing is read twice
             self._restored = self._resume_from
             self._resume_from = 0
 
@@ -270,7 +269,7 @@ class PreparedDataLoader(DataLoader):
             set_epoch = getattr(target, "set_epoch", None)
             if set_epoch is not None:
                 set_epoch(self._epoch)
-        self._position = self._skip + skip + restored
+        self._at.position = self._skip + skip + restored
         self._epoch_states = [g.get_state() for g in self._generators]
         if self._user_generator is not None and self._iterator is not None:
             # A persistent-workers loader reuses its worker iterator from the second epoch on, and a reused one
@@ -282,23 +281,6 @@ class PreparedDataLoader(DataLoader):
             sharded.skip_once = skip
             return 0
         return skip
-
-    def _fetch(self, iterator: Iterator[Any], tagged: bool) -> tuple[Any, int | None, float, float]:
-        """``(next batch on the device or _DONE, real items of its round when padded else None, seconds waited
-        for it, perf_counter when it came)``. ``tagged``: the collate function tags padded rounds."""
-        started = _now()
-        batch = next(iterator, _DONE)
-        done = _now()
-        if batch is _DONE:
-            return batch, None, done - started, done
-        real = None
-        if tagged and isinstance(batch, Tagged):
-            batch, real = batch.batch, batch.real
-            self._tagged_real = real
-        device = self.device
-        if device is not None and not on_device(batch, device):  # a batch already there is handed over as is
-            batch = send_to_device(batch, device, self.non_blocking)
-        return batch, real, done - started, done
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not a _BaseDataLoaderIter
         manual_skip = self._start_epoch()
@@ -315,34 +297,49 @@ class PreparedDataLoader(DataLoader):
             step_clock = steps.clock()
             if step_clock is not None:
                 step_clock.loader_workers = self.num_workers
-            tagged = isinstance(self.dataset, ShardedIterableDataset)
+            # Per batch, only locals and plain slots: this loop is all a batch pays over torch's own DataLoader.
+            tagged = isinstance(self.dataset, ShardedIterableDataset)  # its collate function tags padded rounds
+            device, non_blocking, at, now = self.device, self.non_blocking, self._at, _now
+            cpu = device is not None and device.type == "cpu"
             next_report = 0.0  # the first batch is reported, then one every REPORT_SECONDS, and the last one
-            batch, real, _, _ = self._fetch(iterator, tagged)
-            while batch is not _DONE:
-                upcoming = self._fetch(iterator, tagged)
-                last = upcoming[0] is _DONE
+            batch: Any = _DONE  # the batch handed over next (none before the first fetch)
+            real: int | None = None  # real items of its round, when that round was padded
+            while True:
+                started = now()
+                upcoming = next(iterator, _DONE)  # one ahead: while the last batch is processed, it is known
+                ready = now()
+                last = upcoming is _DONE
+                upcoming_real = None
+                if not last:
+                    if tagged and isinstance(upcoming, Tagged):
+                        upcoming, upcoming_real = upcoming.batch, upcoming.real
+                        self._tagged_real = upcoming_real
+                    if device is not None and not on_device(upcoming, device, cpu):  # else handed over as is
+                        upcoming = send_to_device(upcoming, device, non_blocking)
+                if batch is not _DONE:
+                    if last:
+                        self.end_of_dataloader = True
+                    at.position += 1
+                    if report is not None and (ready >= next_report or last):
+                        report(rank, at.position, total, name, epoch, "loader")
+                        next_report = ready + REPORT_SECONDS
+                    if real is not at.round_real:
+                        at.round_real = real
+                    if step_clock is not None:  # the wait just before this batch: fetching the one after it
+                        step_clock.batch_ready(ready - started, ready)
+                    yield batch
                 if last:
-                    self.end_of_dataloader = True
-                self._position += 1
-                ready = upcoming[3]
-                if report is not None and (ready >= next_report or last):
-                    report(rank, self._position, total, name, epoch, "loader")
-                    next_report = ready + REPORT_SECONDS
-                if real is not self._round_real:
-                    self._round_real = real
-                if step_clock is not None:  # the wait just before this batch: fetching the one after it
-                    step_clock.batch_ready(upcoming[2], ready)
-                yield batch
-                batch, real, _, _ = upcoming
+                    break
+                batch, real = upcoming, upcoming_real
             if step_clock is not None:
                 step_clock.end_of_epoch()
             self._epoch += 1
-            self._position = 0
+            at.position = 0
             if self._parent is not None:  # a skip_first_batches view: the original loader moves on too
                 self._parent.set_epoch(self._epoch)
         finally:
             self._iterating = False
-            self._round_real = None
+            self._at.round_real = None
             self.end_of_dataloader = False
             if self in self.gradient_state.active_loaders:
                 self.gradient_state.active_loaders.remove(self)

@@ -1,5 +1,6 @@
-"""Whether a saved DataLoader position can be resumed here: the checks :meth:`PreparedDataLoader.load_state_dict`
-makes before it moves anything (pure: a dict and a few numbers in, a :class:`DataPrepareError` out).
+"""A DataLoader's position: where a running epoch is (:class:`Cursor`), and whether a saved position can be resumed
+here: the checks :meth:`PreparedDataLoader.load_state_dict` makes before it moves anything (pure: a dict and a few
+numbers in, a :class:`DataPrepareError` out).
 
 A position is ``{"epoch", "batches_yielded", "seed", "num_processes"}`` plus, optionally, the samplers' generator
 states at the start of the epoch and an iterable dataset's own state (see :mod:`notebook_accel.data.loader`).
@@ -11,9 +12,24 @@ from typing import Any
 
 from notebook_accel.data.sharding import DataPrepareError
 
-__all__ = ["STATE_KEYS", "check_resumable", "check_generator_states"]
+__all__ = ["STATE_KEYS", "Cursor", "check_resumable", "check_generator_states"]
 
 STATE_KEYS = ("epoch", "batches_yielded", "seed", "num_processes")
+
+
+class Cursor:
+    """Where a prepared loader's epoch is: ``position``, the batches done (skipped ones included), and
+    ``round_real``, the real items of the current batch's round when that round was padded (else ``None``).
+
+    Plain slots: the loader moves it once a batch, and a write to the loader itself goes through DataLoader's own
+    ``__setattr__`` check, which costs more than the rest of the loader's per-batch work.
+    """
+
+    __slots__ = ("position", "round_real")
+
+    def __init__(self) -> None:
+        self.position = 0
+        self.round_real: int | None = None
 
 
 def check_resumable(state: dict[str, Any], num_processes: int, shuffled: bool) -> None:

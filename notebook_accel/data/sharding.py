@@ -87,22 +87,29 @@ def _whole_from_indices(sampler: Iterable[int], rank: int, n: int, batch_size: i
                         even: bool, last: LastRound) -> Iterator[list[int]]:
     """:func:`_whole` for torch's own ``BatchSampler(sampler, batch_size, drop_last)``, read from ``sampler``.
 
-    The same batches, but the other ranks' batches are never built: a round is one C-level slice of the index
-    stream (``BatchSampler`` fills every batch of every rank index by index in Python, the bulk of an epoch's
-    sampling cost on a small-item dataset), and a plain shuffle's order is drawn as one list
-    (:mod:`.shuffle_order`).
+    The same batches, but the other ranks' batches are never built (``BatchSampler`` fills every batch of every
+    rank index by index in Python, the bulk of an epoch's sampling cost on a small-item dataset). A plain
+    shuffle's order is drawn as one tensor (:mod:`.shuffle_order`), of which this rank turns only its own rows
+    into lists of ints (that conversion, for the whole order, cost more than the draw); any other sampler is read
+    a round at a time, one C-level slice of its index stream.
     """
     last.real = None
-    drawn = shuffle_order(sampler)
-    indices = iter(sampler) if drawn is None else iter(drawn[0])
     size = n * batch_size
-    start = rank * batch_size
-    first = chunk = list(itertools.islice(indices, size))
-    while len(chunk) == size:
-        yield chunk[start : start + batch_size]
-        chunk = list(itertools.islice(indices, size))
-    if drawn is not None:
-        drawn[1]()  # the sampler's draws once its indices ran out
+    drawn = shuffle_order(sampler)
+    if drawn is None:
+        indices = iter(sampler)
+        start = rank * batch_size
+        first = chunk = list(itertools.islice(indices, size))
+        while len(chunk) == size:
+            yield chunk[start : start + batch_size]
+            chunk = list(itertools.islice(indices, size))
+    else:
+        order, finish = drawn
+        rounds = len(order) // size
+        first = order[:size].tolist()
+        yield from order[: rounds * size].view(rounds, n, batch_size)[:, rank].tolist()
+        chunk = order[rounds * size :].tolist()
+        finish()  # the sampler's draws once its indices ran out
     pending = [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
     if drop_last and pending and len(pending[-1]) < batch_size:
         pending.pop()  # BatchSampler(drop_last=True) never makes the short batch

@@ -63,8 +63,9 @@ class StepClock:
         self._models: list[weakref.ref[Any]] = []  # DDP models whose communication is measured
         self.comm_timer = CommTimer()  # FSDP's collectives, timed as they run
         self._step_start = -1.0  # < 0: no step open
-        self._data = self._backward = self._optimizer = self._forward_backward = 0.0  # the open step's phases
+        self._backward = self._optimizer = self._forward_backward = 0.0  # the open step's phases
         self._exposed = 0.0  # the open step's wait for DDP's communication after backward's computation
+        self._measured = False  # a phase of the open step was measured (its figures are to be cleared)
         self._sums = [0.0] * 6  # step, data, forward+backward, backward, optimizer, exposed communication
         self._steps = 0
         self._warmup = warmup
@@ -79,21 +80,25 @@ class StepClock:
     def batch_ready(self, fetch_seconds: float, now: float | None = None) -> None:
         """A batch is handed to the loop after ``fetch_seconds`` of waiting: the previous step ends here."""
         now = time.perf_counter() if now is None else now
-        self._data += fetch_seconds
-        if self._step_start >= 0 and self._backward > 0:
-            self._close_step(now)
+        if self._measured:  # an evaluation loop (no backward, no optimizer) pays only the two lines below
+            self._end_step(now, fetch_seconds)
         self._step_start = now
-        self._data = self._backward = self._optimizer = self._forward_backward = self._exposed = 0.0
         if now >= self._next_post:
             self.flush()
 
     def end_of_epoch(self) -> None:
         """The loader ran out: the last step ends now; post what was measured."""
-        if self._step_start >= 0 and self._backward > 0:
-            self._close_step(time.perf_counter())
+        self._end_step(time.perf_counter(), 0.0)
         self._step_start = -1.0
-        self._data = self._backward = self._optimizer = self._forward_backward = self._exposed = 0.0
         self.flush()
+
+    def _end_step(self, now: float, data: float) -> None:
+        """The open step ends at ``now`` after ``data`` seconds of waiting for its next batch: count it when it
+        had a backward, and clear its phases."""
+        if self._step_start >= 0 and self._backward > 0:
+            self._close_step(now, data)
+        self._backward = self._optimizer = self._forward_backward = self._exposed = 0.0
+        self._measured = False
 
     def backward_begins(self, loss: Any) -> float:
         """``accelerator.backward(loss)`` is about to run: with a watched DDP model on a CPU, mark the end of its
@@ -106,21 +111,24 @@ class StepClock:
         """``accelerator.backward`` took ``seconds`` (it ended just now)."""
         self._exposed += self._wait.take()
         self._backward += seconds
+        self._measured = True
         if self._step_start >= 0:
             self._forward_backward = max(time.perf_counter() - self._step_start, seconds)
 
     def optimizer(self, seconds: float) -> None:
         """``optimizer.step()`` took ``seconds``."""
         self._optimizer += seconds
+        self._measured = True
 
-    def _close_step(self, now: float) -> None:
-        """Add the step that ends at ``now`` to the sums (a warm-up step is left out)."""
+    def _close_step(self, now: float, data: float) -> None:
+        """Add the step that ends at ``now``, ``data`` seconds of it waiting for data, to the sums (a warm-up step
+        is left out)."""
         if self._warmup > 0:
             self._warmup -= 1
             return
         sums = self._sums
         sums[0] += now - self._step_start
-        sums[1] += self._data
+        sums[1] += data
         sums[2] += self._forward_backward
         sums[3] += self._backward
         sums[4] += self._optimizer

@@ -111,3 +111,21 @@ def test_a_shuffle_read_as_one_list_deals_the_same_and_leaves_the_generator_as_t
     ours, plain, fast, slow = build()
     assert next(iter(ours)) == next(shard_batches(plain, 1, 2, 4))  # an epoch given up after one batch
     assert torch.equal(fast.get_state(), slow.get_state())
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("even", [False, True])
+def test_a_shuffle_cut_from_one_tensor_deals_what_the_shuffled_batches_deal(drop_last: bool, even: bool) -> None:
+    # each rank turns only its own rows of the drawn order into lists; the tail and the padding come from the rest
+    for items, bs, n in itertools.product(range(1, 30), (1, 3, 4), (1, 2, 3)):  # RandomSampler refuses 0 items
+        for rank in range(n):
+            fast, slow = torch.Generator().manual_seed(items), torch.Generator().manual_seed(items)
+            general, cut = LastRound(), LastRound()
+            plain = BatchSampler(RandomSampler(range(items), generator=slow), bs, drop_last)
+            expected = list(shard_batches(plain, rank, n, bs, drop_last, even, last=general))
+            sharded = ShardedBatchSampler(BatchSampler(RandomSampler(range(items), generator=fast), bs, drop_last),
+                                          rank, n, even_batches=even)
+            got = list(sharded)
+            assert got == expected and sharded.last == general, (items, bs, n, rank)
+            assert all(type(i) is int for batch in got for i in batch)  # a dataset is indexed by Python ints
+            assert torch.equal(fast.get_state(), slow.get_state())

@@ -64,3 +64,14 @@ def test_on_device_is_true_exactly_when_send_to_device_would_move_nothing() -> N
     assert not on_device(torch.ones(1, device="meta"), cpu)
     assert not on_device(_Movable(), cpu)  # its own .to decides
     assert on_device([_Movable()], cpu)  # inside a container, send_to_device leaves it alone
+
+
+def test_on_device_told_the_device_is_a_cpu_answers_as_when_it_works_it_out() -> None:
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    cases = [{"x": [torch.ones(2), (torch.zeros(1), "label")], "n": 3}, [torch.ones(1), None], "text",
+             [torch.ones(1), {"y": torch.ones(1, device="meta")}], torch.ones(1, device="meta"), torch.ones(1),
+             (torch.ones(1), torch.ones(1, device="meta")), _Movable(), [_Movable()],
+             [torch.nn.Parameter(torch.ones(1))]]
+    for data in cases:
+        for device, is_cpu in ((cpu, True), (meta, False)):
+            assert on_device(data, device, is_cpu) == on_device(data, device), (data, device)
