@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Callable
 
-__all__ = ["cell_names", "cell_namer", "rename_cells"]
+__all__ = ["cell_names", "cell_namer", "cell_label", "rename_cells"]
 
 _FRAME = re.compile(r'File "([^"\n]+)", line (\d+)')
 _WARNING = re.compile(r"^([^\s\"][^\n]*?):(\d+): ", re.MULTILINE)  # warnings.formatwarning's "file:line: "
@@ -55,3 +55,9 @@ def cell_namer() -> Callable[[str], str] | None:
     if name_of is None:
         return None
     return lambda text: rename_cells(text, lambda name: name_of(name) or None)
+
+
+def cell_label(filename: str) -> str:
+    """``"Cell In[6]"`` for a notebook cell's temporary file name in the running IPython shell, else ``filename``."""
+    named = cell_names(f'File "{filename}", line 1')
+    return named[: -len(", line 1")] if not named.startswith("File ") else filename

@@ -73,6 +73,7 @@ class EventWriter:
         self._closed = threading.Event()
         self._interval = flush_interval
         self._thread: threading.Thread | None = None
+        self.drained = 0  # posted events taken for sending so far (counted a flush at a time, not a post at a time)
 
     def send(self, event: Event) -> None:
         """Send ``event`` now, after any posted events (so order is kept). Raises if it cannot be pickled."""
@@ -113,6 +114,7 @@ class EventWriter:
         pending = self._pending
         while pending:
             out.append(pending.popleft())
+        self.drained += len(out)
         return out
 
     def _write(self, batch: list[Any]) -> None:

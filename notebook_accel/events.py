@@ -31,6 +31,7 @@ __all__ = [
     "RankSystem",
     "SystemSample",
     "StepTimes",
+    "Stalled",
     "Event",
     "RunInfo",
     "RunOutcome",
@@ -212,10 +213,30 @@ class StepTimes:
     loader_workers: int = 0
 
 
+@dataclass(frozen=True)
+class Stalled:
+    """A worker's main thread has stayed in one place, using next to no CPU, for a couple of seconds
+    (``stuck=True``), or has moved on from there (``stuck=False``): what a hung rank waits in (see
+    :mod:`notebook_accel.launcher.child.stall_watch`). A report, not progress: no idle stretch ends with it.
+
+    ``collective`` is the collective it waits in as users call it (``"all_reduce"``, ``"barrier"``,
+    ``"DDP's gradient all-reduce"`` in backward), ``""`` when it is in none; ``call`` is the call on the user's line
+    (``"accelerator.reduce"``, ``"time.sleep"``); ``file`` and ``line`` are that line's (the kernel names a notebook
+    cell ``"Cell In[6]"``).
+    """
+
+    rank: int
+    collective: str
+    call: str
+    file: str
+    line: int
+    stuck: bool = True
+
+
 # A MetricsBatch (many ``log`` calls of one rank, see :mod:`notebook_accel.metrics_batch`) travels like any event;
 # the launcher hands it to a sink's ``handle_metrics``, never to ``handle``.
 Event = Union[Started, Log, Metrics, Progress, Finished, Failed, Exited, Saved, EngineReady, Phase, SystemSample,
-              StepTimes, "MetricsBatch"]
+              StepTimes, Stalled, "MetricsBatch"]
 
 
 @dataclass(frozen=True)

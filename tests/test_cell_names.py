@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from notebook_accel.cell_names import cell_names, rename_cells
-from notebook_accel.launcher import WorkerError, notebook_launcher
+from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
 
 
 def test_known_files_are_renamed_and_others_kept() -> None:
@@ -55,3 +55,21 @@ def test_a_traceback_or_warning_a_worker_prints_itself_names_the_cell(shell: obj
     shown = printed.out + printed.err
     assert "Cell In[1], line 3: UserWarning: careful" in shown, shown
     assert "Cell In[1], line 4, in noisy" in shown and "ipython-input" not in shown, shown
+
+
+@pytest.mark.timeout(120)
+def test_a_hang_in_a_cell_names_the_cells_lines(shell: object) -> None:
+    code = ("import time\n"
+            "def stuck():\n"
+            "    from notebook_accel import Accelerator\n"
+            "    accelerator = Accelerator()\n"
+            "    if accelerator.is_main_process:\n"
+            "        accelerator.wait_for_everyone()\n"
+            "    time.sleep(60)\n")
+    assert shell.run_cell(code, store_history=True).success  # type: ignore[attr-defined]
+    with pytest.raises(LaunchTimeoutError) as caught:
+        stuck = shell.user_ns["stuck"]  # type: ignore[attr-defined]
+        notebook_launcher(stuck, num_processes=2, dashboard=False, timeout=12)
+    message = str(caught.value)
+    assert ("rank 0 waited in barrier (accelerator.wait_for_everyone at Cell In[1], line 6); rank 1 was not in a "
+            "collective (time.sleep at Cell In[1], line 7)") in message, message

@@ -25,6 +25,7 @@ from notebook_accel.events import (
     Started,
     EngineReady,
     Phase,
+    Stalled,
     StepTimes,
     SystemSample,
 )
@@ -176,7 +177,7 @@ class RunState:
     def apply(self, event: Event, now: float = 0.0) -> None:
         """Update the model with one event or a worker's metrics batch (unknown event types are ignored); ``now``
         is the dashboard clock."""
-        if isinstance(event, (SystemSample, StepTimes)):  # the system panel's own model and version
+        if isinstance(event, (SystemSample, StepTimes, Stalled)):  # the system panel's own model and version
             if self.system is None:
                 self.system = SystemState()
             self.system.apply(event)

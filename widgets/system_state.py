@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from notebook_accel.events import RankSystem, StepTimes, SystemSample
+from notebook_accel.events import RankSystem, Stalled, StepTimes, SystemSample
 from notebook_accel.monitor.idle import stopped_from_outside
 from notebook_accel.monitor.summary import SystemSummary, gib, live_ranks
 from notebook_accel.monitor.verdict import RankSteps, StepBreakdown, verdict
@@ -66,9 +66,11 @@ class SystemState:
         self._t0: float | None = None
         self._verdict: tuple[int, str | None] = (-1, None)
 
-    def apply(self, event: SystemSample | StepTimes) -> None:
-        """Take one sample or one rank's step-time report (anything else is ignored)."""
-        if isinstance(event, SystemSample):
+    def apply(self, event: SystemSample | StepTimes | Stalled) -> None:
+        """Take one sample, one rank's step-time report or its stall report (anything else is ignored)."""
+        if isinstance(event, Stalled):
+            self.summary.idle.stalls.add(event)  # where a rank waits: no progress
+        elif isinstance(event, SystemSample):
             self._sample(event)
         elif isinstance(event, StepTimes):
             self.steps.add(event)
@@ -153,7 +155,8 @@ class SystemState:
         once per change."""
         version, found = self._verdict
         if version != self.version:
-            found = verdict(self.steps, self.summary.gpu_means(), self.summary.idle.seconds(), stopped=self.stopped)
+            found = verdict(self.steps, self.summary.gpu_means(), self.summary.idle.seconds(),
+                            self.summary.idle.stalls.text(past=self.stopped), self.stopped)
             self._verdict = (self.version, found)
         return found
 

@@ -33,6 +33,7 @@ from notebook_accel.events import (
     Progress,
     RunInfo,
     RunOutcome,
+    Stalled,
     StepTimes,
     SystemSample,
 )
@@ -233,6 +234,8 @@ class ConsoleSink(BaseSink):
             self._system(event)
         elif isinstance(event, StepTimes):
             self._steps.add(event)
+        elif isinstance(event, Stalled):
+            self._summary.idle.stalls.add(event)  # where a rank waits: no progress
 
     def _system(self, sample: SystemSample) -> None:
         """Keep the sample for the closing summary; print a one-line view every ``system_interval`` seconds."""
@@ -311,8 +314,9 @@ class ConsoleSink(BaseSink):
             self._write(sys.stdout, "System: " + "; ".join(self._summary.lines()))
         if self._steps.ranks:
             self._write(sys.stdout, "Steps: " + "; ".join(self._steps.lines()))
+        stopped = stopped_from_outside(outcome.status)
         found = verdict(self._steps, self._summary.gpu_means(), self._summary.idle.seconds(),
-                        stopped=stopped_from_outside(outcome.status))
+                        self._summary.idle.stalls.text(past=stopped), stopped)
         if found:
             self._write(sys.stdout, f"Verdict: {found}")
         elapsed = format_duration(outcome.elapsed)

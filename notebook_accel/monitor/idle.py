@@ -11,11 +11,16 @@ Live, a stretch is named from :data:`IDLE_SECONDS` on (a shorter one is a pause:
 checkpoint). When the run was stopped from outside (its ``timeout=``, an interrupt), a stretch reaching its end is
 named from :data:`STOPPED_IDLE_SECONDS` on: the run never finished, and what every rank did last was wait. A
 ``timeout=5`` hang is idle for less than 5 s, and "no verdict" would hide the one thing worth saying.
+
+Where the workers reported where they wait (:attr:`IdleWatch.stalls`, see :mod:`.stalls`), the verdict says it:
+``every rank idle for 12 s: rank 0 waits in all_reduce (accelerator.reduce at train.py:14); rank 1 is not in a
+collective (time.sleep at train.py:9); ...``. Such a report is no progress: it ends no stretch.
 """
 
 from __future__ import annotations
 
 from notebook_accel.events import SystemSample
+from notebook_accel.monitor.stalls import Stalls
 
 __all__ = ["IDLE_PERCENT", "IDLE_SECONDS", "STOPPED_IDLE_SECONDS", "IdleWatch", "idle_verdict",
            "stopped_from_outside"]
@@ -44,6 +49,7 @@ class IdleWatch:
         self._since: float | None = None  # when the current stretch with every rank idle began
         self._previous: float | None = None  # the previous sample's time
         self._latest = 0.0
+        self.stalls = Stalls()  # where each rank reported it waits (the workers' stall reports)
 
     def add(self, sample: SystemSample) -> None:
         """Take one sample of every rank (one without ranks, every process tree gone, tells nothing: skipped)."""
@@ -76,8 +82,8 @@ class IdleWatch:
 
 
 def idle_verdict(seconds: float, waiting_in: str | None = None, stopped: bool = False) -> str | None:
-    """``every rank idle for 42 s (...)`` when ``seconds`` is :data:`IDLE_SECONDS` or more, else ``None``; names
-    the collective the ranks wait in only when it is known (``waiting_in``).
+    """``every rank idle for 42 s (...)`` when ``seconds`` is :data:`IDLE_SECONDS` or more, else ``None``; says who
+    waits where instead of the general reason when it is known (``waiting_in``, :meth:`.stalls.Stalls.text`).
 
     ``stopped``: the run was just stopped from outside (its timeout, an interrupt) and ``seconds`` reach its end:
     from :data:`STOPPED_IDLE_SECONDS` on it says ``every rank idle for the last 4.8 s before the run was stopped``.
@@ -85,14 +91,16 @@ def idle_verdict(seconds: float, waiting_in: str | None = None, stopped: bool = 
     Example:
         >>> idle_verdict(3.0) is None, idle_verdict(3.04, stopped=True)[:50]
         (True, 'every rank idle for the last 3.0 s before the run ')
+        >>> idle_verdict(6.0, "rank 0 waits in barrier (train.py:3)")
+        'every rank idle for 6 s: rank 0 waits in barrier (train.py:3)'
     """
-    why = (f"waiting in {waiting_in}?" if waiting_in else "no CPU or GPU use: waiting, e.g. in a collective that a "
-           "rank never reaches, or for a process outside the ranks")
+    why = (f": {waiting_in}" if waiting_in else " (no CPU or GPU use: waiting, e.g. in a collective that a rank "
+           "never reaches, or for a process outside the ranks)")
     if stopped and seconds >= STOPPED_IDLE_SECONDS:
-        return f"every rank idle for the last {seconds:.1f} s before the run was stopped ({why})"
+        return f"every rank idle for the last {seconds:.1f} s before the run was stopped{why}"
     if seconds < IDLE_SECONDS:
         return None
-    return f"every rank idle for {seconds:.0f} s ({why})"
+    return f"every rank idle for {seconds:.0f} s{why}"
 
 
 def stopped_from_outside(status: str) -> bool:

@@ -160,7 +160,7 @@ def verdict(breakdown: StepBreakdown, gpu_utilization: Mapping[int, float] | Non
         breakdown: every rank's step times.
         gpu_utilization: each rank's mean GPU utilisation % (empty or ``None`` on CPU).
         idle_seconds: how long every rank has been idle up to now (:class:`~notebook_accel.monitor.idle.IdleWatch`).
-        waiting_in: the collective the ranks wait in, where known.
+        waiting_in: who waits where, where the workers reported it (:meth:`~notebook_accel.monitor.stalls.Stalls.text`).
         stopped: the run has just been stopped from outside (its timeout, an interrupt): a shorter idle stretch
             at its end is named (:func:`~notebook_accel.monitor.idle.idle_verdict`).
     """

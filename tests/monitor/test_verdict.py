@@ -235,5 +235,6 @@ def test_a_sample_taken_after_every_rank_ended_neither_ends_nor_lengthens_the_id
 def test_a_rank_busy_again_ends_the_idle_verdict() -> None:
     breakdown = StepBreakdown()
     breakdown.add(StepTimes(0, 10, 10.0, 0.5, 8.0, 4.0, 0.5, 0.5))  # a fine run so far
-    assert verdict(breakdown, None, 6.0, "all_reduce") == "every rank idle for 6 s (waiting in all_reduce?)"
+    waits = "rank 0 waits in all_reduce (train.py:3)"
+    assert verdict(breakdown, None, 6.0, waits) == f"every rank idle for 6 s: {waits}"
     assert verdict(breakdown, None, 4.0) is None  # too short to say

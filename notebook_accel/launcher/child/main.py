@@ -28,6 +28,7 @@ from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Failed, Finished
 from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.child.detach import detach_from_kernel
+from notebook_accel.launcher.child.stall_watch import StallWatch
 from notebook_accel.launcher.child.streams import FramedWriter
 from notebook_accel.launcher.child.user_frames import library_call, user_traceback
 from notebook_accel.launcher.kernel.fds import Inherited, close_inherited
@@ -216,9 +217,14 @@ def _failed(rank: int, exc: BaseException) -> Failed:
 def run_and_report(writer: channel.EventWriter, rank: int, function: Callable[..., Any], args: tuple[Any, ...]) -> int:
     """Run ``function(*args)`` and report its end to the kernel through ``writer`` (``Finished`` with rank 0's value,
     or ``Failed`` with the user's frames); returns the exit code (0, or 1 after a failure). Every placement's worker
-    ends with this."""
+    ends with this. Meanwhile a :class:`~.stall_watch.StallWatch` reports where the function waits when it hangs; it
+    is stopped and joined before the result is reported."""
+    watch = StallWatch(rank, writer.send, lambda: writer.drained).start()
     try:
-        value = function(*args)
+        try:
+            value = function(*args)
+        finally:
+            watch.stop()
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the kernel
         if not (isinstance(e, SystemExit) and e.code in (None, 0)):  # sys.exit(0) is a normal end
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finish the report even if the launcher stops us now

@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["user_traceback", "library_call"]
+__all__ = ["user_traceback", "library_call", "is_user_file"]
 
 _PACKAGE = str(Path(os.path.abspath(__file__)).parents[2]) + os.sep  # notebook_accel/ (as the frames name it)
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
@@ -72,6 +72,12 @@ def _is_caller(filename: str, dirs: tuple[str, ...]) -> bool:
     not the standard library (``contextlib``'s ``__exit__`` calls for the user's ``with`` line)."""
     path = os.path.abspath(filename)
     return not path.startswith(dirs) and not (path.startswith(_STDLIB) and "site-packages" not in path)
+
+
+def is_user_file(filename: str) -> bool:
+    """Whether a frame of ``filename`` is the user's code ("your code only": not this package, torch or the standard
+    library; another installed library counts as the user's, as a ``Trainer`` does)."""
+    return _is_caller(filename, _library_dirs())
 
 
 def library_call(tb: TracebackType | None) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from notebook_accel.durations import format_duration
-from notebook_accel.events import RunOutcome, Sink
+from notebook_accel.events import Failed, RunOutcome, Sink, SystemSample
 from notebook_accel.launcher.supervision.failures import (
     LaunchTimeoutError,
     WorkerError,
@@ -15,8 +15,9 @@ from notebook_accel.launcher.supervision.failures import (
     grouped_summaries,
     partial_collective,
 )
+from notebook_accel.monitor.sampler import device_memory_note
 
-__all__ = ["run_outcome", "finish_aborted", "signal_name", "unloadable_message"]
+__all__ = ["run_outcome", "finish_aborted", "signal_name", "unloadable_message", "reported_failure"]
 
 
 def signal_name(exit_code: int | None) -> str | None:
@@ -38,9 +39,19 @@ def unloadable_message(rank: int, error: BaseException) -> str:
     )
 
 
+def reported_failure(event: Failed, last: SystemSample | None, node: str) -> WorkerFailure:
+    """The failure a worker reported, its message completed: the GPU's memory after a device out-of-memory error
+    (from the ``last`` sample), and the ``node`` it ran on (a run of several machines; ``""``: this one)."""
+    message = event.message
+    if event.exc_type == "OutOfMemoryError" or "out of memory" in message.lower():
+        message = f"{message}\n{device_memory_note(last, event.rank)}"
+    message = f"{message}\n(rank {event.rank} ran on node {node})" if node else message
+    return WorkerFailure(event.rank, None, None, event.exc_type, message, event.traceback, event.call)
+
+
 def run_outcome(
     *, ranks: Sequence[int], finished: Mapping[int, Any], failures: Mapping[int, WorkerFailure], timed_out: bool,
-    saved: str | None, elsewhere: tuple[int, ...], elapsed: float, timeout: float | None,
+    saved: str | None, elsewhere: tuple[int, ...], elapsed: float, timeout: float | None, waits: str | None = None,
 ) -> tuple[RunOutcome, BaseException | None]:
     """The outcome for the sink and the exception to raise (``None`` on success).
 
@@ -51,6 +62,9 @@ def run_outcome(
         saved: the last checkpoint the run committed (a restart resumes from it).
         elsewhere: the ranks on other machines.
         elapsed: seconds since the launch started; ``timeout``: the run's limit.
+        waits: where the ranks reported they waited when the run ended
+            (:meth:`~notebook_accel.monitor.stalls.Stalls.text`), named by a timeout's error (the headline leaves it
+            to the verdict beside it).
     """
     if timed_out:
         running = sorted(rank for rank in ranks if rank not in finished and rank not in failures)
@@ -58,12 +72,12 @@ def run_outcome(
         hint = (f" Ranks {done} had already returned from the function: a collective (gather, reduce, "
                 "wait_for_everyone) that only the running ranks called waits for them forever; call it on every "
                 "rank." if done and running else "")
-        error: BaseException = LaunchTimeoutError(
-            f"the run did not finish within timeout={format_duration(timeout)} (ranks still running: {running}); "
-            "every worker was stopped. Raise timeout= if the work needs longer, or look for a collective that one "
-            f"rank never reaches (the workers' last output is above).{hint}"
-        )
-        return RunOutcome("timeout", elapsed, str(error).split(";")[0], tuple(running)), error
+        head = f"the run did not finish within timeout={format_duration(timeout)} (ranks still running: {running})"
+        where = (f"; when it was stopped, {waits}. Raise timeout= if the work needs longer" if waits else
+                 "; every worker was stopped. Raise timeout= if the work needs longer, or look for a collective that "
+                 "one rank never reaches (the workers' last output is above)")
+        error: BaseException = LaunchTimeoutError(f"{head}{where}.{hint}")
+        return RunOutcome("timeout", elapsed, head, tuple(running)), error
     if failures:
         returned = tuple(rank for rank in finished if rank not in failures)
         worker_error = WorkerError(list(failures.values()), elsewhere, returned)

@@ -29,10 +29,10 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from notebook_accel.cell_names import cell_names
+from notebook_accel.cell_names import cell_label, cell_names
 from notebook_accel.channel import decode
 from notebook_accel.display.base import BaseSink
-from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, Saved, Started, StepTimes
+from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, Saved, Stalled, Started, StepTimes
 from notebook_accel.launcher.placement.local import LocalFork
 from notebook_accel.launcher.placement.processes import oom_kills
 from notebook_accel.launcher.placement.protocol import Placement
@@ -40,13 +40,15 @@ from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.launcher.rendezvous.heartbeat import PeerWatch
 from notebook_accel.launcher.supervision.failures import WorkerFailure, death_message
 from notebook_accel.launcher.supervision.messages import MessageReader
-from notebook_accel.launcher.supervision.outcome import finish_aborted, run_outcome, signal_name, unloadable_message
+from notebook_accel.launcher.supervision.outcome import (
+    finish_aborted, reported_failure, run_outcome, signal_name, unloadable_message)
 from notebook_accel.launcher.supervision.output import RankOutput
 from notebook_accel.launcher.supervision.runlogs import rank_log
 from notebook_accel.launcher.supervision.stopping import StopSchedule, sigint_ignored
 from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.monitor.board import SystemBoard
-from notebook_accel.monitor.sampler import device_memory_note, memory_death_note
+from notebook_accel.monitor.sampler import memory_death_note
+from notebook_accel.monitor.stalls import Stalls
 
 __all__ = ["supervise", "signal_name", "GRACE_SECONDS", "StopRequested"]
 
@@ -92,6 +94,7 @@ class _Supervisor:
         self.sampler = self.placement.sampler(handles)
         self.board = board  # the figures the workers' trackers may read (monitor.board)
         self.oom_kills = oom_kills()  # the system's count at the start: a SIGKILL blames the OOM killer on evidence
+        self.stalls = Stalls()  # where each rank reported it waits: a timeout's error names it
 
     # -- reading ------------------------------------------------------------------------------------------
     def on_conn(self, conn: Connection, budget: int | None = None) -> None:
@@ -125,16 +128,13 @@ class _Supervisor:
             event = Finished(event.rank, None)  # the sink needs no copy of a possibly large value
         elif isinstance(event, Saved):
             self.saved = event.path
+        elif isinstance(event, Stalled):
+            event = replace(event, file=cell_label(event.file))  # Cell In[6], as IPython names it
+            self.stalls.add(event)
         elif isinstance(event, Failed) and event.rank not in self.failures:
             event = replace(event, traceback=cell_names(event.traceback))  # Cell In[6], as IPython names it
-            message = event.message
-            if event.exc_type == "OutOfMemoryError" or "out of memory" in message.lower():
-                last = self.sampler.last if self.sampler is not None else None
-                message = f"{message}\n{device_memory_note(last, event.rank)}"
             node = next((h.node for h in self.handles if h.rank == event.rank), "")
-            message = f"{message}\n(rank {event.rank} ran on node {node})" if node else message
-            self.failures[event.rank] = WorkerFailure(event.rank, None, None, event.exc_type, message,
-                                                      event.traceback, event.call)
+            self.failures[event.rank] = reported_failure(event, self.sampler.last if self.sampler else None, node)
             self.begin_stop()
         self.sink.handle(event)
 
@@ -214,9 +214,7 @@ class _Supervisor:
         self.sink.handle(Exited(handle.rank, code, name))
         failure = self.failures.get(handle.rank)
         if failure is not None:
-            self.failures[handle.rank] = WorkerFailure(
-                failure.rank, code, name, failure.exc_type, failure.message, failure.traceback, failure.call
-            )
+            self.failures[handle.rank] = replace(failure, exit_code=code, signal_name=name)
         elif code == 0 and handle.rank in self.finished:
             return
         elif handle.rank in self.stopped and name in ("SIGTERM", "SIGKILL"):
@@ -393,7 +391,8 @@ def supervise(
     state.placement.end_leftovers(handles)
     outcome, error = run_outcome(ranks=[h.rank for h in handles], finished=state.finished, failures=state.failures,
                                  timed_out=state.timed_out, saved=state.saved, elsewhere=elsewhere,
-                                 elapsed=time.monotonic() - start_time, timeout=timeout)
+                                 elapsed=time.monotonic() - start_time, timeout=timeout,
+                                 waits=state.stalls.text(past=True))
     sink.finish(outcome)
     if error is not None:
         raise error
