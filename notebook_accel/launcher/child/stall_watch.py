@@ -3,7 +3,9 @@
 A hung run shows in the kernel as every rank idle (:mod:`notebook_accel.monitor.idle`); which rank waits in which
 collective, and which one never came, only the workers can tell. A daemon thread looks at the training thread's
 current frame every :data:`INTERVAL` seconds (``sys._current_frames``: gloo and nccl wait with the GIL released, so
-it gets to run). When that thread has stayed in the same frame at the same instruction for :data:`AFTER` seconds,
+it gets to run). When that thread has stayed in the same frame at the same instruction for :data:`AFTER` seconds
+(judged by the frame's id, code and instruction: the watch keeps no frame, so a finished one's locals are freed as
+usual; a function called again and again, each time waiting at the same point, reads as one stay),
 busy (running or runnable) under :data:`BUSY_SHARE` of the time and posting nothing (no step's times, no metric, no
 loader progress), the watch sends one :class:`~notebook_accel.events.Stalled` naming where it is
 (:mod:`.blocked_in`), and one more when it moves on. A collective costs nothing more: nothing is added to its path.
@@ -22,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
+from types import CodeType
 
 from notebook_accel.events import Stalled
 from notebook_accel.launcher.child.blocked_in import Place, blocked_in
@@ -76,7 +78,9 @@ class StallWatch:
         self._busy_seconds = _busy_clock(threading.get_native_id())
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="notebook-accel-stall-watch", daemon=True)
-        self._seen: tuple[FrameType, int, int] | None = None  # the frame, its instruction, the activity count
+        # The frame's id, its code and instruction, the activity count: never the frame itself, whose locals (a
+        # batch, activations) would then outlive it until the next look.
+        self._seen: tuple[int, CodeType, int, int] | None = None
         self._since = (0.0, 0.0)  # when it was first seen there: the clock and the thread's busy seconds
         self._reported: Place | None = None
 
@@ -89,7 +93,7 @@ class StallWatch:
         """Stop and join the thread; a stall it reported is reported over (the function returned or raised)."""
         self._done.set()
         self._thread.join(timeout=5.0)
-        self._seen = None  # no frame (and its locals) kept alive past the function
+        self._seen = None
         self._moved_on()
 
     def _run(self) -> None:
@@ -105,9 +109,9 @@ class StallWatch:
         frame = sys._current_frames().get(self._target)
         if frame is None or self._done.is_set():
             return
-        here = (frame, frame.f_lasti, self._activity())
+        here = (id(frame), frame.f_code, frame.f_lasti, self._activity())
         seen = self._seen
-        if seen is None or seen[0] is not frame or seen[1:] != here[1:]:
+        if seen != here:
             self._moved_on()
             self._seen, self._since = here, (now, busy)
             return

@@ -97,3 +97,35 @@ def test_the_worker_reports_a_stall_before_its_result_and_leaves_no_thread() -> 
     assert [type(e).__name__ for e in events] == ["Stalled", "Stalled", "Finished"], events
     assert events[0].stuck and not events[1].stuck and isinstance(events[2], Finished)  # type: ignore[union-attr]
     assert {t.name for t in threading.enumerate()} - before == set()
+
+
+class _Batch:
+    """Something a training frame holds (weak-referenceable)."""
+
+
+def test_a_look_keeps_no_frame_and_so_none_of_its_locals_alive() -> None:
+    """A frame the watch looked at must not outlive its function: its locals (a batch, activations) would stay in
+    memory until the next look."""
+    import weakref
+
+    inside, go = threading.Event(), threading.Event()
+    box: list[object] = []
+
+    def step() -> None:
+        batch = _Batch()
+        box.append(weakref.ref(batch))
+        inside.set()
+        go.wait(10.0)
+
+    def body() -> None:
+        box.append(StallWatch(0, lambda event: None, lambda: 0, **FAST))  # watches this thread; never started
+        step()
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    assert inside.wait(10.0)
+    watch, batch = box[0], box[1]
+    watch._look(time.monotonic(), 0.0)  # type: ignore[attr-defined]  # one look while step() waits
+    go.set()
+    thread.join(10.0)
+    assert batch() is None  # type: ignore[operator]
