@@ -24,13 +24,17 @@ def where(report: Stalled) -> str:
     return f"{os.path.basename(report.file)}:{report.line}"
 
 
-def _rank_text(report: Stalled, past: bool) -> str:
-    """One rank's part of :meth:`Stalls.text`."""
+def _ranks_text(ranks: list[int], report: Stalled, past: bool) -> str:
+    """The part of :meth:`Stalls.text` for ``ranks``, which all stopped where ``report`` says."""
     named = not report.call or (report.collective and report.call.endswith(report.collective))  # dist.barrier
     at = where(report) if named else f"{report.call} at {where(report)}"
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+    several = len(ranks) > 1
     if not report.collective:
-        return f"rank {report.rank} {'was' if past else 'is'} not in a collective ({at})"
-    return f"rank {report.rank} {'waited' if past else 'waits'} in {report.collective} ({at})"
+        verb = "was" if past else ("are" if several else "is")
+        return f"{who} {verb} not in a collective ({at})"
+    verb = "waited" if past else ("wait" if several else "waits")
+    return f"{who} {verb} in {report.collective} ({at})"
 
 
 class Stalls:
@@ -47,6 +51,10 @@ class Stalls:
         >>> stalls.add(Stalled(1, "", "time.sleep", "/home/me/train.py", 9, stuck=False))
         >>> stalls.text(past=True)
         'rank 0 waited in all_reduce (accelerator.reduce at train.py:14)'
+        >>> for rank in (2, 3):  # ranks stopped at one place are named together, however many there are
+        ...     stalls.add(Stalled(rank, "all_reduce", "accelerator.reduce", "/home/me/train.py", 14))
+        >>> stalls.text()
+        'ranks 0, 2, 3 wait in all_reduce (accelerator.reduce at train.py:14)'
     """
 
     def __init__(self) -> None:
@@ -64,7 +72,10 @@ class Stalls:
         if not self._now:
             return None
         reports = [self._now[rank] for rank in sorted(self._now)]
-        parts = [_rank_text(report, past) for report in reports]
+        places: dict[tuple[str, str, str, int], tuple[Stalled, list[int]]] = {}  # one place: its ranks together
+        for r in reports:
+            places.setdefault((r.collective, r.call, r.file, r.line), (r, []))[1].append(r.rank)
+        parts = [_ranks_text(ranks, report, past) for report, ranks in places.values()]
         if any(r.collective for r in reports) and not all(r.collective for r in reports):
             parts.append("a collective must be called on every rank")
         return "; ".join(parts)

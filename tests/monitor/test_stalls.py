@@ -62,3 +62,14 @@ def test_a_timeouts_error_names_where_each_rank_waited_and_its_headline_stays_sh
     assert outcome.error == "the run did not finish within timeout=10.0s (ranks still running: [0, 1])"
     assert str(error) == (f"the run did not finish within timeout=10.0s (ranks still running: [0, 1]); when it was "
                           f"stopped, {waits}. Raise timeout= if the work needs longer.")
+
+
+def test_ranks_stopped_at_one_place_are_named_together_so_eight_ranks_fit_a_line() -> None:
+    stalls = Stalls()
+    for rank in range(8):
+        if rank != 5:
+            stalls.add(Stalled(rank, "all_reduce", "accelerator.reduce", "/home/me/train.py", 14))
+    stalls.add(Stalled(5, "", "time.sleep", "/home/me/train.py", 9))
+    assert stalls.text(past=True) == ("ranks 0, 1, 2, 3, 4, 6, 7 waited in all_reduce (accelerator.reduce at "
+                                      "train.py:14); rank 5 was not in a collective (time.sleep at train.py:9); "
+                                      "a collective must be called on every rank")
