@@ -14,7 +14,9 @@ them and broadcasts each tensor into the other ranks' shards. Both kinds sit in 
 other file, so the atomic commit, sizes and checksums apply to them unchanged.
 
 Loading reads into fresh tensors shaped and sharded like the live ones (``empty_like``), so nothing in the model
-or optimizer changes until every rank has read and checked its part; only then are the states applied.
+or optimizer changes until every rank has read and checked its part; only then are the states applied. A record
+that fills a tensor whole (the same number of processes) becomes that tensor itself, in the memory ``torch.load``
+read it into, and the empty one is never written (:meth:`~.dcp_safety.CheckedLoadPlanner.adopt`).
 
 An optimizer that has not stepped yet has no state to shape the read by; torch's state-dict helpers create it
 with a zero-learning-rate step. Here that state is taken as the template and then dropped again, so a fresh

@@ -178,13 +178,15 @@ def _part(tensor: torch.Tensor, offsets: Any, lengths: Any) -> torch.Tensor:
 
 
 def _load_record(planner: LoadPlanner, item: ReadItem, data: bytes, label: str) -> None:
-    """Hand one record's bytes to ``planner``: a non-tensor value as a stream, a tensor (plain data only) copied
-    into its target."""
+    """Hand one record's bytes to ``planner``: a non-tensor value as a stream, a tensor (plain data only) as the
+    value of the target it fills whole, or else copied into its part of the target."""
     if item.type == LoadItemType.BYTE_IO:
         planner.load_bytes(item, io.BytesIO(data))
         return
     tensor = _part(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), item.storage_offsets,
                    item.lengths)
+    if isinstance(planner, CheckedLoadPlanner) and planner.adopt(item, tensor):
+        return  # the fresh tensor torch.load made is the value: no copy into the template
     target = planner.resolve_tensor(item).detach()
     if target.size() != tensor.size():
         raise CheckpointError(f"{label}: the record of {item.storage_index.fqn!r} holds {tuple(tensor.size())}, "
