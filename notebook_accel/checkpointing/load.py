@@ -150,9 +150,9 @@ def _size(manifest: Manifest, name: str) -> int:
 
 
 def _read_while_loading(objects: list[Saved], world: int) -> set[str]:
-    """The per-rank files of collective states (FSDP shards): their reader checks a file's checksum while it
-    reads it, so no file is read twice (see :mod:`.verified_reads`)."""
-    return {name for s in objects if s.read is not None and s.entry.per_rank
+    """The per-rank files of collective states whose reader checks a file's checksum while it reads it (FSDP's
+    shards), so no file is read twice (see :mod:`.verified_reads`); every other file is checked before any read."""
+    return {name for s in objects if s.read is not None and s.checks_while_reading and s.entry.per_rank
             for name in s.entry.files(world) if name not in s.entry.shared_files}
 
 

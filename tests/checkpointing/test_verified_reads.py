@@ -145,3 +145,21 @@ def test_a_read_that_fails_on_a_damaged_file_says_it_is_damaged(tmp_path: Path) 
     manifest, saved, owed = _collective(tmp_path, DATA, read=garbled)  # an intact file: the reader's own error
     with pytest.raises(CheckpointError, match="not a zip archive"):
         read_collective([saved], [None], manifest, str(tmp_path), 1, owed)
+
+
+def test_only_readers_that_check_while_reading_defer_their_files_checksums() -> None:
+    """DeepSpeed's reader (a collective ``read`` that checks nothing) must get files already checked."""
+    from notebook_accel.checkpointing.load import _read_while_loading
+    from notebook_accel.checkpointing.manifest import Entry
+    from notebook_accel.checkpointing.saved import Saved
+
+    shards = Entry("model", 0, "fsdp_state_0_rank{rank}_0.distcp", "Net", per_rank=True,
+                   shared_files=("fsdp_state_0.metadata",))
+    zero = Entry("model", 1, "zero_pp_rank_{rank}_mp_rank_00_model_states.pt", "Net", per_rank=True)
+
+    def objects(checks: bool) -> list[Saved]:
+        return [Saved(entry, dict, lambda state: [], lambda state: None, read=lambda directory: {},
+                      checks_while_reading=checks and entry is shards) for entry in (shards, zero)]
+
+    assert _read_while_loading(objects(True), 2) == {"fsdp_state_0_rank0_0.distcp", "fsdp_state_0_rank1_0.distcp"}
+    assert _read_while_loading(objects(False), 2) == set()  # the metadata and DeepSpeed's files: checked first

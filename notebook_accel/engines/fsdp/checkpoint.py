@@ -86,7 +86,7 @@ def sharded_model(model: torch.nn.Module, index: int) -> Saved:
         set_model_state_dict(model, state)
 
     return Saved(entry, lambda: get_model_state_dict(model), lambda state: [], apply,
-                 write=_save(name, entry.label()), read=read)
+                 write=_save(name, entry.label()), read=read, checks_while_reading=True)
 
 
 def _optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -110,7 +110,7 @@ def sharded_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
 
     return Saved(entry, lambda: _optimizer_state(model, optimizer), lambda state: [],
                  lambda state: set_optimizer_state_dict(model, optimizer, state), write=_save(name, entry.label()),
-                 read=read)
+                 read=read, checks_while_reading=True)
 
 
 def _rank() -> int:
