@@ -29,7 +29,7 @@ from typing import IO, Any, Literal, get_args
 
 import xxhash
 
-__all__ = ["ALGORITHM", "Algorithm", "HashingWriter", "recording", "record", "file_checksum"]
+__all__ = ["ALGORITHM", "Algorithm", "HashingWriter", "recording", "record", "file_checksum", "new_hasher"]
 
 Algorithm = Literal["xxh3_128", "sha256"]
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
@@ -41,7 +41,7 @@ TITLES = {"xxh3_128": "XXH3-128", "sha256": "SHA-256"}
 _BLOCK = 16 << 20  # a mapping is hashed in blocks, so a huge file never needs one huge buffer object
 
 
-def _hasher(algorithm: Algorithm) -> Any:
+def new_hasher(algorithm: Algorithm) -> Any:
     """A fresh incremental hasher of ``algorithm`` (both kinds release the GIL on large buffers)."""
     return xxhash.xxh3_128() if algorithm == "xxh3_128" else hashlib.sha256()
 
@@ -69,7 +69,7 @@ class HashingWriter:
     def __init__(self, stream: IO[bytes], algorithm: Algorithm = ALGORITHM) -> None:
         self.stream = stream
         self.size = 0
-        self._hash = _hasher(algorithm)
+        self._hash = new_hasher(algorithm)
         self._helper: ThreadPoolExecutor | None = None
 
     def write(self, data: Any) -> int:
@@ -144,7 +144,7 @@ def file_checksum(path: str, algorithm: Algorithm = ALGORITHM) -> tuple[int, str
     Raises:
         OSError: the file cannot be opened or mapped (the caller names the file in its error).
     """
-    h = _hasher(algorithm)
+    h = new_hasher(algorithm)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size:

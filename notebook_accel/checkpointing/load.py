@@ -7,7 +7,9 @@ throw-away generators), checked its files (regular files, sizes, and its share o
 checked by one rank, see :func:`checked_by`) and mapped every file it needs with
 ``torch.load(weights_only=True, mmap=True)``. A checksum is computed through a memory mapping of the file, which
 leaves its pages in the cache for the mapped load: the check costs a pass of the hash over memory, not another read.
-Only when all ranks report success is the state applied: the small states first (put back if one of them fails),
+Collective states (FSDP shards) are read into fresh tensors after that agreement, and their shard files are
+checked while they are read (:mod:`.verified_reads`): each is read once, and nothing is applied before every rank
+has read and checked its part (:mod:`.collective`). Only when all ranks report success is the state applied: the small states first (put back if one of them fails),
 then optimizers and models, RNG last.
 """
 
@@ -28,6 +30,7 @@ from notebook_accel.checkpointing.naming import checkpoints_root, complete_check
 from notebook_accel.checkpointing.objects import Saved, collect
 from notebook_accel.checkpointing.recovery import recovery_candidate
 from notebook_accel.checkpointing.save import automatic_naming, error_text, project_dir_of
+from notebook_accel.checkpointing.verified_reads import Expected
 from notebook_accel.argument_checks import checked_folder
 from notebook_accel.errors import shown
 
@@ -146,15 +149,28 @@ def _size(manifest: Manifest, name: str) -> int:
     return int(manifest.files.get(name, {}).get("size", 0))
 
 
-def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, world: int) -> list[Any]:
-    """Check and load every file this rank needs (objects already compared); raises CheckpointError."""
+def _read_while_loading(objects: list[Saved], world: int) -> set[str]:
+    """The per-rank files of collective states whose reader checks a file's checksum while it reads it (FSDP's
+    shards), so no file is read twice (see :mod:`.verified_reads`); every other file is checked before any read."""
+    return {name for s in objects if s.read is not None and s.checks_while_reading and s.entry.per_rank
+            for name in s.entry.files(world) if name not in s.entry.shared_files}
+
+
+def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int,
+              world: int) -> tuple[list[Any], dict[str, Expected]]:
+    """Check and load every file this rank needs (objects already compared); raises CheckpointError.
+
+    Returns the payloads, and the files whose checksum this rank owes but checks while the collective readers
+    read them (absolute path -> the manifest's record)."""
     needed = _needed_files(objects, rank, manifest.world_size)
     main = rank == 0
     # sizes for everything this rank reads (every file on the main process); checksums for this rank's share
     problems = manifest.verify_files(path, sorted(set(needed) | set(manifest.all_files() if main else [])),
                                      checksum=False)
+    owed = checked_by(manifest, needed, rank, world)
+    later = _read_while_loading(objects, manifest.world_size)
     if not problems:
-        problems = manifest.verify_files(path, checked_by(manifest, needed, rank, world))
+        problems = manifest.verify_files(path, [name for name in owed if name not in later])
     if problems:
         raise CheckpointError(f"checkpoint {path!r} is damaged: " + "; ".join(problems))
     # collective readers (FSDP shards) read later, once every rank has validated its files
@@ -164,7 +180,7 @@ def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int, wo
         problems += saved.check(payload)  # a collective reader checks its state while reading
     if problems:
         raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
-    return payloads
+    return payloads, {os.path.join(path, name): manifest.expected(name) for name in owed if name in later}
 
 
 _APPLY_ORDER = ("custom", "dataloader", "scaler", "scheduler", "optimizer", "model", "rng")
@@ -210,7 +226,7 @@ def _undo(loaded: list[tuple[Saved, Any]]) -> str:
 
 
 def _validate(accelerator: Any, input_dir: str | os.PathLike[str] | None,
-              allow_world_size_change: bool) -> tuple[str, Manifest, list[Saved], list[Any]]:
+              allow_world_size_change: bool) -> tuple[str, Manifest, list[Saved], list[Any], dict[str, Expected]]:
     """Everything one rank checks before the ranks agree: path, manifest, objects, files, payloads."""
     state = accelerator.state
     path = _source(accelerator, input_dir)
@@ -226,7 +242,7 @@ def _validate(accelerator: Any, input_dir: str | os.PathLike[str] | None,
     problems = compare(manifest, objects, state.num_processes, skipped)
     if problems:
         raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
-    return path, manifest, objects, _read_all(path, manifest, objects, state.process_index, state.num_processes)
+    return path, manifest, objects, *_read_all(path, manifest, objects, state.process_index, state.num_processes)
 
 
 def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None, *,
@@ -274,14 +290,15 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     path, manifest, error = "", None, None
     objects: list[Saved] = []
     payloads: list[Any] = []
+    owed: dict[str, Expected] = {}
     try:
-        path, manifest, objects, payloads = _validate(accelerator, input_dir, allow_world_size_change)
+        path, manifest, objects, payloads, owed = _validate(accelerator, input_dir, allow_world_size_change)
     except Exception as e:  # any failure must reach the other ranks, or they would wait forever
         error = error_text(e)
     found = agree(error, world, "load checkpoint", payload=(path, manifest.save_id if manifest else None))
     _same_save(found)
-    payloads = read_collective(objects, payloads, path, world)  # FSDP shards: every rank validated
     manifest = cast(Manifest, manifest)  # no rank failed, so this rank validated
+    payloads = read_collective(objects, payloads, manifest, path, world, owed)  # FSDP shards: every rank validated
     error = _apply(objects, payloads)
     agree(error, world, f"load checkpoint {path!r}")
     if hasattr(accelerator, "step"):

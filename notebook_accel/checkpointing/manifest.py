@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast, get_args
 
 from notebook_accel.checkpointing.atomic import file_digest, write_bytes
-from notebook_accel.checkpointing.checksum import ALGORITHM, ALGORITHMS, TITLES, Algorithm
+from notebook_accel.checkpointing.checksum import ALGORITHM, ALGORITHMS, Algorithm
 from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.checkpointing.verified_reads import Expected, checksum_mismatch
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Kind", "Entry", "Manifest", "read_manifest", "write_manifest",
            "written_format"]
@@ -208,6 +209,12 @@ class Manifest:
             size, digest = known.get(name) or file_digest(os.path.join(directory, name))
             self.files[name] = {"size": size, ALGORITHM: digest}
 
+    def expected(self, name: str) -> Expected:
+        """File ``name``'s record as a reader checks it: ``(algorithm, digest, size)`` (it is listed)."""
+        record = self.files[name]
+        algorithm = _algorithm(record)
+        return algorithm, str(record[algorithm]), int(record["size"])
+
     def verify_files(self, directory: str, names: list[str], checksum: bool = True) -> list[str]:
         """Problems with ``names`` in ``directory`` (missing, wrong size, wrong checksum); empty when all good."""
         problems: list[str] = []
@@ -223,8 +230,7 @@ class Manifest:
             elif os.path.getsize(path) != expected["size"]:
                 problems.append(f"{name}: {os.path.getsize(path)} bytes, the manifest says {expected['size']}")
             elif checksum and file_digest(path, (algorithm := _algorithm(expected)))[1] != expected[algorithm]:
-                problems.append(f"{name}: its {TITLES[algorithm]} checksum differs from the manifest's (the file was "
-                                "changed or corrupted after the save); load an older checkpoint or restore the file")
+                problems.append(checksum_mismatch(name, algorithm))
         return problems
 
 

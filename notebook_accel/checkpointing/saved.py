@@ -27,7 +27,10 @@ class Saved:
     ``write``/``read``, when given, replace the plain ``torch.save``/``torch.load`` of the entry's file: they are
     collective (every rank calls them with the checkpoint directory), as for FSDP's sharded states.
     ``fixed_world``, when given, says why the state cannot be loaded by another number of processes than saved
-    it (DeepSpeed's ZeRO partitions), even with ``allow_world_size_change=True``.
+    it (DeepSpeed's ZeRO partitions), even with ``allow_world_size_change=True``. ``checks_while_reading``: ``read``
+    checks the checksums of its per-rank files while it reads them (FSDP's DCP reader, see
+    :mod:`~notebook_accel.checkpointing.verified_reads`), so the load does not hash them first; any other reader
+    gets files already checked.
     """
 
     entry: Entry
@@ -37,6 +40,7 @@ class Saved:
     write: Callable[[str, Any], None] | None = None
     read: Callable[[str], Any] | None = None
     fixed_world: str | None = None
+    checks_while_reading: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ them and broadcasts each tensor into the other ranks' shards. Both kinds sit in 
 other file, so the atomic commit, sizes and checksums apply to them unchanged.
 
 Loading reads into fresh tensors shaped and sharded like the live ones (``empty_like``), so nothing in the model
-or optimizer changes until every rank has read and checked its part; only then are the states applied.
+or optimizer changes until every rank has read and checked its part; only then are the states applied. A record
+that fills a tensor whole (the same number of processes) becomes that tensor itself, in the memory ``torch.load``
+read it into, and the empty one is never written (:meth:`~.dcp_safety.CheckedLoadPlanner.adopt`).
 
 An optimizer that has not stepped yet has no state to shape the read by; torch's state-dict helpers create it
 with a zero-learning-rate step. Here that state is taken as the template and then dropped again, so a fresh
@@ -84,7 +86,7 @@ def sharded_model(model: torch.nn.Module, index: int) -> Saved:
         set_model_state_dict(model, state)
 
     return Saved(entry, lambda: get_model_state_dict(model), lambda state: [], apply,
-                 write=_save(name, entry.label()), read=read)
+                 write=_save(name, entry.label()), read=read, checks_while_reading=True)
 
 
 def _optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -108,7 +110,7 @@ def sharded_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
 
     return Saved(entry, lambda: _optimizer_state(model, optimizer), lambda state: [],
                  lambda state: set_optimizer_state_dict(model, optimizer, state), write=_save(name, entry.label()),
-                 read=read)
+                 read=read, checks_while_reading=True)
 
 
 def _rank() -> int:

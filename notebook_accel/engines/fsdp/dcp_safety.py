@@ -28,6 +28,7 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.planner import ReadItem
+from torch.distributed.tensor import DTensor
 
 from notebook_accel.checkpointing.errors import CheckpointError
 
@@ -208,7 +209,32 @@ class CheckedLoadPlanner(DefaultLoadPlanner):
         if live is not None and type(loaded) is not type(live):
             raise CheckpointError(f"{self.label}: {fqn} is a {type(loaded).__name__} in the checkpoint, a "
                                   f"{type(live).__name__} here")
+        self._replace(fqn, loaded)
+
+    def _replace(self, fqn: str, value: Any) -> None:
+        """Make ``value`` the template's value of ``fqn`` (flattened and nested)."""
         if self.flatten_state_dict:
-            set_element(self.original_state_dict, self.mappings[fqn], loaded)
-        else:
-            self.state_dict[fqn] = loaded
+            set_element(self.original_state_dict, self.mappings[fqn], value)
+        self.state_dict[fqn] = value
+
+    def adopt(self, read_item: ReadItem, tensor: torch.Tensor) -> bool:
+        """Make ``tensor`` (a record just read into memory of its own) the value of the target it fills whole, in
+        place of the template's tensor, which is then never written: one copy of the record fewer.
+
+        Returns ``False`` (the caller copies ``tensor`` into its target) when it fills only a part of the target
+        (a resharded load), is a view into a larger record, or differs from it in dtype, device or layout.
+        """
+        fqn = read_item.dest_index.fqn
+        value = self.state_dict.get(fqn)
+        local = value.to_local() if isinstance(value, DTensor) else value
+        if not isinstance(local, torch.Tensor) or any(read_item.dest_offsets) \
+                or tuple(read_item.lengths) != tuple(local.shape) or tensor.shape != local.shape \
+                or tensor.dtype != local.dtype or tensor.device != local.device \
+                or not (tensor.is_contiguous() and local.is_contiguous()) or tensor.storage_offset() != 0 \
+                or tensor.untyped_storage().nbytes() != tensor.nbytes:
+            return False
+        if isinstance(value, DTensor):
+            tensor = DTensor.from_local(tensor, value.device_mesh, value.placements, run_check=False,
+                                        shape=value.shape, stride=value.stride())
+        self._replace(fqn, tensor)
+        return True

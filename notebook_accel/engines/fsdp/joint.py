@@ -61,7 +61,8 @@ class JointShards:
                       shared_files=(metadata_file(self.name),))
         self._templates[key] = get
         self._labels.append(entry.label())
-        return Saved(entry, get, lambda state: [], set_state, write=self._writer(key), read=self._reader(key))
+        return Saved(entry, get, lambda state: [], set_state, write=self._writer(key), read=self._reader(key),
+                     checks_while_reading=True)
 
     def _writer(self, key: str) -> Callable[[str, Any], None]:
         def write(directory: str, state: dict[str, Any]) -> None:

@@ -6,7 +6,9 @@ reader below give every file the object's name instead: ``<name>_rank<r>_0.distc
 shards) and ``<name>.metadata``. Everything else (planning, resharding) is DCP's own, except what it would
 unpickle in full: the reader reads the metadata, and the planner the non-tensor values, as plain data only, and
 the planner refuses a checkpoint whose keys, shapes or dtypes differ from the live state (see :mod:`.dcp_safety`).
-The writer hashes each shard file (XXH3-128) on its way to disk, so a save reads no shard back for its manifest.
+The writer hashes each shard file (XXH3-128) on its way to disk, so a save reads no shard back for its manifest;
+the reader reads each file's records in file order, each once, and checks the checksum of a file this rank owes
+on the way, so a load reads no shard twice (:mod:`~notebook_accel.checkpointing.verified_reads`).
 """
 
 from __future__ import annotations
@@ -21,15 +23,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import SavePlan
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem, SavePlan
+from torch.futures import Future
 
 from notebook_accel.checkpointing.checksum import HashingWriter, record
 from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.checkpointing.verified_reads import RangeReader, expected_digest
 from notebook_accel.engines.fsdp.dcp_safety import CheckedLoadPlanner, metadata_problems, read_metadata
 
 __all__ = ["shard_files", "metadata_file", "save_sharded", "load_sharded"]
@@ -140,6 +145,54 @@ class _NamedReader(dcp.FileSystemReader):
         storage_meta.load_id = self.load_id
         metadata.storage_meta = storage_meta
         return metadata
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        """Read this rank's records file by file, in file order, each with one system call, into ``planner``'s
+        targets; a file whose checksum this rank owes (:func:`expected_digest`) is checked on the way.
+
+        Raises:
+            CheckpointError: a file is damaged or truncated, or a record does not fit its target.
+        """
+        per_file: dict[str, list[ReadItem]] = {}
+        for item in plan.items:
+            per_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
+        for relative_path, items in per_file.items():
+            path = os.path.join(self.path, relative_path)
+            items.sort(key=lambda item: self.storage_data[item.storage_index].offset)
+            with RangeReader(path, expected_digest(path)) as reader:
+                for item in items:
+                    info = self.storage_data[item.storage_index]
+                    _load_record(planner, item, reader.read(info.offset, info.length), self.label)
+                reader.finish()
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
+
+
+def _part(tensor: torch.Tensor, offsets: Any, lengths: Any) -> torch.Tensor:
+    """The block of ``tensor`` at ``offsets`` with ``lengths`` (a view; the whole tensor when they cover it)."""
+    for dim, (start, length) in enumerate(zip(offsets, lengths, strict=True)):
+        if start != 0 or length != tensor.size(dim):
+            tensor = tensor.narrow(dim, start, length)
+    return tensor
+
+
+def _load_record(planner: LoadPlanner, item: ReadItem, data: bytes, label: str) -> None:
+    """Hand one record's bytes to ``planner``: a non-tensor value as a stream, a tensor (plain data only) as the
+    value of the target it fills whole, or else copied into its part of the target."""
+    if item.type == LoadItemType.BYTE_IO:
+        planner.load_bytes(item, io.BytesIO(data))
+        return
+    tensor = _part(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), item.storage_offsets,
+                   item.lengths)
+    if isinstance(planner, CheckedLoadPlanner) and planner.adopt(item, tensor):
+        return  # the fresh tensor torch.load made is the value: no copy into the template
+    target = planner.resolve_tensor(item).detach()
+    if target.size() != tensor.size():
+        raise CheckpointError(f"{label}: the record of {item.storage_index.fqn!r} holds {tuple(tensor.size())}, "
+                              f"its target here is {tuple(target.size())}")
+    target.copy_(tensor)
+    planner.commit_tensor(item, target)
 
 
 def _first_failure(e: BaseException) -> tuple[str, BaseException]:

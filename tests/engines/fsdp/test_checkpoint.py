@@ -71,6 +71,37 @@ def test_shards_are_hashed_while_dcp_writes_them(tmp_path: Path) -> None:
         assert manifest["files"][name]["xxh3_128"] == file_digest(str(directory / name))[1], name
 
 
+@pytest.mark.timeout(180)
+def test_a_load_opens_each_shard_file_once_per_rank(tmp_path: Path) -> None:
+    """The checksum of a shard is checked while DCP's records are read from it, not in a pass of its own."""
+    directory = tmp_path / "ckpt"
+    launch(workers.resume, "FULL_SHARD", str(directory), False)
+    opened = launch(workers.load_counting_opens, str(directory), workers.WIDTH)["opened"]
+    for rank, counts in enumerate(opened):
+        assert counts.get(f"fsdp_state_0_rank{rank}_0.distcp") == 1, (rank, counts)  # its own shards, read once
+        assert set(counts.values()) == {1}, (rank, counts)  # any other rank's file it reads from: once too
+
+
+@pytest.mark.timeout(180)
+def test_a_flipped_byte_in_the_metadata_is_refused(tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    launch(workers.resume, "FULL_SHARD", str(directory), False)
+    error = _flipped_load_error(directory / "fsdp_state_0.metadata")
+    assert "fsdp_state_0.metadata: its XXH3-128 checksum differs" in error
+
+
+@pytest.mark.timeout(180)
+def test_a_truncated_shard_is_refused(tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    launch(workers.resume, "FULL_SHARD", str(directory), False)
+    shard = directory / "fsdp_state_0_rank1_0.distcp"
+    whole = shard.stat().st_size
+    shard.write_bytes(shard.read_bytes()[: whole - 100])
+    out = launch(workers.load_refused, str(directory), workers.WIDTH)
+    assert f"fsdp_state_0_rank1_0.distcp: {whole - 100} bytes, the manifest says {whole}" in out["error"]
+    assert out["unchanged"] and out["optimizer_state"] == 0
+
+
 @pytest.mark.timeout(240)
 def test_a_checkpoint_of_the_layout_before_format_4_resumes_exactly_and_is_checked(tmp_path: Path) -> None:
     directory = tmp_path / "ckpt"

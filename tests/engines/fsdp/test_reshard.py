@@ -89,3 +89,20 @@ def test_a_damaged_shard_is_refused_before_resharding(tmp_path: Path) -> None:
     out = launch(1, reshard_workers.load, str(directory))
     assert "fsdp_state_0_rank1_0.distcp: its XXH3-128 checksum differs" in out["error"]
     assert out["unchanged"] and out["optimizer_state"] == 0
+
+
+@pytest.mark.timeout(300)
+def test_a_flipped_byte_only_another_rank_reads_is_refused(tmp_path: Path) -> None:
+    """Saved by 3, loaded by 2: rank 0 checks ``rank2``'s file (2 % 2 == 0) but reads only a few records from it
+    (the optimizer's param_groups and steps; the rows there are rank 1's), so the byte flipped in the middle lies
+    in bytes rank 0's reader skips and rank 1 reads unchecked. Rank 0 hashes the skipped bytes too; nothing
+    changes on either rank."""
+    directory = tmp_path / "ckpt"
+    launch(3, reshard_workers.save, str(directory))
+    shard = directory / "fsdp_state_0_rank2_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    out = launch(2, reshard_workers.load, str(directory))
+    assert "fsdp_state_0_rank2_0.distcp: its XXH3-128 checksum differs" in out["error"], out["error"]
+    assert out["unchanged"] and out["optimizer_state"] == 0

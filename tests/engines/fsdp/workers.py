@@ -215,6 +215,43 @@ def load_refused(directory: str, width: int, state_dict_type: str = "SHARDED_STA
     return {**attempt_load(accelerator, model, directory, optimizer), "optimizer_state": len(optimizer.state)}
 
 
+def load_counting_opens(directory: str, width: int) -> dict[str, Any]:
+    """Load ``directory`` into a FULL_SHARD TinyNet of ``width`` while counting, on every rank, how often each
+    shard file (``.distcp``) is opened, whatever opens it (``open``, ``io.open``, ``os.open``, ``Path.open``)."""
+    import builtins
+    import collections
+    import io
+    import os
+
+    accelerator = Accelerator(fsdp_plugin=_plugin("FULL_SHARD", {}))
+    model = TinyNet(width)
+    accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-2),
+                        DataLoader(dataset(80), batch_size=4, shuffle=True))  # the objects the checkpoint holds
+    opened: collections.Counter[str] = collections.Counter()
+    real_open, real_os_open = builtins.open, os.open
+
+    def note(path: Any) -> None:
+        if isinstance(path, (str, os.PathLike)) and os.fspath(path).endswith(".distcp"):
+            opened[os.path.basename(os.fspath(path))] += 1
+
+    def counting_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        note(file)
+        return real_open(file, *args, **kwargs)
+
+    def counting_os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        note(path)
+        return real_os_open(path, *args, **kwargs)
+
+    builtins.open = io.open = counting_open  # type: ignore[assignment]  # this worker only, for one load
+    os.open = counting_os_open  # type: ignore[assignment]
+    try:
+        accelerator.load_state(directory)
+    finally:
+        builtins.open = io.open = real_open  # type: ignore[assignment]
+        os.open = real_os_open  # type: ignore[assignment]
+    return {"opened": accelerator.gather_object([dict(opened)])}
+
+
 def _leaves(state: Any) -> list[Any]:
     """Every value in a nested state, tensors as copies of this rank's local data (a DTensor's shard)."""
     if isinstance(state, dict):
