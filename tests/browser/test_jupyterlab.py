@@ -114,10 +114,16 @@ from notebook_accel.launcher import LaunchTimeoutError
 
 def hang():
     import time
-    time.sleep(60)
+    import torch
+    from notebook_accel import Accelerator
+    accelerator = Accelerator()
+    if accelerator.is_main_process:
+        accelerator.reduce(torch.ones(1))  # rank 1 never comes
+    else:
+        time.sleep(60)
 
 try:
-    notebook_launcher(hang, num_processes=2, timeout=5)
+    notebook_launcher(hang, num_processes=2, timeout=8)
 except LaunchTimeoutError:
     print("stopped by its timeout, as asked")
 '''
@@ -430,7 +436,10 @@ def test_a_person_sees_a_consistent_stable_readable_run_and_a_clean_saved_notebo
         assert abs(height - more[-1].height) <= 0.10 * more[-1].height, (name, height, more[-1].height)
     quiet_text, hang_text = others["quiet"][2], others["hang"][2]
     assert "quiet: finished in" in quiet_text and "no output yet" not in quiet_text, quiet_text
-    assert "hang: timeout in" in hang_text and "timeout=5.0s" in hang_text, hang_text
+    assert "hang: timeout in" in hang_text and "timeout=8.0s" in hang_text, hang_text
+    # who waited where, with the cell's own lines (rank 0's all_reduce, rank 1's sleep)
+    assert "rank 0 waited in all_reduce (accelerator.reduce at Cell In[" in hang_text, hang_text
+    assert "rank 1 was not in a collective (time.sleep at Cell In[" in hang_text, hang_text
     assert "failed" not in hang_text, hang_text  # its header says timeout, its ranks stopped: nobody failed
     assert "stopped by its timeout, as asked" in hang_text
     # the clock is never behind the final duration by more than one refresh (plus the sampling gap of 0.1 s and
