@@ -94,12 +94,9 @@ def test_a_flipped_byte_in_the_metadata_is_refused(tmp_path: Path) -> None:
 def test_a_truncated_shard_is_refused(tmp_path: Path) -> None:
     directory = tmp_path / "ckpt"
     launch(workers.resume, "FULL_SHARD", str(directory), False)
-    shard = directory / "fsdp_state_0_rank1_0.distcp"
-    whole = shard.stat().st_size
-    shard.write_bytes(shard.read_bytes()[: whole - 100])
-    out = launch(workers.load_refused, str(directory), workers.WIDTH)
-    assert f"fsdp_state_0_rank1_0.distcp: {whole - 100} bytes, the manifest says {whole}" in out["error"]
-    assert out["unchanged"] and out["optimizer_state"] == 0
+    whole = (directory / "fsdp_state_0_rank1_0.distcp").stat().st_size
+    error = _truncated_load_error(directory / "fsdp_state_0_rank1_0.distcp", whole - 100)
+    assert f"fsdp_state_0_rank1_0.distcp: {whole - 100} bytes, the manifest says {whole}" in error
 
 
 @pytest.mark.timeout(240)
@@ -128,17 +125,23 @@ def _flipped_load_error(shard: Path) -> str:
     return str(out["error"])
 
 
+def _truncated_load_error(file: Path, keep: int) -> str:
+    """Cut ``file`` to its first ``keep`` bytes, load its checkpoint, check that nothing changed and return the
+    error."""
+    file.write_bytes(file.read_bytes()[:keep])
+    out = launch(workers.load_refused, str(file.parent), workers.WIDTH)
+    assert out["unchanged"] and out["optimizer_state"] == 0
+    return str(out["error"])
+
+
 @pytest.mark.timeout(180)
 def test_a_truncated_metadata_file_is_refused_clearly(tmp_path: Path) -> None:
     directory = tmp_path / "ckpt"
     launch(workers.resume, "FULL_SHARD", str(directory), False)
-    metadata = directory / "fsdp_state_0.metadata"
-    whole = metadata.stat().st_size
-    metadata.write_bytes(metadata.read_bytes()[: whole // 2])
-    out = launch(workers.load_refused, str(directory), workers.WIDTH)  # the manifest's size catches it first
-    assert f"fsdp_state_0.metadata: {whole // 2} bytes, the manifest says {whole}" in out["error"]
-    assert out["unchanged"] and out["optimizer_state"] == 0
-    record(directory, metadata.name)  # and if the manifest was made to agree, the reader says what is wrong
+    whole = (directory / "fsdp_state_0.metadata").stat().st_size
+    error = _truncated_load_error(directory / "fsdp_state_0.metadata", whole // 2)  # the manifest's size catches it
+    assert f"fsdp_state_0.metadata: {whole // 2} bytes, the manifest says {whole}" in error
+    record(directory, "fsdp_state_0.metadata")  # and if the manifest was made to agree, the reader says what is wrong
     out = launch(workers.load_refused, str(directory), workers.WIDTH)
     assert "model 0 (FSDPTinyNet) with optimizer 0 (AdamW): fsdp_state_0.metadata is not sharded-checkpoint " \
            "metadata as DCP writes it (" in out["error"], out["error"]
