@@ -89,8 +89,8 @@ class ProcessState:
 
     def leaks(self, after: ProcessState, run_going: bool = False) -> list[str]:
         """What differs in ``after`` (empty when nothing leaked). ``run_going``: a run is being watched meanwhile, so
-        its system sampler's ``/proc/<pid>/stat`` files come and go as the workers' processes do (they are closed
-        with the run, which the caller checks once it ended)."""
+        its system sampler's reads of ``/proc`` (a ``/proc/<pid>/stat`` file, or ``/proc`` itself while it is
+        listed) come and go as it samples (they are closed with the run, which the caller checks once it ended)."""
         problems = []
         if after.children != self.children:
             problems.append(f"child processes {sorted(after.children - self.children)} left running")
@@ -106,9 +106,9 @@ class ProcessState:
 
 
 def _without_samples(fds: frozenset[tuple[int, str]]) -> frozenset[tuple[int, str]]:
-    """``fds`` less the system sampler's ``/proc/<pid>/stat`` readers."""
-    return frozenset((fd, target) for fd, target in fds
-                     if not (target.startswith("/proc/") and target.endswith("/stat")))
+    """``fds`` less the system sampler's passing reads of ``/proc``: a file such as ``/proc/<pid>/stat``, or
+    ``/proc`` itself while psutil lists it to find the workers' children."""
+    return frozenset((fd, target) for fd, target in fds if not (target == "/proc" or target.startswith("/proc/")))
 
 
 def _fd_targets() -> frozenset[tuple[int, str]]:

@@ -199,6 +199,7 @@ def test_background_run_methods_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPa
         rng.shuffle(found)
         return found
 
+    at_start = process_state()
     run = notebook_launcher(sleeper, args=(120,), num_processes=2, block=False, dashboard=RecordingSink())
     try:
         deadline = time.monotonic() + 60  # the run opens its rank logs as it starts: not a leak of a call below
@@ -221,5 +222,6 @@ def test_background_run_methods_fuzz(tmp_path: Any, monkeypatch: pytest.MonkeyPa
         outcome = _handle_call(f"stopped: {label}", call, (RunStoppedError,), parameter)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert run.status == "stopped" and child_pids() == []
+    assert at_start.leaks(process_state()) == [], "the run, once stopped, left this behind"  # incl. /proc reads
     print(outcomes)
     assert outcomes.get("refused", 0) >= 30 and outcomes.get("TimeoutError", 0) >= 3, outcomes
