@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import os
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from notebook_accel.checkpointing.checksum import TITLES, Algorithm, new_hasher
@@ -31,6 +32,7 @@ Expected = tuple[Algorithm, str, int]
 _EXPECTED: contextvars.ContextVar[dict[str, Expected] | None] = contextvars.ContextVar("_EXPECTED", default=None)
 
 _GAP_BLOCK = 4 << 20  # skipped bytes are hashed in blocks of this size
+_OVERLAP = 1 << 20  # from this size on, a range is hashed on a helper thread while the caller parses it
 
 
 def checksum_mismatch(name: str, algorithm: Algorithm) -> str:
@@ -75,7 +77,9 @@ class RangeReader:
     """Byte ranges of one file, read once each, in increasing offset order; with ``expected``, every byte of the
     file is hashed exactly once on the way and :meth:`finish` checks the digest.
 
-    A range asked for again right after itself is served from memory (a record two targets take parts of).
+    A range asked for again right after itself is served from memory (a record two targets take parts of). A
+    large range is hashed on a helper thread while the caller parses it, so on a machine with a free core the check
+    costs the load no time; :meth:`finish` waits for it, and leaving the ``with`` block stops the helper.
 
     Args:
         path: the file.
@@ -95,14 +99,39 @@ class RangeReader:
         self.expected = expected
         self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         self._hash: Any = new_hasher(expected[0]) if expected is not None else None
-        self._hashed = 0  # the bytes [0, _hashed) are in the hash
+        self._hashed = 0  # the bytes [0, _hashed) are in the hash (or being hashed, see _pending)
         self._last: tuple[int, int, bytes] | None = None
+        self._helper: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None  # the helper's hash of the last large range
 
     def __enter__(self) -> RangeReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        os.close(self._fd)
+        try:
+            if self._helper is not None:
+                self._helper.shutdown(wait=True)  # no thread outlives the reader, whatever happened
+                self._helper = None
+        finally:
+            os.close(self._fd)
+
+    def _update(self, data: Any) -> None:
+        """Add ``data`` (the bytes right after those hashed so far) to the hash, in file order. A large range is
+        hashed on a helper thread while the caller parses it (the hash releases the GIL); the one before it is
+        waited for first, so at most one range is in flight and the order is kept."""
+        self._wait()
+        if memoryview(data).nbytes < _OVERLAP:
+            self._hash.update(data)
+            return
+        if self._helper is None:
+            self._helper = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-verify")
+        self._pending = self._helper.submit(self._hash.update, data)
+
+    def _wait(self) -> None:
+        """Wait for the helper's hash in flight (if any)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
 
     def read(self, offset: int, length: int) -> bytes:
         """The ``length`` bytes at ``offset``, hashed (with the bytes skipped before them) when checking.
@@ -120,7 +149,7 @@ class RangeReader:
                                   f"inside a record of bytes {offset}-{offset + length} (a truncated shard); "
                                   "load an older checkpoint or restore the file")
         if self._hash is not None and offset <= self._hashed < offset + length:
-            self._hash.update(memoryview(data)[self._hashed - offset:])
+            self._update(memoryview(data)[self._hashed - offset:] if self._hashed > offset else data)
             self._hashed = offset + length
         self._last = (offset, length, data)
         return data
@@ -131,7 +160,7 @@ class RangeReader:
             block = os.pread(self._fd, min(_GAP_BLOCK, end - self._hashed), self._hashed)
             if not block:
                 return  # the file is shorter: finish() reports the size
-            self._hash.update(block)
+            self._update(block)
             self._hashed += len(block)
 
     def finish(self) -> None:
@@ -145,6 +174,7 @@ class RangeReader:
             return
         algorithm, digest, size = self.expected
         self._hash_up_to(max(size, os.fstat(self._fd).st_size))
+        self._wait()
         name = os.path.basename(self.path)
         if self._hashed != size:
             raise CheckpointError(f"{name}: {self._hashed} bytes, the manifest says {size}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,20 @@ from notebook_accel.checkpointing.verified_reads import (
 DATA = bytes(range(256)) * 64  # 16 KiB
 #: the records a reader asks for, in the order it asks: a gap before the first, between, and a tail after
 RANGES = [(4000, 100), (100, 50), (9000, 3000), (4100, 900), (4000, 100)]
+
+
+@pytest.fixture(autouse=True, params=["inline", "helper"])
+def where_hashed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: ranges hashed on the calling thread (the small ones), and on the helper thread (what a
+    large range gets: here every range and gap block of 64 bytes or more)."""
+    if request.param == "helper":
+        monkeypatch.setattr(verified_reads, "_OVERLAP", 64)
+        monkeypatch.setattr(verified_reads, "_GAP_BLOCK", 1000)  # gaps in several blocks, each on the helper
+    return str(request.param)
+
+
+def _helpers() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("checkpoint-verify")]
 
 
 def _file(tmp_path: Path, data: bytes = DATA) -> str:
@@ -163,3 +178,56 @@ def test_only_readers_that_check_while_reading_defer_their_files_checksums() -> 
 
     assert _read_while_loading(objects(True), 2) == {"fsdp_state_0_rank0_0.distcp", "fsdp_state_0_rank1_0.distcp"}
     assert _read_while_loading(objects(False), 2) == set()  # the metadata and DeepSpeed's files: checked first
+
+
+def test_the_helper_thread_hashes_large_ranges_and_never_outlives_the_reader(tmp_path: Path, where_hashed: str,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _file(tmp_path)
+    threads: set[str] = set()
+    real = verified_reads.RangeReader._update
+
+    def watching(self: RangeReader, data: Any) -> None:
+        real(self, data)
+        threads.update(_helpers())
+
+    monkeypatch.setattr(verified_reads.RangeReader, "_update", watching)
+    _read(path, _expected())
+    assert bool(threads) == (where_hashed == "helper")  # the helper ran exactly when ranges were large
+    assert _helpers() == []  # and was stopped with the reader
+    damaged = bytearray(DATA)
+    damaged[9500] ^= 1  # inside a range hashed on the helper
+    with pytest.raises(CheckpointError, match="checksum differs"):
+        _read(_file(tmp_path, bytes(damaged)), _expected())
+    with RangeReader(path, _expected()) as reader, pytest.raises(RuntimeError, match="a parse failed"):
+        reader.read(9000, 3000)
+        raise RuntimeError("a parse failed")  # the caller fails while a hash may be in flight
+    assert _helpers() == []
+
+
+def test_the_helper_keeps_at_most_one_range_in_flight(tmp_path: Path, where_hashed: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading ahead of the hash would hold every read range in memory: the next read waits for the last hash."""
+    if where_hashed == "inline":
+        pytest.skip("nothing is in flight when every range is hashed inline")
+    path = _file(tmp_path)
+    gate = threading.Event()
+    flight: list[int] = []
+    reader = RangeReader(path, _expected())
+    real_update = reader._hash.update
+
+    def slow(data: Any) -> None:
+        flight.append(1)
+        assert len(flight) == 1, "two hashes in flight"
+        gate.wait(5)
+        real_update(data)
+        flight.pop()
+
+    reader._hash = type("Slow", (), {"update": staticmethod(slow), "hexdigest": reader._hash.hexdigest})()
+    with reader:
+        reader.read(0, 4000)
+        timer = threading.Timer(0.2, gate.set)
+        timer.start()
+        reader.read(4000, 4000)  # waits for the first hash (released by the timer)
+        assert gate.is_set()
+        reader.finish()
+    timer.join()

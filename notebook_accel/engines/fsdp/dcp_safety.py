@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.tensor import DTensor
 
 from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.engines.fsdp.dtensors import local_part, with_local
 
 __all__ = ["read_metadata", "metadata_problems", "fit_problems", "CheckedLoadPlanner", "UnsafeMetadataError"]
 
@@ -226,7 +227,7 @@ class CheckedLoadPlanner(DefaultLoadPlanner):
         """
         fqn = read_item.dest_index.fqn
         value = self.state_dict.get(fqn)
-        local = value.to_local() if isinstance(value, DTensor) else value
+        local = local_part(value) if isinstance(value, DTensor) else value
         if not isinstance(local, torch.Tensor) or any(read_item.dest_offsets) \
                 or tuple(read_item.lengths) != tuple(local.shape) or tensor.shape != local.shape \
                 or tensor.dtype != local.dtype or tensor.device != local.device \
@@ -234,7 +235,6 @@ class CheckedLoadPlanner(DefaultLoadPlanner):
                 or tensor.untyped_storage().nbytes() != tensor.nbytes:
             return False
         if isinstance(value, DTensor):
-            tensor = DTensor.from_local(tensor, value.device_mesh, value.placements, run_check=False,
-                                        shape=value.shape, stride=value.stride())
+            tensor = with_local(value, tensor)
         self._replace(fqn, tensor)
         return True

@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_map_only
 
 from notebook_accel.checkpointing.manifest import Entry, Kind
 from notebook_accel.checkpointing.saved import Saved
+from notebook_accel.engines.fsdp.dtensors import empty_like
 from notebook_accel.engines.fsdp.storage import load_sharded, metadata_file, save_sharded, shard_files
 
 __all__ = ["JointShards", "joint_name", "fresh_tensors"]
@@ -90,4 +91,4 @@ class JointShards:
 def fresh_tensors(state: dict[str, Any]) -> dict[str, Any]:
     """Empty tensors with the shapes, dtypes and sharding of ``state``'s (other values as they are): a load reads
     into them, so nothing live changes before every rank has read and checked its part."""
-    return tree_map_only(torch.Tensor, torch.empty_like, state)
+    return tree_map_only(torch.Tensor, empty_like, state)
