@@ -81,14 +81,16 @@ def read_metadata(stream: IO[bytes]) -> dcp_metadata.Metadata:
     return metadata
 
 
-def _size_problem(value: Any, what: str) -> str | None:
+def _size_problem(value: Any, what: str, fqn: str) -> str | None:
+    """The problem of ``value`` (``what`` of tensor ``fqn``) unless it is a torch.Size of non-negative ints; the
+    text is made only for a bad one (a load checks thousands)."""
     if not isinstance(value, torch.Size) or any(not isinstance(n, int) or n < 0 for n in value):
-        return f"{what} is {value!r:.60}, not a torch.Size of non-negative ints"
+        return f"{what} of {fqn!r} is {value!r:.60}, not a torch.Size of non-negative ints"
     return None
 
 
 def _tensor_problems(fqn: str, md: dcp_metadata.TensorStorageMetadata) -> list[str]:
-    problems = [_size_problem(md.size, f"the size of {fqn!r}")]
+    problems = [_size_problem(md.size, "the size", fqn)]
     if not isinstance(md.properties, dcp_metadata.TensorProperties) or not isinstance(md.properties.dtype,
                                                                                        torch.dtype):
         problems.append(f"the properties of {fqn!r} are not TensorProperties with a dtype")
@@ -96,8 +98,8 @@ def _tensor_problems(fqn: str, md: dcp_metadata.TensorStorageMetadata) -> list[s
                                                   for c in md.chunks):
         return [p for p in problems if p] + [f"the chunks of {fqn!r} are not a list of ChunkStorageMetadata"]
     for chunk in md.chunks:
-        problems += [_size_problem(chunk.offsets, f"a chunk offset of {fqn!r}"),
-                     _size_problem(chunk.sizes, f"a chunk size of {fqn!r}")]
+        problems += [_size_problem(chunk.offsets, "a chunk offset", fqn),
+                     _size_problem(chunk.sizes, "a chunk size", fqn)]
     return [p for p in problems if p]
 
 
