@@ -89,8 +89,9 @@ class ProcessState:
 
     def leaks(self, after: ProcessState, run_going: bool = False) -> list[str]:
         """What differs in ``after`` (empty when nothing leaked). ``run_going``: a run is being watched meanwhile, so
-        its system sampler's reads of ``/proc`` (a ``/proc/<pid>/stat`` file, or ``/proc`` itself while it is
-        listed) come and go as it samples (they are closed with the run, which the caller checks once it ended)."""
+        its system sampler's reads of ``/proc`` and ``/sys/fs/cgroup`` (a ``/proc/<pid>/stat`` file, ``/proc``
+        itself while it is listed) come and go as it samples; they are closed with the run, which the caller checks
+        once it ended."""
         problems = []
         if after.children != self.children:
             problems.append(f"child processes {sorted(after.children - self.children)} left running")
@@ -106,9 +107,10 @@ class ProcessState:
 
 
 def _without_samples(fds: frozenset[tuple[int, str]]) -> frozenset[tuple[int, str]]:
-    """``fds`` less the system sampler's passing reads of ``/proc``: a file such as ``/proc/<pid>/stat``, or
-    ``/proc`` itself while psutil lists it to find the workers' children."""
-    return frozenset((fd, target) for fd, target in fds if not (target == "/proc" or target.startswith("/proc/")))
+    """``fds`` less the system sampler's passing reads: a file such as ``/proc/<pid>/stat``, ``/proc`` itself while
+    psutil lists it to find the workers' children, and the memory cgroup's files under ``/sys/fs/cgroup``."""
+    return frozenset((fd, target) for fd, target in fds
+                     if not (target == "/proc" or target.startswith(("/proc/", "/sys/fs/cgroup"))))
 
 
 def _fd_targets() -> frozenset[tuple[int, str]]:
