@@ -27,6 +27,7 @@ from notebook_accel import channel, environment
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Failed, Finished
 from notebook_accel.integrations import add_trainer_callback
+from notebook_accel.launcher.child import mp_child
 from notebook_accel.launcher.child.detach import detach_from_kernel
 from notebook_accel.launcher.child.stall_watch import StallWatch
 from notebook_accel.launcher.child.streams import FramedWriter
@@ -214,11 +215,14 @@ def _failed(rank: int, exc: BaseException) -> Failed:
     return Failed(rank, type(exc).__name__, str(exc), user_traceback(exc), library_call(exc.__traceback__))
 
 
-def run_and_report(writer: channel.EventWriter, rank: int, function: Callable[..., Any], args: tuple[Any, ...]) -> int:
+def run_and_report(writer: channel.EventWriter, rank: int, function: Callable[..., Any], args: tuple[Any, ...],
+                   before_report: Callable[[], object] | None = None) -> int:
     """Run ``function(*args)`` and report its end to the kernel through ``writer`` (``Finished`` with rank 0's value,
     or ``Failed`` with the user's frames); returns the exit code (0, or 1 after a failure). Every placement's worker
     ends with this. Meanwhile a :class:`~.stall_watch.StallWatch` reports where the function waits when it hangs; it
-    is stopped and joined before the result is reported."""
+    is stopped and joined before the result is reported. ``before_report`` runs after the function's end and
+    before the report (a forked worker writes its multiprocessing queues there: after the report the launcher
+    may stop it)."""
     watch = StallWatch(rank, writer.send, lambda: writer.drained).start()
     try:
         try:
@@ -228,9 +232,13 @@ def run_and_report(writer: channel.EventWriter, rank: int, function: Callable[..
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the kernel
         if not (isinstance(e, SystemExit) and e.code in (None, 0)):  # sys.exit(0) is a normal end
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finish the report even if the launcher stops us now
+            if before_report is not None:
+                before_report()
             writer.send(_failed(rank, e))
             return 1
         value = None
+    if before_report is not None:
+        before_report()
     steps.flush()  # the last second of step times, before the last word
     try:
         writer.send(Finished(rank, value if rank == 0 else None))
@@ -272,6 +280,7 @@ def worker_main(
         if kernel.process_group:
             _forget_process_group()
         detach_from_kernel()
+        mp_child.begin()  # the kernel's multiprocessing queues and locks work here as in a multiprocessing child
         redirect_output(spec.stdout_fd, spec.stderr_fd, kernel)
         ours = (sys.stdout, sys.stderr)
         spec.env.apply()
@@ -285,7 +294,7 @@ def worker_main(
         writer = channel.EventWriter(spec.events)
         channel.install(writer)
         add_trainer_callback(in_worker=True)  # a transformers Trainer made in the function reports to the dashboard
-        code = run_and_report(writer, spec.env.rank, function, args)
+        code = run_and_report(writer, spec.env.rank, function, args, before_report=mp_child.end)
         channel.uninstall()
         writer.close()
     except BaseException:  # noqa: BLE001 - set-up failed or the kernel went away: say why on stderr, then exit
