@@ -60,9 +60,13 @@ def _listening() -> list[tuple[str, str, int]]:
     return found
 
 
-def listening_sockets(pids: list[int]) -> list[tuple[int, str, int]]:
-    """(pid, address, port) of every listening TCP socket the processes ``pids`` hold."""
-    owners = {inode: pid for pid in pids for inode in _socket_inodes(pid)}
+def listening_sockets(pids: list[int], before: frozenset[str] = frozenset()) -> list[tuple[int, str, int]]:
+    """(pid, address, port) of every listening TCP socket the processes ``pids`` hold, less those whose inode is in
+    ``before`` (sockets the kernel held before the run, which its forked workers inherit: not the run's)."""
+    owners: dict[str, int] = {}
+    for pid in pids:
+        for inode in _socket_inodes(pid) - before:
+            owners.setdefault(inode, pid)  # a socket the kernel and a worker share is the kernel's
     return [(owners[inode], address, port) for inode, address, port in _listening() if inode in owners]
 
 
@@ -71,13 +75,14 @@ def listening_on_this_host() -> list[tuple[str, int]]:
     return [(address, port) for _, address, port in _listening()]
 
 
-def report_listeners() -> dict[str, object]:
-    """After the group is up (store and gloo connected), list what the kernel and both workers listen on."""
+def report_listeners(before: frozenset[str] = frozenset()) -> dict[str, object]:
+    """After the group is up (store and gloo connected), list what the kernel and both workers listen on; ``before``:
+    the kernel's sockets from before the run (an earlier test's server in this process is not the run's)."""
     dist.init_process_group("gloo")
     dist.all_reduce(torch.ones(1))
     pids = [torch.zeros(1, dtype=torch.long) for _ in range(2)]
     dist.all_gather(pids, torch.tensor([os.getpid()]))
-    found = listening_sockets([os.getppid(), *(int(p.item()) for p in pids)]) if dist.get_rank() == 0 else []
+    found = listening_sockets([os.getppid(), *(int(p.item()) for p in pids)], before) if dist.get_rank() == 0 else []
     dist.barrier()
     dist.destroy_process_group()
     return {"sockets": found, "kernel": os.getppid(), "port": int(os.environ["MASTER_PORT"]),
@@ -85,7 +90,8 @@ def report_listeners() -> dict[str, object]:
 
 
 def test_every_socket_of_a_local_run_listens_on_loopback_only() -> None:
-    report = notebook_launcher(report_listeners, num_processes=2, dashboard=RecordingSink())
+    before = frozenset(_socket_inodes(os.getpid()))
+    report = notebook_launcher(report_listeners, (before,), num_processes=2, dashboard=RecordingSink())
     sockets = report["sockets"]
     assert sockets, "no listening socket was found (the test cannot see the run's sockets)"
     assert {address for _, address, _ in sockets} == {"127.0.0.1"}, sockets
