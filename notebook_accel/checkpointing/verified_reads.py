@@ -133,6 +133,11 @@ class RangeReader:
             pending, self._pending = self._pending, None
             pending.result()
 
+    def peek(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``offset`` (fewer where the file ends), read without hashing them: a look at a
+        record's head before it is read, which changes nothing of what :meth:`read` may read next."""
+        return os.pread(self._fd, length, offset)
+
     def read(self, offset: int, length: int) -> bytes:
         """The ``length`` bytes at ``offset``, hashed (with the bytes skipped before them) when checking.
 
@@ -141,18 +146,57 @@ class RangeReader:
         """
         if self._last is not None and self._last[:2] == (offset, length):
             return self._last[2]
+        self._skip_to(offset)
+        data = os.pread(self._fd, length, offset)
+        while 0 < len(data) < length:  # Linux reads at most 2 GiB at once
+            more = os.pread(self._fd, length - len(data), offset + len(data))
+            if not more:
+                break
+            data += more
+        self._take(offset, length, memoryview(data))
+        self._last = (offset, length, data)
+        return data
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        """Fill ``buffer`` (writable bytes) with the file's bytes at ``offset``, with one system call where the
+        system has ``preadv``, hashed like :meth:`read`. The caller must not change ``buffer`` afterwards (it may
+        still be being hashed).
+
+        Raises:
+            CheckpointError: the file ends before the range does.
+        """
+        self._skip_to(offset)
+        done = 0
+        while done < buffer.nbytes:
+            if hasattr(os, "preadv"):
+                got = os.preadv(self._fd, [buffer[done:]], offset + done)
+            else:
+                piece = os.pread(self._fd, buffer.nbytes - done, offset + done)
+                buffer[done:done + len(piece)], got = piece, len(piece)
+            if got == 0:
+                break
+            done += got
+        self._take(offset, buffer.nbytes, buffer[:done])
+        self._last = None
+
+    def _skip_to(self, offset: int) -> None:
+        """Hash the bytes skipped before a read at ``offset`` (when checking)."""
         if self._hash is not None and offset > self._hashed:
             self._hash_up_to(offset)
-        data = os.pread(self._fd, length, offset)
-        if len(data) != length:
-            raise CheckpointError(f"{os.path.basename(self.path)}: the file ends at byte {offset + len(data)}, "
+
+    def _take(self, offset: int, length: int, data: memoryview) -> None:
+        """Hash ``data``, just read at ``offset`` for a range of ``length`` bytes (the part not hashed before).
+
+        Raises:
+            CheckpointError: it is shorter than the range (the file ends inside it).
+        """
+        if data.nbytes != length:
+            raise CheckpointError(f"{os.path.basename(self.path)}: the file ends at byte {offset + data.nbytes}, "
                                   f"inside a record of bytes {offset}-{offset + length} (a truncated shard); "
                                   "load an older checkpoint or restore the file")
         if self._hash is not None and offset <= self._hashed < offset + length:
-            self._update(memoryview(data)[self._hashed - offset:] if self._hashed > offset else data)
+            self._update(data[self._hashed - offset:] if self._hashed > offset else data)
             self._hashed = offset + length
-        self._last = (offset, length, data)
-        return data
 
     def _hash_up_to(self, end: int) -> None:
         """Hash the bytes ``[_hashed, end)`` (ones the reader skips), block by block."""

@@ -231,3 +231,39 @@ def test_the_helper_keeps_at_most_one_range_in_flight(tmp_path: Path, where_hash
         assert gate.is_set()
         reader.finish()
     timer.join()
+
+
+def test_ranges_read_into_buffers_and_peeks_are_hashed_like_reads(tmp_path: Path) -> None:
+    """``read_into`` fills the caller's buffer and hashes it in file order like ``read``; ``peek`` hashes
+    nothing and changes nothing of what may be read next. Mixed in any order, the file is checked once."""
+    path = _file(tmp_path)
+    pieces = []
+    with verifying({path: _expected()}) as left, RangeReader(path, expected_digest(path)) as reader:
+        for n, (offset, length) in enumerate(sorted(RANGES)):
+            assert reader.peek(offset, length) == DATA[offset:offset + length]
+            if n % 2:
+                buffer = bytearray(length)
+                reader.read_into(offset, memoryview(buffer))
+                pieces.append(bytes(buffer))
+            else:
+                pieces.append(reader.read(offset, length))
+        assert reader.peek(len(DATA) - 10, 100) == DATA[-10:]  # a peek past the end is short, not an error
+        reader.finish()
+    assert pieces == [DATA[o:o + n] for o, n in sorted(RANGES)]
+    assert left == {}
+
+
+def test_a_flipped_byte_read_into_a_buffer_is_found(tmp_path: Path) -> None:
+    damaged = bytearray(DATA)
+    damaged[9500] ^= 0x01
+    path = _file(tmp_path, bytes(damaged))
+    with RangeReader(path, _expected()) as reader:
+        reader.read_into(9000, memoryview(bytearray(3000)))
+        with pytest.raises(CheckpointError, match="checksum differs"):
+            reader.finish()
+
+
+def test_a_buffer_past_the_end_of_the_file_is_a_truncated_shard(tmp_path: Path) -> None:
+    path = _file(tmp_path)
+    with RangeReader(path, _expected()) as reader, pytest.raises(CheckpointError, match="the file ends at byte 16384"):
+        reader.read_into(16000, memoryview(bytearray(1000)))

@@ -36,6 +36,7 @@ from notebook_accel.checkpointing.checksum import HashingWriter, record
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.verified_reads import RangeReader, expected_digest
 from notebook_accel.engines.fsdp.dcp_safety import CheckedLoadPlanner, metadata_problems, read_metadata
+from notebook_accel.engines.fsdp.tensor_records import read_tensor
 
 __all__ = ["shard_files", "metadata_file", "save_sharded", "load_sharded"]
 
@@ -160,9 +161,16 @@ class _NamedReader(dcp.FileSystemReader):
             path = os.path.join(self.path, relative_path)
             items.sort(key=lambda item: self.storage_data[item.storage_index].offset)
             with RangeReader(path, expected_digest(path)) as reader:
+                last: tuple[tuple[int, int], torch.Tensor | bytes] | None = None
                 for item in items:
                     info = self.storage_data[item.storage_index]
-                    _load_record(planner, item, reader.read(info.offset, info.length), self.label)
+                    where = (info.offset, info.length)
+                    if item.type == LoadItemType.BYTE_IO:
+                        planner.load_bytes(item, io.BytesIO(reader.read(*where)))
+                        continue
+                    if last is None or last[0] != where:  # a record two targets take parts of is read once
+                        last = where, read_tensor(reader, *where)
+                    _load_tensor(planner, item, last[1], self.label)
                 reader.finish()
         done: Future[None] = Future()
         done.set_result(None)
@@ -177,16 +185,15 @@ def _part(tensor: torch.Tensor, offsets: Any, lengths: Any) -> torch.Tensor:
     return tensor
 
 
-def _load_record(planner: LoadPlanner, item: ReadItem, data: bytes, label: str) -> None:
-    """Hand one record's bytes to ``planner``: a non-tensor value as a stream, a tensor (plain data only) as the
-    value of the target it fills whole, or else copied into its part of the target."""
-    if item.type == LoadItemType.BYTE_IO:
-        planner.load_bytes(item, io.BytesIO(data))
-        return
-    tensor = _part(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), item.storage_offsets,
-                   item.lengths)
+def _load_tensor(planner: LoadPlanner, item: ReadItem, record: torch.Tensor | bytes, label: str) -> None:
+    """Hand one tensor record to ``planner`` (as :func:`read_tensor` read it, or its bytes, which ``torch.load``
+    reads as plain data only): as the value of the target it fills whole, or else copied into its part of the
+    target."""
+    whole = record if isinstance(record, torch.Tensor) else \
+        torch.load(io.BytesIO(record), map_location="cpu", weights_only=True)
+    tensor = _part(whole, item.storage_offsets, item.lengths)
     if isinstance(planner, CheckedLoadPlanner) and planner.adopt(item, tensor):
-        return  # the fresh tensor torch.load made is the value: no copy into the template
+        return  # the fresh tensor the record was read into is the value: no copy into the template
     target = planner.resolve_tensor(item).detach()
     if target.size() != tensor.size():
         raise CheckpointError(f"{label}: the record of {item.storage_index.fqn!r} holds {tuple(tensor.size())}, "
