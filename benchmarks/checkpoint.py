@@ -21,11 +21,12 @@ rotate within each round (who goes first changes), so all see the same machine; 
 (``os.sync``) and old folders deleted between contenders, outside the clock. The script prints the median time of
 each, and each ratio as the median over rounds with [min-max].
 
+Each contender's best round is printed too, as a ratio to the baseline's best (a busy machine lengthens a save or
+a load but never shortens it, so the best rounds are the least disturbed), with the A/A control's.
+
 ``--loads-only`` saves once and then rotates only the loads, from the page cache, for more rounds in the same
-time (default 12). It adds each contender's best round (a busy machine lengthens a load but never shortens it, so
-the best rounds are the least disturbed) and the CPU seconds of both processes, every thread counted (a checksum
-checked on a helper thread costs CPU even where it costs no wall time), each as a ratio to raw's, with raw2 as the
-A/A control.
+time (default 12). It adds the CPU seconds of both processes, every thread counted (a checksum checked on a helper
+thread costs CPU even where it costs no wall time), each as a ratio to raw's, with raw2 as the A/A control.
 
 Usage: ``python benchmarks/checkpoint.py [--quick] [--size 50M] [--rounds N] [--engine plain|fsdp|both]
 [--loads-only]``
@@ -289,14 +290,16 @@ def _report(engine: str, result: dict[str, Any], rounds: int) -> None:
                     "save safe2": " (A/A control)", "load raw2": " (A/A control)"}.get(name, "")
             print(f"  {name:<16} {statistics.median(times[name]):7.3f} s   {statistics.median(ratios):.2f}x "
                   f"[{min(ratios):.2f}-{max(ratios):.2f}]{note}")
-    if "cpu" in result:  # --loads-only: the best round of each (load lengthens a load, never shortens it), and CPU
-        best = {name: min(values) for name, values in times.items()}
-        cpu = {name: min(values) for name, values in result["cpu"].items()}
-        print("  best round (wall s): " + ", ".join(f"{n[5:]} {v:.3f}" for n, v in best.items()))
+    best = {name: min(values) for name, values in times.items()}  # load lengthens a round, never shortens it
+    cpu = {name: min(values) for name, values in result.get("cpu", {}).items()}
+    print("  best round (wall s): " + ", ".join(f"{n} {v:.3f}" for n, v in best.items()))
+    if cpu:  # --loads-only: the CPU seconds of both ranks, every thread
         print("  least CPU of both ranks (s): " + ", ".join(f"{n[5:]} {v:.3f}" for n, v in cpu.items()))
-        for name in [n for n in times if n != "load raw"]:
-            print(f"  best-round ratio {name[5:]} / raw: wall {best[name] / best['load raw']:.3f}x, CPU "
-                  f"{cpu[name] / cpu['load raw']:.3f}x{' (A/A control)' if name == 'load raw2' else ''}")
+    for kind, base in (("save", "save safe"), ("load", "load raw")):
+        for name in [n for n in times if n.startswith(kind) and n != base]:
+            spent = f", CPU {cpu[name] / cpu[base]:.3f}x" if name in cpu else ""
+            control = " (A/A control)" if name in ("save safe2", "load raw2") else ""
+            print(f"  best-round ratio {name} / {base[5:]}: wall {best[name] / best[base]:.3f}x{spent}{control}")
     for kind in ("save", "load"):
         if f"{kind} two-call" in times:  # the layout change, round by round
             ratios = [t / b for t, b in zip(times[f"{kind} ours"], times[f"{kind} two-call"])]
@@ -313,8 +316,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="rotating rounds (default 7, quick 2)")
     parser.add_argument("--engine", choices=("plain", "fsdp", "both"), default="both")
     parser.add_argument("--loads-only", action="store_true", help="save once, then rotate only the loads (more "
-                                                                   "rounds in the same time; adds CPU seconds and "
-                                                                   "best-round ratios)")
+                                                                   "rounds in the same time; adds CPU seconds)")
     args, _ = parser.parse_known_args()
     rounds = args.rounds or (2 if args.quick else 12 if args.loads_only else 7)
     params = _parse_size(args.size or ("4M" if args.quick else "8M"))

@@ -267,3 +267,19 @@ def test_a_buffer_past_the_end_of_the_file_is_a_truncated_shard(tmp_path: Path) 
     path = _file(tmp_path)
     with RangeReader(path, _expected()) as reader, pytest.raises(CheckpointError, match="the file ends at byte 16384"):
         reader.read_into(16000, memoryview(bytearray(1000)))
+
+
+def test_a_range_the_system_reads_in_pieces_is_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linux reads at most 2 GiB in one call: a reader given fewer bytes than it asked for reads on, and checks
+    the whole file; the short read is not taken for a truncated shard. Here every call stops at 1,000 bytes."""
+    path = _file(tmp_path)
+    pread, preadv = os.pread, os.preadv
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: pread(fd, min(n, 1000), at))
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, at: preadv(fd, [memoryview(buffers[0])[:1000]], at))
+    with verifying({path: _expected()}) as left, RangeReader(path, expected_digest(path)) as reader:
+        assert reader.read(100, 5000) == DATA[100:5100]
+        buffer = bytearray(6000)
+        reader.read_into(9000, memoryview(buffer))
+        assert bytes(buffer) == DATA[9000:15000]
+        reader.finish()
+    assert left == {}

@@ -208,6 +208,15 @@ class CheckedLoadPlanner(DefaultLoadPlanner):
             raise CheckpointError(f"{self.label}: the value of {fqn!r} in its shards cannot be read as plain data "
                                   f"({type(e).__name__}: {str(e)[:200]}); it was not loaded, since it could run "
                                   "code when unpickled") from e
+        self.load_value(read_item, loaded)
+
+    def load_value(self, read_item: ReadItem, loaded: Any) -> None:
+        """Take ``loaded``, one non-tensor value already read as plain data, after checking its type.
+
+        Raises:
+            CheckpointError: it is of another type than the live one.
+        """
+        fqn = read_item.dest_index.fqn
         live = self.state_dict.get(fqn)
         if live is not None and type(loaded) is not type(live):
             raise CheckpointError(f"{self.label}: {fqn} is a {type(loaded).__name__} in the checkpoint, a "
@@ -225,7 +234,8 @@ class CheckedLoadPlanner(DefaultLoadPlanner):
         place of the template's tensor, which is then never written: one copy of the record fewer.
 
         Returns ``False`` (the caller copies ``tensor`` into its target) when it fills only a part of the target
-        (a resharded load), is a view into a larger record, or differs from it in dtype, device or layout.
+        (a resharded load), is a view into a larger record, differs from it in dtype, device or layout, or sits
+        under an int key of a dict.
         """
         fqn = read_item.dest_index.fqn
         value = self.state_dict.get(fqn)
@@ -236,7 +246,22 @@ class CheckedLoadPlanner(DefaultLoadPlanner):
                 or not (tensor.is_contiguous() and local.is_contiguous()) or tensor.storage_offset() != 0 \
                 or tensor.untyped_storage().nbytes() != tensor.nbytes:
             return False
+        if not self._reaches(fqn, value):
+            return False  # a path through an int key of a dict (DCP names it as a string): written in place instead
         if isinstance(value, DTensor):
             tensor = with_local(value, tensor)
         self._replace(fqn, tensor)
         return True
+
+    def _reaches(self, fqn: str, value: Any) -> bool:
+        """Whether ``fqn``'s path leads to ``value`` in the nested state, so :meth:`_replace` puts a new value in
+        its place (DCP's path names an int key of a dict as a string, which would add a key beside it)."""
+        if not self.flatten_state_dict:
+            return True
+        container: Any = self.original_state_dict
+        for key in self.mappings[fqn]:
+            try:
+                container = container[key]
+            except (KeyError, IndexError, TypeError):
+                return False
+        return container is value

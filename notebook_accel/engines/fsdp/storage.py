@@ -36,6 +36,7 @@ from notebook_accel.checkpointing.checksum import HashingWriter, record
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.verified_reads import RangeReader, expected_digest
 from notebook_accel.engines.fsdp.dcp_safety import CheckedLoadPlanner, metadata_problems, read_metadata
+from notebook_accel.engines.fsdp.plain_values import Plain, read_value
 from notebook_accel.engines.fsdp.tensor_records import read_tensor
 
 __all__ = ["shard_files", "metadata_file", "save_sharded", "load_sharded"]
@@ -166,7 +167,7 @@ class _NamedReader(dcp.FileSystemReader):
                     info = self.storage_data[item.storage_index]
                     where = (info.offset, info.length)
                     if item.type == LoadItemType.BYTE_IO:
-                        planner.load_bytes(item, io.BytesIO(reader.read(*where)))
+                        _load_value(planner, item, reader, where)
                         continue
                     if last is None or last[0] != where:  # a record two targets take parts of is read once
                         last = where, read_tensor(reader, *where)
@@ -183,6 +184,19 @@ def _part(tensor: torch.Tensor, offsets: Any, lengths: Any) -> torch.Tensor:
         if start != 0 or length != tensor.size(dim):
             tensor = tensor.narrow(dim, start, length)
     return tensor
+
+
+def _load_value(planner: LoadPlanner, item: ReadItem, reader: RangeReader, where: tuple[int, int]) -> None:
+    """Hand one non-tensor record to ``planner``: decoded when it is plain data (:func:`read_value`), else its
+    bytes, which the planner reads with ``torch.load(weights_only=True)``."""
+    if not isinstance(planner, CheckedLoadPlanner):
+        planner.load_bytes(item, io.BytesIO(reader.read(*where)))
+        return
+    record = read_value(reader, *where)
+    if isinstance(record, Plain):
+        planner.load_value(item, record.value)
+    else:
+        planner.load_bytes(item, io.BytesIO(record))
 
 
 def _load_tensor(planner: LoadPlanner, item: ReadItem, record: torch.Tensor | bytes, label: str) -> None:

@@ -62,3 +62,37 @@ def test_the_reader_checks_a_shard_while_reading_it_wherever_it_is_hashed(tmp_pa
     with verifying(dict(expected)), pytest.raises(CheckpointError, match="XXH3-128 checksum differs"):
         load_sharded(_template(), str(tmp_path), "fsdp_state_0", "model 0")
     assert not [t for t in threading.enumerate() if t.name.startswith("checkpoint-verify")]
+
+
+def test_a_load_of_tensors_and_plain_values_unpickles_nothing(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every record of a model and its AdamW state is a tensor or plain data: each is read without
+    ``torch.load`` (tensors straight into their memory, values from their opcodes), and loads as saved. A
+    value that is not plain data still goes through ``torch.load``. The optimizer's state is keyed by ints here
+    (as ``optimizer.state_dict()`` has it), which DCP's paths name as strings: those tensors are written into the
+    template in place, not put beside it under a new key (they were left unloaded before)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, betas=(0.8, 0.9))
+    model(torch.randn(3, 8)).sum().backward()
+    optimizer.step()
+    saved = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "tags": {"a", "b"}}
+    save_sharded(saved, str(tmp_path), "fsdp_state_0", "model 0")
+    template = {"model": {k: torch.zeros_like(v) for k, v in model.state_dict().items()},
+                "optimizer": torch.optim.AdamW(torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))
+                                               .parameters()).state_dict(),
+                "tags": {"x"}}
+    template["optimizer"]["state"] = {k: {n: torch.zeros_like(t) for n, t in s.items()}
+                                      for k, s in optimizer.state_dict()["state"].items()}
+    loads: list[object] = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    loaded = load_sharded(template, str(tmp_path), "fsdp_state_0", "model 0")
+    assert len(loads) == 1  # the set only
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded["model"][key], value)
+    for index, states in optimizer.state_dict()["state"].items():
+        for name, value in states.items():
+            assert torch.equal(loaded["optimizer"]["state"][index][name], value)
+    assert loaded["optimizer"]["param_groups"] == optimizer.state_dict()["param_groups"]
+    assert loaded["tags"] == {"a", "b"}

@@ -10,33 +10,19 @@ from pathlib import Path
 
 import pytest
 import torch
-import xxhash
 
 from notebook_accel.checkpointing import CheckpointError
 from notebook_accel.checkpointing.verified_reads import RangeReader
-from notebook_accel.engines.fsdp import tensor_records
-from notebook_accel.engines.fsdp.tensor_records import HEAD_BYTES, parse_record, read_tensor
-
-PAD = b"\x07" * 37  # bytes of other records before and after, at an odd offset
-
+from notebook_accel.engines.fsdp.tensor_records import parse_record, read_tensor
+from notebook_accel.engines.fsdp.torch_archives import HEAD_BYTES
+from tests.engines.fsdp.records import PAD, read_in_file, record_of
 
 def _record(value: object, **save: object) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(value, buffer, **save)  # type: ignore[arg-type]
-    return buffer.getvalue()
+    return record_of(value, **save)
 
 
 def _read(tmp_path: Path, record: bytes, check: bool = False) -> torch.Tensor | bytes:
-    """``read_tensor`` on ``record`` inside a file, between other bytes; with ``check``, the whole file's
-    checksum is checked on the way (every byte hashed once)."""
-    path = tmp_path / "shard.distcp"
-    data = PAD + record + PAD
-    path.write_bytes(data)
-    expected = ("xxh3_128", xxhash.xxh3_128(data).hexdigest(), len(data)) if check else None
-    with RangeReader(path, expected) as reader:
-        got = read_tensor(reader, len(PAD), len(record))
-        reader.finish()
-    return got
+    return read_in_file(tmp_path, record, read_tensor, check)
 
 
 def _loaded(record: bytes) -> torch.Tensor:
@@ -228,4 +214,3 @@ def test_the_head_read_is_small_and_the_storage_is_read_once(tmp_path: Path,
     assert isinstance(_read(tmp_path, record), torch.Tensor)
     assert ("preadv", 300 * 300 * 4) in calls
     assert all(n <= HEAD_BYTES for kind, n in calls if kind == "pread")
-    assert tensor_records.HEAD_BYTES == HEAD_BYTES
