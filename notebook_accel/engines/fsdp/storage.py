@@ -8,7 +8,10 @@ unpickle in full: the reader reads the metadata, and the planner the non-tensor 
 the planner refuses a checkpoint whose keys, shapes or dtypes differ from the live state (see :mod:`.dcp_safety`).
 The writer hashes each shard file (XXH3-128) on its way to disk, so a save reads no shard back for its manifest;
 the reader reads each file's records in file order, each once, and checks the checksum of a file this rank owes
-on the way, so a load reads no shard twice (:mod:`~notebook_accel.checkpointing.verified_reads`).
+on the way, so a load reads no shard twice (:mod:`~notebook_accel.checkpointing.verified_reads`). A tensor record
+is read straight into a fresh tensor (:mod:`.tensor_records`) and a plain value decoded from its opcodes
+(:mod:`.plain_values`), so a load unpickles nothing; a record in any other form goes to ``torch.load`` with
+``weights_only=True``, as in DCP's own reader.
 """
 
 from __future__ import annotations
