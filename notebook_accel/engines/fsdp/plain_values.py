@@ -98,8 +98,7 @@ def _decoded(pickle_bytes: bytes) -> tuple[bool, Any]:
     memo: dict[int, Any] = {}
     try:
         ops = iter(pickletools.genops(pickle_bytes))
-        name, arg = next(ops)[0].name, None
-        if name != "PROTO":
+        if next(ops)[0].name != "PROTO":
             return False, None
         for op, arg, _ in ops:
             if op.name == "STOP":
@@ -138,7 +137,10 @@ def plain_value(pickle_bytes: bytes) -> Plain | None:
         True
     """
     known, value = _decoded(pickle_bytes)
-    return Plain(_fresh(value)) if known else None
+    try:
+        return Plain(_fresh(value)) if known else None
+    except RecursionError:  # lists nested thousands deep: torch.load decides
+        return None
 
 
 def read_value(reader: RangeReader, offset: int, length: int) -> Plain | bytes:

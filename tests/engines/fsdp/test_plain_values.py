@@ -90,8 +90,9 @@ def test_anything_else_comes_back_as_bytes_for_torch_load(tmp_path: Path, value:
     b"\x80\x02K\x01",  # no STOP
     b"\x80\x02cos\nsystem\n.",  # a global
     b"\x80\x02}.",  # a dict
+    b"\x80\x02" + b"]" * 5000 + b"a" * 4999 + b".",  # lists nested 5,000 deep
 ], ids=["two-left", "mark-left", "append-to-int", "append-mark", "tuple-no-mark", "tuple2-of-one",
-        "get-unknown", "put-empty", "no-proto", "no-stop", "global", "dict"])
+        "get-unknown", "put-empty", "no-proto", "no-stop", "global", "dict", "deep"])
 def test_a_pickle_it_does_not_know_is_given_up(pickled: bytes) -> None:
     assert plain_value(pickled) is None
 
