@@ -195,4 +195,7 @@ def read_tensor(reader: RangeReader, offset: int, length: int) -> torch.Tensor |
     overlap = min(len(after), len(tail))  # the central directory, at least
     if before != head[:start] or after[len(after) - overlap:] != tail[len(tail) - overlap:]:  # changed since peeked
         return before + bytes(raw) + after  # torch.load reads or refuses it
-    return _build(base, layout)
+    try:
+        return _build(base, layout)
+    except RuntimeError:  # a view torch does not make (too many dimensions, say): torch.load says why
+        return before + bytes(raw) + after

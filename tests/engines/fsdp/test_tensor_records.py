@@ -214,3 +214,16 @@ def test_the_head_read_is_small_and_the_storage_is_read_once(tmp_path: Path,
     assert isinstance(_read(tmp_path, record), torch.Tensor)
     assert ("preadv", 300 * 300 * 4) in calls
     assert all(n <= HEAD_BYTES for kind, n in calls if kind == "pread")
+
+
+def test_a_view_torch_will_not_make_goes_to_torch_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If torch refuses to make the recorded view over the fresh storage, the record's bytes (all of them, as
+    read) go to ``torch.load``, which says why in its own words."""
+    from notebook_accel.engines.fsdp import tensor_records
+
+    def refuse(base: torch.Tensor, layout: object) -> torch.Tensor:
+        raise RuntimeError("no such view")
+
+    monkeypatch.setattr(tensor_records, "_build", refuse)
+    record = _record(torch.randn(3000))
+    assert _read(tmp_path, record, check=True) == record
