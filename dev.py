@@ -4,6 +4,9 @@
     python3 dev.py test [pytest args]   # make .venv, install the package with its test extra, run the suite
     python3 dev.py demo                 # make .venv, run the quickstart notebook headless into build/
     python3 dev.py bench                # also install the bench extra, run every benchmark in benchmarks/, print ratios
+    python3 dev.py compat-latest [--version V] [--base V]
+                                        # before bumping accelerate's pin: its newest release (or V) in a scratch
+                                        # environment, its scripts and names against the pinned one's, as tables
     python3 dev.py test-gpu [--cpu] [--wheels DIR] [pytest args]
                                         # on a GPU machine: .venv-gpu with a CUDA torch, then tests/gpu
 
@@ -93,8 +96,8 @@ def ensure_system_packages() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Dispatch ``test``, ``demo``, ``bench`` or ``test-gpu``."""
-    if not argv or argv[0] not in {"test", "demo", "bench", "test-gpu"}:
+    """Dispatch ``test``, ``demo``, ``bench``, ``compat-latest`` or ``test-gpu``."""
+    if not argv or argv[0] not in {"test", "demo", "bench", "compat-latest", "test-gpu"}:
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
@@ -103,6 +106,11 @@ def main(argv: list[str]) -> int:
         import gpu_env
 
         return gpu_env.main(rest, cpu_python=ensure_venv() if "--cpu" in rest else None)
+    if command == "compat-latest":
+        sys.path.insert(0, str(ROOT / "tools"))
+        import compat_latest
+
+        return compat_latest.main(rest, python=ensure_venv())
     python = str(ensure_venv())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if command == "test":

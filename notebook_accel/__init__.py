@@ -55,6 +55,12 @@ _EXPORTS: dict[str, str] = {
     "DummyScheduler": "notebook_accel.engines.deepspeed.dummy",
     "LocalSGD": "notebook_accel.local_sgd",
     "get_logger": "notebook_accel.logging",
+    "get_verbosity": "notebook_accel.logging",
+    "set_verbosity": "notebook_accel.logging",
+    "set_verbosity_debug": "notebook_accel.logging",
+    "set_verbosity_info": "notebook_accel.logging",
+    "set_verbosity_warning": "notebook_accel.logging",
+    "set_verbosity_error": "notebook_accel.logging",
     "set_seed": "notebook_accel.utils",
     "skip_first_batches": "notebook_accel.data",
     "Config": "notebook_accel.config",
@@ -101,7 +107,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
     from notebook_accel.launcher.debug import debug_launcher
     from notebook_accel.local_sgd import LocalSGD
-    from notebook_accel.logging import get_logger
+    from notebook_accel.logging import (
+        get_logger,
+        get_verbosity,
+        set_verbosity,
+        set_verbosity_debug,
+        set_verbosity_error,
+        set_verbosity_info,
+        set_verbosity_warning,
+    )
     from notebook_accel.memory import HeldMemory, find_executable_batch_size, held_memory, release_memory
     from notebook_accel.plugins import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
     from notebook_accel.progress import progress

@@ -16,18 +16,8 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = [
-    "EngineLaunch",
-    "LaunchEnvironment",
-    "CONFIG_FILE_VAR",
-    "cuda_visible_devices",
-    "config_file_path",
-    "log_root",
-    "hf_home",
-    "patched_environ",
-    "imports_for_workers",
-    "apply_import_effects",
-]
+__all__ = ["EngineLaunch", "LaunchEnvironment", "CONFIG_FILE_VAR", "cuda_visible_devices", "config_file_path",
+           "log_root", "hf_home", "patched_environ", "cleared_environ", "imports_for_workers", "apply_import_effects"]
 
 RANK = "RANK"
 LOCAL_RANK = "LOCAL_RANK"
@@ -37,6 +27,7 @@ MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
 DEVICE = "NOTEBOOK_ACCEL_DEVICE"
 MIXED_PRECISION = "NOTEBOOK_ACCEL_MIXED_PRECISION"
+ACCELERATE_MIXED_PRECISION = "ACCELERATE_MIXED_PRECISION"  # accelerate's name for it: written beside ours, read after
 GRADIENT_ACCUMULATION_STEPS = "NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS"
 FP8 = "NOTEBOOK_ACCEL_FP8"
 FSDP = "NOTEBOOK_ACCEL_FSDP"
@@ -179,7 +170,7 @@ class LaunchEnvironment:
             master_addr=env.get(MASTER_ADDR) or None,
             master_port=_int_or(env, MASTER_PORT, None),
             device=env.get(DEVICE) or None,
-            mixed_precision=env.get(MIXED_PRECISION) or None,
+            mixed_precision=env.get(MIXED_PRECISION) or env.get(ACCELERATE_MIXED_PRECISION) or None,
             gradient_accumulation_steps=_int_or(env, GRADIENT_ACCUMULATION_STEPS, None),
             fp8=env.get(FP8) or None,
             engine=_engine_launch(env),
@@ -201,7 +192,7 @@ class LaunchEnvironment:
         if self.device is not None:
             out[DEVICE] = self.device
         if self.mixed_precision is not None:
-            out[MIXED_PRECISION] = self.mixed_precision
+            out[MIXED_PRECISION] = out[ACCELERATE_MIXED_PRECISION] = self.mixed_precision
         if self.gradient_accumulation_steps is not None:
             out[GRADIENT_ACCUMULATION_STEPS] = str(self.gradient_accumulation_steps)
         if self.fp8 is not None:
@@ -245,10 +236,7 @@ def restart_state(environ: Mapping[str, str] | None = None) -> tuple[int, str | 
 
 def restart_variables(attempt: int, resume_from: str | None) -> dict[str, str]:
     """The variables a restarted worker reads back with :func:`restart_state`."""
-    out = {RESTART_COUNT: str(attempt)}
-    if resume_from is not None:
-        out[RESUME_FROM] = resume_from
-    return out
+    return {RESTART_COUNT: str(attempt), **({} if resume_from is None else {RESUME_FROM: resume_from})}
 
 
 def config_file_path(environ: Mapping[str, str] | None = None) -> str | None:
@@ -298,13 +286,13 @@ def launch_choices(
 
     Example:
         >>> launch_choices(mixed_precision="bf16")
-        {'NOTEBOOK_ACCEL_MIXED_PRECISION': 'bf16'}
+        {'NOTEBOOK_ACCEL_MIXED_PRECISION': 'bf16', 'ACCELERATE_MIXED_PRECISION': 'bf16'}
     """
     out: dict[str, str] = {}
     if device is not None:
         out[DEVICE] = device
     if mixed_precision is not None:
-        out[MIXED_PRECISION] = mixed_precision
+        out[MIXED_PRECISION] = out[ACCELERATE_MIXED_PRECISION] = mixed_precision
     if gradient_accumulation_steps is not None:
         out[GRADIENT_ACCUMULATION_STEPS] = str(gradient_accumulation_steps)
     if engine is not None:
@@ -350,6 +338,18 @@ def patched_environ(values: Mapping[str, str | None]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextmanager
+def cleared_environ() -> Iterator[None]:
+    """An empty environment for a ``with`` block, then exactly the one before (what the block set is removed)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def set_var(name: str, value: str) -> None:

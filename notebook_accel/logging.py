@@ -28,10 +28,61 @@ from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.errors import NotebookAccelError, shown
 from notebook_accel.plugins import ConfigurationError
 
-__all__ = ["MultiProcessAdapter", "get_logger", "LoggingStateError", "LOG_LEVEL_VARIABLE"]
+__all__ = ["MultiProcessAdapter", "get_logger", "LoggingStateError", "LOG_LEVEL_VARIABLE", "LIBRARY_LOGGER",
+           "get_verbosity", "set_verbosity", "set_verbosity_debug", "set_verbosity_info", "set_verbosity_warning",
+           "set_verbosity_error"]
 
 #: accelerate's variable for the level of every logger made by :func:`get_logger` without ``log_level``.
 LOG_LEVEL_VARIABLE = "ACCELERATE_LOG_LEVEL"
+
+
+#: The logger of this library's own messages, whose level :func:`set_verbosity` sets (accelerate's is "accelerate").
+LIBRARY_LOGGER = "notebook_accel"
+
+
+def get_verbosity() -> int:
+    """The effective level of this library's own logger (``logging.WARNING`` is 30), as accelerate 1.16's."""
+    return logging.getLogger(LIBRARY_LOGGER).getEffectiveLevel()
+
+
+def set_verbosity(verbosity: int | str) -> None:
+    """Set the level of this library's own logger and of its children that do not set their own (accelerate
+    1.16's, for the ``notebook_accel`` namespace); the root logger and other libraries' loggers are left alone.
+
+    Args:
+        verbosity: a ``logging`` level (``logging.INFO``) or its name in any case (``"info"``).
+
+    Raises:
+        ConfigurationError: not a level (the message lists the names).
+    """
+    if isinstance(verbosity, str) and isinstance(logging.getLevelName(verbosity.strip().upper()), int):
+        level: int = logging.getLevelName(verbosity.strip().upper())
+    elif isinstance(verbosity, int) and not isinstance(verbosity, bool) and verbosity >= 0:
+        level = verbosity
+    else:
+        raise ConfigurationError(f"set_verbosity({shown(verbosity)}): not a logging level; pass one of CRITICAL, "
+                                 "ERROR, WARNING, INFO, DEBUG (any case) or a logging constant such as logging.INFO")
+    logging.getLogger(LIBRARY_LOGGER).setLevel(level)
+
+
+def set_verbosity_debug() -> None:
+    """This library's own logger at ``DEBUG``."""
+    set_verbosity(logging.DEBUG)
+
+
+def set_verbosity_info() -> None:
+    """This library's own logger at ``INFO``."""
+    set_verbosity(logging.INFO)
+
+
+def set_verbosity_warning() -> None:
+    """This library's own logger at ``WARNING``."""
+    set_verbosity(logging.WARNING)
+
+
+def set_verbosity_error() -> None:
+    """This library's own logger at ``ERROR``."""
+    set_verbosity(logging.ERROR)
 
 
 class LoggingStateError(NotebookAccelError, RuntimeError):

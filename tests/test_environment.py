@@ -83,3 +83,16 @@ def test_what_an_import_for_the_workers_sets_is_undone_here_and_set_in_a_worker_
     monkeypatch.setenv(name, "/chosen/by/the/user/since")
     environment.apply_import_effects()
     assert os.environ[name] == "/chosen/by/the/user/since"
+
+
+def test_accelerates_mixed_precision_name_is_written_and_read() -> None:
+    """Workers get ACCELERATE_MIXED_PRECISION beside ours (accelerate 1.16's launchers set it and its scripts
+    check it); an environment with only accelerate's name (``accelerate launch``, a user's export) is honoured, and
+    ours wins when both are set."""
+    written = LaunchEnvironment(mixed_precision="fp16").to_environ()
+    assert written["ACCELERATE_MIXED_PRECISION"] == written["NOTEBOOK_ACCEL_MIXED_PRECISION"] == "fp16"
+    assert "MIXED_PRECISION" not in written and "ACCELERATE_MIXED_PRECISION" not in LaunchEnvironment().to_environ()
+    assert LaunchEnvironment.from_environ({"ACCELERATE_MIXED_PRECISION": "bf16"}).mixed_precision == "bf16"
+    both = {"ACCELERATE_MIXED_PRECISION": "bf16", "NOTEBOOK_ACCEL_MIXED_PRECISION": "no"}
+    assert LaunchEnvironment.from_environ(both).mixed_precision == "no"
+    assert environment.launch_choices(mixed_precision="bf16")["ACCELERATE_MIXED_PRECISION"] == "bf16"

@@ -96,3 +96,28 @@ def test_two_ranks_log_main_only_everyone_and_in_rank_order(tmp_path: Path) -> N
     assert lines[0] == "[RANK 0] main only"
     assert sorted(lines[1:3]) == ["[RANK 0] everyone", "[RANK 1] everyone"]
     assert lines[3:] == ["[RANK 0] in order", "[RANK 1] in order"]
+
+
+def test_verbosity_sets_only_this_librarys_logger() -> None:
+    """accelerate 1.16's set_verbosity family, for the notebook_accel namespace: children that set no level of
+    their own follow; the root logger and other libraries' loggers keep theirs."""
+    import notebook_accel
+    from notebook_accel.logging import LIBRARY_LOGGER, get_verbosity, set_verbosity, set_verbosity_error
+
+    library = logging.getLogger(LIBRARY_LOGGER)
+    saved, root_level, other_level = library.level, logging.getLogger().level, logging.getLogger("other_lib").level
+    try:
+        set_verbosity_error()
+        assert get_verbosity() == logging.ERROR
+        assert logging.getLogger(f"{LIBRARY_LOGGER}.data.worker_fork").getEffectiveLevel() == logging.ERROR
+        notebook_accel.set_verbosity_info()
+        assert get_verbosity() == logging.INFO
+        set_verbosity("debug")
+        assert get_verbosity() == logging.DEBUG
+        assert (logging.getLogger().level, logging.getLogger("other_lib").level) == (root_level, other_level)
+        with pytest.raises(ConfigurationError, match=r"set_verbosity\('loud'\): not a logging level"):
+            set_verbosity("loud")
+        with pytest.raises(ConfigurationError, match="not a logging level"):
+            set_verbosity(True)  # type: ignore[arg-type]
+    finally:
+        library.setLevel(saved)

@@ -60,6 +60,25 @@ _EXPORTS: dict[str, str] = {
     "DummyScheduler": "notebook_accel.engines.deepspeed.dummy",
     "find_executable_batch_size": "notebook_accel.memory",
     "release_memory": "notebook_accel.memory",
+    # accelerate.utils has the engines' plugins and the weights loader too (``from accelerate.utils import
+    # DeepSpeedPlugin`` is the usual spelling); the same objects as notebook_accel's
+    "DeepSpeedPlugin": "notebook_accel.engines.deepspeed.plugin",
+    "FullyShardedDataParallelPlugin": "notebook_accel.engines.fsdp.plugin",
+    "load_checkpoint_in_model": "notebook_accel.checkpointing.weights",
+    # accelerate 1.16's device-neutral helpers
+    "get_torch_accelerator_backend": "notebook_accel.utils.devices",
+    "get_distributed_backend": "notebook_accel.utils.devices",
+    "normalize_device": "notebook_accel.utils.devices",
+    "get_accelerator_free_memory": "notebook_accel.utils.devices",
+    # accelerate.utils.environment and .versions
+    "str_to_bool": "notebook_accel.utils.env_flags",
+    "parse_flag_from_env": "notebook_accel.utils.env_flags",
+    "parse_choice_from_env": "notebook_accel.utils.env_flags",
+    "get_int_from_env": "notebook_accel.utils.env_flags",
+    "patch_environment": "notebook_accel.utils.env_flags",
+    "clear_environment": "notebook_accel.utils.env_flags",
+    "compare_versions": "notebook_accel.utils.versions",
+    "is_torch_version": "notebook_accel.utils.versions",
 }
 _EXPORTS.update(dict.fromkeys(_AVAILABILITY, "notebook_accel.utils.availability"))
 

@@ -130,7 +130,8 @@ def test_launch_dry_run_maps_a_multi_machine_config(env: dict[str, str], tmp_pat
     command, *variables = result.stdout.splitlines()
     assert command.endswith("-m torch.distributed.run --nproc_per_node 8 --nnodes 2 --node_rank 1 "
                             "--master_addr 10.1.2.3 --master_port 29501 train.py --lr 0.1")
-    assert variables == ["export NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS=2",
+    assert variables == ["export ACCELERATE_MIXED_PRECISION=fp16",
+                         "export NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS=2",
                          "export NOTEBOOK_ACCEL_MIXED_PRECISION=fp16"]
 
 

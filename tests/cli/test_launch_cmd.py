@@ -62,7 +62,7 @@ def test_free_port_on_several_machines_is_refused() -> None:
 def test_variables_carry_only_non_default_choices() -> None:
     assert child_environment(Config()) == {}
     assert child_environment(Config(use_cpu=True, mixed_precision="bf16", gradient_accumulation_steps=2)) == {
-        "NOTEBOOK_ACCEL_DEVICE": "cpu", "NOTEBOOK_ACCEL_MIXED_PRECISION": "bf16",
+        "NOTEBOOK_ACCEL_DEVICE": "cpu", "NOTEBOOK_ACCEL_MIXED_PRECISION": "bf16", "ACCELERATE_MIXED_PRECISION": "bf16",
         "NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS": "2"}
 
 

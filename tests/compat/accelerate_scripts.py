@@ -188,7 +188,12 @@ def run_script(script: Script, library: Library, workdir: Path) -> tuple[dict[st
 
 
 def main(argv: list[str]) -> None:
-    """Print every call's outcome under the chosen libraries, then the counts."""
+    """Print every call's outcome under the chosen libraries, then the counts; ``--json PATH`` also writes them
+    (``{"accelerate": {call: outcome}, ...}``, ``tools/compat_latest.py`` reads it)."""
+    json_path: Path | None = None
+    if "--json" in argv:
+        at = argv.index("--json")
+        json_path, argv = Path(argv[at + 1]), argv[:at] + argv[at + 2:]
     libraries: list[Library] = [a for a in argv if a in ("accelerate", "notebook_accel")] or [  # type: ignore[misc]
         "accelerate", "notebook_accel"]
     wanted = [a for a in argv if a not in libraries]
@@ -201,6 +206,8 @@ def main(argv: list[str]) -> None:
                     continue
                 outcomes, _ = run_script(script, library, Path(tmp))
                 table[library].update({f"{script.path}::{call}": o for call, o in outcomes.items()})
+    if json_path is not None:
+        json_path.write_text(json.dumps(table, indent=1))
     for library, outcomes in table.items():
         print(f"\n== {library}")
         for call, outcome in outcomes.items():

@@ -43,7 +43,8 @@ def all_reduce(scale: float) -> tuple[int, float]:
 
 def report_env() -> dict[str, object]:
     env = LaunchEnvironment.from_environ()
-    info = {"env": env.to_environ(), "threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS")}
+    info = {"env": env.to_environ(), "threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"),
+            "accelerate_mp": os.environ.get("ACCELERATE_MIXED_PRECISION"), "bare_mp": "MIXED_PRECISION" in os.environ}
     print(json.dumps(info))
     return info
 
@@ -166,6 +167,9 @@ def test_environment_per_rank_and_launch_choices_reach_workers() -> None:
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == str(port)
         assert env["NOTEBOOK_ACCEL_DEVICE"] == "cpu"
         assert env["NOTEBOOK_ACCEL_MIXED_PRECISION"] == "bf16"
+        # accelerate's name too, in the worker's own environment (accelerate 1.16's notebook_launcher sets it and
+        # never a bare MIXED_PRECISION)
+        assert info["accelerate_mp"] == "bf16" and info["bare_mp"] is False
         assert env["NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS"] == "4"
         assert env["NOTEBOOK_ACCEL_LAUNCHED"] == "1"
         if "OMP_NUM_THREADS" not in os.environ:
