@@ -3,8 +3,7 @@ names, and free device memory.
 
 accelerate 1.16 asks ``get_torch_accelerator_backend()`` wherever 1.15 branched on ``torch.cuda``/``is_xpu_available``
 (its ``test_script.py`` and ``test_cli.py`` included). This library trains on CPU and CUDA only, so the answer is
-the device the :class:`~notebook_accel.Accelerator` would use: ``("cuda", torch.cuda)`` when a CUDA GPU is usable,
-else ``(None, None)``. The question is answered through NVML (:func:`~notebook_accel.utils.is_cuda_available`), so
+the accelerator it can train on here: ``("cuda", torch.cuda)`` when a CUDA GPU is usable, else ``(None, None)``. The question is answered through NVML (:func:`~notebook_accel.utils.is_cuda_available`), so
 it is safe in a notebook kernel before the launcher forks: CUDA is not initialised.
 
 Example:
@@ -42,8 +41,9 @@ def get_torch_accelerator_backend(check_available: bool = True) -> tuple[str, Mo
             through ``CUDA_VISIBLE_DEVICES``, asked through NVML). ``False``: only that this torch is a CUDA or ROCm
             build, as accelerate answers when choosing a launcher before forking.
 
-    Other device types (MPS, XPU, NPU, ...) are answered ``(None, None)``: this library trains on CPU there, and
-    the answer always matches the device an :class:`~notebook_accel.Accelerator` chooses.
+    Other device types (MPS, XPU, NPU, ...) are answered ``(None, None)``: this library trains on the CPU there. As in
+    accelerate, the answer is the machine's, not a run's: an ``Accelerator(cpu=True)`` on a GPU machine still gets
+    ``"cuda"`` here, so compare with ``accelerator.device.type`` before using the module (accelerate's scripts do).
     """
     if not isinstance(check_available, bool):
         raise TypeError(f"get_torch_accelerator_backend(check_available={check_available!r}): pass True or False")
