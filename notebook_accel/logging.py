@@ -36,6 +36,12 @@ __all__ = ["MultiProcessAdapter", "get_logger", "LoggingStateError", "LOG_LEVEL_
 LOG_LEVEL_VARIABLE = "ACCELERATE_LOG_LEVEL"
 
 
+def _level_number(name: str) -> int | None:
+    """The number of level ``name`` in any case (``"info"`` -> 20), or ``None`` when it names no level."""
+    number = logging.getLevelName(name.strip().upper())
+    return number if isinstance(number, int) else None
+
+
 #: The logger of this library's own messages, whose level :func:`set_verbosity` sets (accelerate's is "accelerate").
 LIBRARY_LOGGER = "notebook_accel"
 
@@ -55,11 +61,8 @@ def set_verbosity(verbosity: int | str) -> None:
     Raises:
         ConfigurationError: not a level (the message lists the names).
     """
-    if isinstance(verbosity, str) and isinstance(logging.getLevelName(verbosity.strip().upper()), int):
-        level: int = logging.getLevelName(verbosity.strip().upper())
-    elif isinstance(verbosity, int) and not isinstance(verbosity, bool) and verbosity >= 0:
-        level = verbosity
-    else:
+    level = _level_number(verbosity) if isinstance(verbosity, str) else verbosity
+    if not isinstance(level, int) or isinstance(level, bool) or level < 0:
         raise ConfigurationError(f"set_verbosity({shown(verbosity)}): not a logging level; pass one of CRITICAL, "
                                  "ERROR, WARNING, INFO, DEBUG (any case) or a logging constant such as logging.INFO")
     logging.getLogger(LIBRARY_LOGGER).setLevel(level)
@@ -178,7 +181,7 @@ def get_logger(name: str, log_level: str | None = None) -> MultiProcessAdapter:
     level = log_level if log_level is not None else environment.get(LOG_LEVEL_VARIABLE)
     logger = logging.getLogger(name)
     if level is not None:
-        if not isinstance(level, str) or not isinstance(logging.getLevelName(level.upper()), int):
+        if not isinstance(level, str) or _level_number(level) is None:
             source = "log_level" if log_level is not None else LOG_LEVEL_VARIABLE
             raise ConfigurationError(f"get_logger({name!r}): {source}={shown(level)} is not a logging level; "
                                      "allowed: CRITICAL, ERROR, WARNING, INFO, DEBUG (any case)")

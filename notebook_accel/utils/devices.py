@@ -70,10 +70,9 @@ def get_distributed_backend(device_type: str | None) -> str | None:
 
 
 def normalize_device(device: Any) -> Any:
-    """``device`` as torch takes it for ``.to()``; on CPU and CUDA (the devices here) every form already is one, so
-    it comes back unchanged: an int stays a CUDA index, as in accelerate (``"npu"`` becomes ``"npu:0"`` there)."""
-    if device == "npu":
-        return "npu:0"
+    """``device`` as torch takes it for ``.to()``. On CPU and CUDA, the devices here, every form already is one, so
+    it comes back unchanged, as accelerate returns it there: an int stays a CUDA index (accelerate rewrites names
+    only for NPU, HPU and other accelerators this library does not train on)."""
     return device
 
 

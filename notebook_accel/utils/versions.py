@@ -40,6 +40,13 @@ def _parse(text: str, what: str) -> Version:
         raise ValueError(f"{what} {text!r} is not a version number (PEP 440, such as '2.4' or '4.40.1')") from exc
 
 
+def _operation(caller: str, operation: str) -> Callable[[Version, Version], bool]:
+    """The comparison ``operation`` names; a ValueError that lists the allowed ones for anything else."""
+    if operation not in OPERATIONS:
+        raise ValueError(f"{caller}: operation {operation!r} is not one of {', '.join(OPERATIONS)}")
+    return OPERATIONS[operation]
+
+
 def compare_versions(library_or_version: str, operation: str, requirement_version: str) -> bool:
     """Whether ``library_or_version`` (an installed distribution's name, or a version string) compares to
     ``requirement_version`` by ``operation`` (one of ``>``, ``>=``, ``==``, ``!=``, ``<=``, ``<``).
@@ -50,8 +57,7 @@ def compare_versions(library_or_version: str, operation: str, requirement_versio
         ValueError: an unknown operation, or a string that is neither an installed distribution nor a version
             (the message says which).
     """
-    if operation not in OPERATIONS:
-        raise ValueError(f"compare_versions: operation {operation!r} is not one of {', '.join(OPERATIONS)}")
+    compare = _operation("compare_versions", operation)
     try:
         installed = importlib.metadata.version(library_or_version)
     except (importlib.metadata.PackageNotFoundError, ValueError):
@@ -60,13 +66,12 @@ def compare_versions(library_or_version: str, operation: str, requirement_versio
         version = _parse(library_or_version, "compare_versions: not an installed distribution, and")
     else:
         version = _parse(installed, f"compare_versions: {library_or_version}'s installed version")
-    return OPERATIONS[operation](version, _parse(requirement_version, "compare_versions: the requirement"))
+    return compare(version, _parse(requirement_version, "compare_versions: the requirement"))
 
 
 def is_torch_version(operation: str, version: str) -> bool:
     """Whether the running torch compares to ``version`` by ``operation`` (its local part, ``+cpu``, is ignored:
     ``is_torch_version(">=", "2.13")`` holds for ``2.13.0+cpu``)."""
-    if operation not in OPERATIONS:
-        raise ValueError(f"is_torch_version: operation {operation!r} is not one of {', '.join(OPERATIONS)}")
+    compare = _operation("is_torch_version", operation)
     running = _parse(str(torch.__version__).split("+")[0], "is_torch_version: torch's version")
-    return OPERATIONS[operation](running, _parse(version, "is_torch_version: the requirement"))
+    return compare(running, _parse(version, "is_torch_version: the requirement"))

@@ -24,5 +24,7 @@ def test_errors_name_the_bad_value() -> None:
         compare_versions("torch", "=>", "2.0")
     with pytest.raises(ValueError, match=r"not an installed distribution, and 'no-such-package-xyz' is not a version"):
         compare_versions("no-such-package-xyz", ">=", "1.0")
+    with pytest.raises(ValueError, match=r"is_torch_version: operation '~=' is not one of"):
+        is_torch_version("~=", "2.0")
     with pytest.raises(ValueError, match=r"the requirement 'two' is not a version"):
         is_torch_version(">=", "two")
