@@ -27,7 +27,7 @@ from notebook_accel.gradient_state import GradientState
 from notebook_accel.kwargs_handlers import InitProcessGroupKwargs
 
 __all__ = ["DistributedType", "ProcessState", "PartialState", "AcceleratorState", "GradientState", "ProcessGroupError",
-           "ProcessHelperError"]
+           "ProcessHelperError", "destroy_at_exit"]
 
 T = TypeVar("T")
 
@@ -104,11 +104,20 @@ def _init_group(env: LaunchEnvironment, backend: str, kwargs: InitProcessGroupKw
         # ("connectFullMesh failed ... Connection closed by peer"; 2 in 15 launches here). A barrier ends init
         # together on every rank.
         dist.barrier()
-    atexit.register(_destroy_at_exit, dist.group.WORLD)
+    destroy_at_exit(dist.group.WORLD)
 
 
-def _destroy_at_exit(group: Any) -> None:
-    """Destroy the group we created when the interpreter exits (scripts, torchrun), unless the user already did.
+def destroy_at_exit(group: Any) -> None:
+    """Destroy ``group`` (a default group we created) when the interpreter exits, unless the user already did.
+
+    Every default group this package forms registers here: the launched or torchrun one above, and DeepSpeed's
+    one-process group in memory (seen aborting a CI run at exit before it registered).
+    """
+    atexit.register(_destroy, group)
+
+
+def _destroy(group: Any) -> None:
+    """Destroy ``group`` if it is still the default group.
 
     Left to C++ static destructors, a gloo group aborts the process at exit now and then ("terminate called
     without an active exception", SIGABRT: seen in 2 of 12 plain torchrun runs here, 0 of 16 with this). Launched

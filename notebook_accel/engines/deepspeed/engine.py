@@ -31,7 +31,7 @@ from notebook_accel.monitor import steps
 from notebook_accel.optimizer import AcceleratedOptimizer
 from notebook_accel.plugins import ConfigurationError
 from notebook_accel.precision import MixedPrecision, wrap_forward
-from notebook_accel.state import GradientState, ProcessState
+from notebook_accel.state import GradientState, ProcessState, destroy_at_exit
 
 if TYPE_CHECKING:
     from notebook_accel.checkpointing.saved import CheckpointContext, Saved
@@ -203,6 +203,7 @@ class DeepSpeedEngine(DDPEngine):
         if not torch.distributed.is_initialized():
             backend = "nccl" if self.state.device.type == "cuda" else "gloo"
             torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
+            destroy_at_exit(torch.distributed.group.WORLD)  # left to C++ exit, a gloo group aborts now and then
 
     def _mark_moe_leaves(self, model: torch.nn.Module) -> None:
         """Make the plugin's MoE layer classes ZeRO-3 leaf modules (their parameters are gathered as one).
