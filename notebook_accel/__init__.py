@@ -72,6 +72,7 @@ _EXPORTS: dict[str, str] = {
     "LaunchError": "notebook_accel.errors",
     "CudaInitializedError": "notebook_accel.errors",
     "RayCluster": "notebook_accel.cluster",
+    "ray_leftovers": "notebook_accel.launcher.placement.ray.leftovers",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -106,6 +107,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
     from notebook_accel.launcher.debug import debug_launcher
+    from notebook_accel.launcher.placement.ray.leftovers import ray_leftovers
     from notebook_accel.local_sgd import LocalSGD
     from notebook_accel.logging import (
         get_logger,

@@ -44,11 +44,16 @@ TICK_SECONDS = 0.25  # the longest the launcher's loop waits before calling an o
 
 @dataclass(frozen=True)
 class Started:
-    """A worker is up: its rank, process id and device (``"cpu"``, ``"cuda:0"``)."""
+    """A worker is up: its rank, process id and device (``"cpu"``, ``"cuda:0"``).
+
+    ``node`` is the machine the rank runs on: its address as the placement knows it (a Ray node's IP address),
+    ``""`` for this machine (a local run's workers).
+    """
 
     rank: int
     pid: int
     device: str
+    node: str = ""
 
 
 @dataclass(frozen=True)

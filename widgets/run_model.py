@@ -8,7 +8,10 @@ buffer, and the first failure. Every update is O(1) so the launcher's loop is ne
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import signal
+import socket
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,7 +40,7 @@ from notebook_accel.widgets.series import Series
 from notebook_accel.widgets.system_state import SystemState
 
 __all__ = ["RankState", "ProgressState", "LogLine", "RunState", "RankStatus", "RunStatus", "ShownStatus", "group_of",
-           "label_of"]
+           "label_of", "is_this_machine"]
 
 RankStatus = Literal["starting", "running", "finished", "failed", "stopped"]
 RunStatus = Literal["starting", "running", "finished", "failed", "timeout", "interrupted"]
@@ -66,13 +69,32 @@ def label_of(name: str) -> str:
     return (base.rpartition("/")[0] or base) + sep + rest
 
 
+@functools.lru_cache(maxsize=64)
+def is_this_machine(node: str) -> bool:
+    """Whether a rank's :attr:`~notebook_accel.events.Started.node` is this machine: ``""``, this host's name, a
+    loopback address or an address a socket can bind here (a Ray node's IP address; no name is looked up)."""
+    if node in ("", "localhost", socket.gethostname()):
+        return True
+    try:
+        address = ipaddress.ip_address(node)
+        if address.is_loopback:
+            return True
+        with socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind((node, 0))
+    except (ValueError, OSError):  # a host name, or an address of another machine (EADDRNOTAVAIL)
+        return False
+    return True
+
+
 @dataclass
 class RankState:
-    """One worker: its status, device, pid, last progress count and each loop's count (``loops``: loop name ->
-    ``"9/23"``, the most recently reported last); ``consequence``: it was stopped because another rank failed."""
+    """One worker: its status, node (``""``: this machine), device, pid, last progress count and each loop's count
+    (``loops``: loop name -> ``"9/23"``, the most recently reported last); ``consequence``: it was stopped because
+    another rank failed."""
 
     rank: int
     status: RankStatus = "starting"
+    node: str = ""
     device: str = ""
     pid: int | None = None
     progress: str = ""
@@ -132,6 +154,8 @@ class RunState:
         self._heard_from_a_rank = False
         self._now = 0.0
         self.system: SystemState | None = None  # the machine's figures and step times, from the first report on
+        self.spans_machines = False  # ranks run on another machine, or on several: the ranks table names each node
+        self._nodes: set[str] = set()  # the nodes of the ranks started so far ("": this machine)
 
     @property
     def shown_status(self) -> ShownStatus:
@@ -261,9 +285,11 @@ class RunState:
         return state
 
     def _started(self, event: Started) -> None:
-        """A worker is up: record its pid and device; the run is running."""
+        """A worker is up: record its pid, device and node; the run is running."""
         state = self._rank(event.rank)
-        state.status, state.pid, state.device = "running", event.pid, event.device
+        state.status, state.pid, state.device, state.node = "running", event.pid, event.device, event.node
+        self._nodes.add(event.node)
+        self.spans_machines = self.spans_machines or len(self._nodes) > 1 or not is_this_machine(event.node)
         if self.status == "starting":
             self.status = "running"
 

@@ -15,19 +15,25 @@ import base64
 import html
 
 from notebook_accel.durations import format_duration
-from notebook_accel.widgets.run_model import RunState
+from notebook_accel.widgets.run_model import RankState, RunState
 from notebook_accel.widgets.system_panel import panel_html
 
 SNAPSHOT_LOG_LINES = 20  # the main process's last output lines in the plain-text summary
 SNAPSHOT_HTML_LINES = 1000  # the main process's output lines kept in the collapsible block of the HTML result
 
 __all__ = ["Summary", "StaticResult", "summary_text", "summary_html", "format_value",
-           "format_duration"]
+           "format_duration", "node_label"]
 
 
 def format_value(value: float) -> str:
     """A metric value with 5 significant digits (``nan`` and ``inf`` as written by Python)."""
     return f"{value:.5g}"
+
+
+def node_label(rank: RankState) -> str:
+    """Where a rank runs, for the ranks table of a run that spans machines: its node's address, ``"this machine"``,
+    or ``""`` before it started (not known yet)."""
+    return rank.node or ("this machine" if rank.pid is not None else "")
 
 
 def _headline(state: RunState, elapsed: float) -> str:
@@ -63,11 +69,17 @@ def _system_lines(state: RunState) -> list[str]:
 
 
 def summary_text(state: RunState, elapsed: float) -> str:
-    """The plain-text summary (for ``text/plain``, terminals and nbval)."""
+    """The plain-text summary (for ``text/plain``, terminals and nbval); each rank's node where the run spans
+    machines (``0=finished on 10.0.0.1``)."""
     lines = [_headline(state, elapsed)]
     if _error(state):
         lines.append(f"error: {_error(state)}")
-    lines.append("ranks: " + ", ".join(f"{r}={s.status}" for r, s in sorted(state.ranks.items())))
+    ranks = sorted(state.ranks.items())
+    if state.spans_machines:  # a rank whose node is not known yet (it never started) says nothing of one
+        lines.append("ranks: " + ", ".join(f"{r}={s.status}" + (f" on {node_label(s)}" if node_label(s) else "")
+                                           for r, s in ranks))
+    else:
+        lines.append("ranks: " + ", ".join(f"{r}={s.status}" for r, s in ranks))
     lines.extend(_system_lines(state))
     for name, (step, value) in state.latest.items():
         lines.append(f"{name} = {format_value(value)} (step {step})")

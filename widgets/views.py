@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from notebook_accel.float8.facts import precision_label
 from notebook_accel.terminal import ansi_to_html
 from notebook_accel.widgets.log_style import line_kinds
-from notebook_accel.widgets.snapshot import format_duration, format_value
+from notebook_accel.widgets.snapshot import format_duration, format_value, node_label
 from notebook_accel.widgets.log_buffer import LogLine
 from notebook_accel.widgets.progress_model import progress_column
 from notebook_accel.widgets.run_model import RunState
@@ -36,6 +36,8 @@ _NOTE = "color:#6b7280"
 _QUIET = "font-family:sans-serif;font-size:12px;color:#6b7280"  # a one-line note in place of an empty part
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
+# a node's name or address may break anywhere: a long host name wraps in its cell instead of widening the table
+_NODE_CELL = 'style="padding:1px 10px 1px 0;text-align:left;overflow-wrap:anywhere"'
 _STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
 LOG_HEIGHT = 180  # px of the log pane's scroll box
 CURVES_HEIGHT = 184  # px of the row of SVG panels (svg.PANEL_HEIGHT) with its gap: reserved before the first point
@@ -74,23 +76,28 @@ def header_html(state: RunState, elapsed: float) -> str:
 
 
 def ranks_html(state: RunState, with_detail: bool = True) -> str:
-    """One row per rank: status, device, pid, detail (exit reason or error), and each rank's loop position when
-    more than one rank reports one (every rank's prepared DataLoader does; a ``progress()`` loop reports from the
-    main process only, and a column empty for every other rank would say nothing). ``with_detail=False`` leaves
-    the detail out (the static result names the error once, above)."""
+    """One row per rank: status, node, device, pid, detail (exit reason or error), and each rank's loop position
+    when more than one rank reports one (every rank's prepared DataLoader does; a ``progress()`` loop reports from
+    the main process only, and a column empty for every other rank would say nothing). The node column is there
+    only when the run spans machines (:attr:`RunState.spans_machines`; a rank on this machine reads "this
+    machine"). ``with_detail=False`` leaves the detail out (the static result names the error once, above)."""
     with_progress = sum(1 for s in state.ranks.values() if s.progress) > 1
     heading, counts = progress_column({rank: s.loops for rank, s in state.ranks.items()})
-    names = ("rank", "status", "device", "pid", *((heading,) if with_progress else ()),
-             *(("",) if with_detail else ()))
+    with_node = state.spans_machines
+    names = ("rank", "status", *(("node",) if with_node else ()), "device", "pid",
+             *((heading,) if with_progress else ()), *(("",) if with_detail else ()))
     head = "".join(f"<th {_CELL}>{html.escape(h)}</th>" for h in names)
     rows = []
     for rank, s in sorted(state.ranks.items()):
-        cells = [str(rank), _badge(s.status), html.escape(s.device), "" if s.pid is None else str(s.pid)]
+        cells = [f"<td {_CELL}>{c}</td>" for c in (str(rank), _badge(s.status))]
+        if with_node:
+            cells.append(f"<td {_NODE_CELL}>{html.escape(node_label(s))}</td>")
+        more = [html.escape(s.device), "" if s.pid is None else str(s.pid)]
         if with_progress:
-            cells.append(html.escape(counts.get(rank, "")))
+            more.append(html.escape(counts.get(rank, "")))
         if with_detail:
-            cells.append(html.escape(s.detail[:200]))
-        rows.append("<tr>" + "".join(f"<td {_CELL}>{c}</td>" for c in cells) + "</tr>")
+            more.append(html.escape(s.detail[:200]))
+        rows.append("<tr>" + "".join(cells) + "".join(f"<td {_CELL}>{c}</td>" for c in more) + "</tr>")
     return f"<table {_TABLE}><tr>{head}</tr>{''.join(rows)}</table>"
 
 

@@ -422,3 +422,21 @@ def test_the_output_pane_is_hidden_until_the_first_line_and_the_body_says_so_in_
     one.start(RunInfo(1, ("cpu",), "gloo", "train"))  # one rank: a single pane with a layout of its own
     assert one.view is not None and one.view.pane is one.view.log_main and one.view.pane.layout.display == "none"
     assert one.view.top.layout.display is None
+
+
+def test_the_ranks_table_has_a_node_column_live_and_in_the_result_only_for_a_run_on_several_machines() -> None:
+    local, _, _ = _dashboard()
+    local.handle(Started(0, 1, "cpu"))
+    local.handle(Started(1, 2, "cpu"))
+    local.refresh()
+    assert ">node<" not in local.parts["ranks"] and ">device</th>" in local.parts["ranks"]
+    dash, clock, shown = _dashboard()
+    dash.handle(Started(0, 1, "cuda:0", node="10.0.0.1"))
+    dash.handle(Started(1, 2, "cuda:0", node="10.0.0.2"))
+    dash.refresh()
+    assert ">node</th>" in dash.parts["ranks"] and ">10.0.0.2</td>" in dash.parts["ranks"]
+    dash.handle(Finished(0))
+    dash.handle(Finished(1))
+    dash.finish(RunOutcome("finished", 1.0))
+    bundle = shown.updates[-1]._repr_mimebundle_()  # type: ignore[attr-defined]
+    assert ">10.0.0.1</td>" in bundle["text/html"] and "1=finished on 10.0.0.2" in bundle["text/plain"]

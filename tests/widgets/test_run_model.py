@@ -241,3 +241,56 @@ def test_the_progress_column_shows_one_loop_for_every_rank() -> None:
     table = ranks_html(s)
     assert "<th" in table and "progress (train)" in table
     assert table.count(">32/32<") == 2 and "epochs" not in table
+
+
+def _header(table: str) -> list[str]:
+    import re
+
+    return re.findall(r"<th [^>]*>([^<]*)</th>", table)
+
+
+def test_a_local_run_has_no_node_column() -> None:
+    from notebook_accel.widgets.views import ranks_html
+
+    s = _state()
+    s.apply(Started(0, 100, "cpu"))  # a forked worker: its node is this machine ("")
+    s.apply(Started(1, 101, "cpu"))
+    assert not s.spans_machines and s.ranks[0].node == ""
+    assert _header(ranks_html(s)) == ["rank", "status", "device", "pid", ""]  # the table as it always was
+    assert "node" not in ranks_html(s, with_detail=False)
+    ray_here = _state()  # a Ray cluster of this machine alone: every rank on its loopback address
+    for rank in (0, 1):
+        ray_here.apply(Started(rank, 10 + rank, "cpu", node="127.0.0.1"))
+    assert not ray_here.spans_machines and _header(ranks_html(ray_here)) == ["rank", "status", "device", "pid", ""]
+
+
+def test_a_run_on_two_nodes_shows_each_ranks_node() -> None:
+    from notebook_accel.widgets.views import ranks_html
+
+    s = _state(3)
+    s.apply(Started(0, 100, "cuda:0", node="10.0.0.1"))
+    assert s.ranks[0].node == "10.0.0.1"
+    s.apply(Started(1, 101, "cuda:0", node="10.0.0.2"))
+    assert s.spans_machines and [r.node for r in s.ranks.values()] == ["10.0.0.1", "10.0.0.2", ""]
+    table = ranks_html(s)
+    assert _header(table) == ["rank", "status", "node", "device", "pid", ""]
+    rows = table.split("<tr>")[2:]
+    assert ">10.0.0.1</td>" in rows[0] and ">10.0.0.2</td>" in rows[1]
+    assert rows[0].index("10.0.0.1") < rows[0].index("cuda:0")  # where first, then which device there
+    assert "overflow-wrap:anywhere" in table and "nowrap" not in table  # a long host name wraps in its cell
+    assert "10.0.0" not in rows[2]  # rank 2 has not started: its node is not known yet
+
+
+def test_a_run_on_one_other_machine_names_it_and_ranks_here_read_this_machine() -> None:
+    from notebook_accel.widgets.run_model import is_this_machine
+    from notebook_accel.widgets.views import ranks_html
+
+    remote = _state(1)
+    remote.apply(Started(0, 7, "cuda:0", node="192.0.2.7"))  # TEST-NET-1: never an address of this machine
+    assert remote.spans_machines and ">192.0.2.7</td>" in ranks_html(remote)
+    mixed = _state()
+    mixed.apply(Started(0, 7, "cpu"))
+    mixed.apply(Started(1, 8, "cpu", node="gpu-node-7.cluster"))
+    assert mixed.spans_machines and ">this machine</td>" in ranks_html(mixed)
+    assert [is_this_machine(n) for n in ("", "127.0.0.1", "::1", "192.0.2.7", "gpu-node-7.cluster")] == [
+        True, True, True, False, False]

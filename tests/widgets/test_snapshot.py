@@ -82,3 +82,16 @@ def test_the_engine_is_in_the_header_and_the_static_result() -> None:
     assert "DeepSpeed ZeRO-3 (offload: optimizer)" in summary_html(s, 3.0)
     plain = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "fit"))
     assert "<b>" not in views.header_html(plain, 1.0).split("&middot;", 1)[1]  # no engine named: nothing shown
+
+
+def test_the_saved_result_names_each_ranks_node_only_when_the_run_spans_machines() -> None:
+    local = _finished_state()
+    assert "ranks: 0=finished" in summary_text(local, 1.0).splitlines()  # as it always was
+    assert ">node<" not in StaticResult(local, None, 1.0, views.ranks_html(local, with_detail=False)).html
+    s = RunState(RunInfo(3, ("cuda:0",) * 3, "nccl", "fit"))
+    s.apply(Started(0, 9, "cuda:0", node="10.0.0.1"))
+    s.apply(Started(1, 9, "cuda:0", node="10.0.0.2"))  # rank 2 never started: its node is not known
+    s.finish(RunOutcome("failed", 2.0, "rank 2 did not start", (2,)))
+    assert "ranks: 0=stopped on 10.0.0.1, 1=stopped on 10.0.0.2, 2=failed" in summary_text(s, 2.0).splitlines()
+    page = StaticResult(s, None, 2.0, views.ranks_html(s, with_detail=False)).html
+    assert ">node</th>" in page and ">10.0.0.1</td>" in page and ">10.0.0.2</td>" in page

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["StopSchedule", "sigint_ignored"]
+__all__ = ["StopSchedule", "sigint_ignored", "stopped_by_us"]
 
 
 class StopSchedule:
@@ -60,6 +60,24 @@ class StopSchedule:
         term = self.stage == 1
         self.stage += 1
         self.next_at = now + self.grace if term else None
+
+
+def stopped_by_us(sent: signal.Signals | None, died_by: str | None, explained: bool) -> bool:
+    """Whether a worker's end was the stop's doing: we had sent it ``sent`` and it died by SIGTERM or SIGKILL.
+
+    Not when its placement ``explained`` the death as its own (a Ray rank whose process died before our first
+    signal), nor when it died by SIGKILL while we had only sent SIGTERM (something else killed it): such a death is
+    a failure of its own, and often the cause of the others' lost connections.
+
+    Example:
+        >>> stopped_by_us(signal.SIGTERM, "SIGTERM", False), stopped_by_us(signal.SIGTERM, "SIGKILL", False)
+        (True, False)
+        >>> stopped_by_us(None, "SIGKILL", False), stopped_by_us(signal.SIGKILL, "SIGKILL", True)
+        (False, False)
+    """
+    if sent is None or explained or died_by not in ("SIGTERM", "SIGKILL"):
+        return False
+    return not (died_by == "SIGKILL" and sent == signal.SIGTERM)
 
 
 @contextmanager

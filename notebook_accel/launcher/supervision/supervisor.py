@@ -7,11 +7,11 @@ it is being written (no deadlock), and nothing sleeps on the success path. The f
 worker ending badly) starts the stop: a short settle (``SETTLE_SECONDS``) so that ranks failing at the same moment still
 report their own exception rather than being killed mid-report, then SIGTERM to the others, a grace
 (``GRACE_SECONDS``) in which their events are still collected, then SIGKILL, and every worker is reaped (the
-timing: :class:`~.stopping.StopSchedule`). A timeout stops the run the same way, without the settle; an interrupt
-(the notebook's stop button) or an error in the launcher itself sends SIGTERM at once, SIGKILL after the grace,
-reaps, and re-raises. Workers are reached only through their handles and their placement
-(:mod:`notebook_accel.launcher.placement.protocol`): a signal goes to a worker and what it started (the local fork: its
-process group), and when the run ends, whatever they started and left behind is ended too.
+timing: :class:`~.stopping.StopSchedule`). A worker that died before the stop's first signal is a failure of its
+own (the cause, even when its peers' lost connections were reported first), never one we stopped. A timeout stops
+the run the same way, without the settle; an interrupt (the notebook's stop button) or an error in the launcher itself
+sends SIGTERM at once, SIGKILL after the grace, reaps, and re-raises. Workers are reached only through their handles
+and placement (:mod:`notebook_accel.launcher.placement.protocol`): a signal goes to a worker and what it started.
 
 Output bytes go to each rank's :class:`~notebook_accel.launcher.supervision.output.RankOutput`, which turns them into
 ``Log`` events as a terminal shows them and keeps them in the run's log files; the loop also wakes when an
@@ -44,7 +44,7 @@ from notebook_accel.launcher.supervision.outcome import (
     finish_aborted, reported_failure, run_outcome, signal_name, unloadable_message)
 from notebook_accel.launcher.supervision.output import RankOutput
 from notebook_accel.launcher.supervision.runlogs import rank_log
-from notebook_accel.launcher.supervision.stopping import StopSchedule, sigint_ignored
+from notebook_accel.launcher.supervision.stopping import StopSchedule, sigint_ignored, stopped_by_us
 from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.monitor.board import SystemBoard
 from notebook_accel.monitor.sampler import memory_death_note
@@ -86,7 +86,7 @@ class _Supervisor:
         self.sentinels: dict[int, WorkerHandle] = {h.exit_fd: h for h in handles}
         self.finished: dict[int, Any] = {}
         self.failures: dict[int, WorkerFailure] = {}  # insertion order = order of detection
-        self.stopped: set[int] = set()
+        self.stopped: dict[int, signal.Signals] = {}  # rank: the last stop signal we sent it
         self.stop = StopSchedule(grace)
         self.timed_out = False
         self.next_tick = 0.0
@@ -217,7 +217,7 @@ class _Supervisor:
             self.failures[handle.rank] = replace(failure, exit_code=code, signal_name=name)
         elif code == 0 and handle.rank in self.finished:
             return
-        elif handle.rank in self.stopped and name in ("SIGTERM", "SIGKILL"):
+        elif stopped_by_us(self.stopped.get(handle.rank), name, handle.death_reason is not None):
             return  # stopped by us because another rank failed
         else:
             note = memory_death_note(self.sampler.before_death(handle.rank) if self.sampler else None, handle.rank)
@@ -233,10 +233,6 @@ class _Supervisor:
         self.begin_stop(settle=0.0)
 
     # -- stopping -----------------------------------------------------------------------------------------
-    def alive(self) -> list[WorkerHandle]:
-        """Workers not reaped yet."""
-        return list(self.sentinels.values())
-
     def begin_stop(self, settle: float = SETTLE_SECONDS) -> None:
         """Schedule the stop (once): SIGTERM after ``settle`` seconds, in which near-simultaneous failures of
         other ranks still arrive whole, then SIGKILL after the grace."""
@@ -245,9 +241,11 @@ class _Supervisor:
     def advance_stop(self) -> None:
         """Take the next step of the stop: SIGTERM everyone left, or (grace over) SIGKILL them."""
         sig = self.stop.signal()
-        for handle in self.alive():
+        for sentinel in wait(list(self.sentinels), 0):  # deaths already there are causes, not our stop's doing
+            self.on_exit(cast(int, sentinel))
+        for handle in list(self.sentinels.values()):  # the workers not reaped yet
             self.placement.signal(handle, sig)
-            self.stopped.add(handle.rank)
+            self.stopped[handle.rank] = sig
         self.stop.sent(time.monotonic())
 
     def loop(self, timeout: float | None) -> None:
@@ -376,7 +374,7 @@ def supervise(
     state = _Supervisor(handles, sink, GRACE_SECONDS if grace is None else grace, log_dir, stop_fd, elsewhere, watch,
                         placement, board)
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
-        sink.handle(Started(handle.rank, handle.pid, handle.device))
+        sink.handle(Started(handle.rank, handle.pid, handle.device, node=handle.node))
     try:
         if before is not None:
             before()

@@ -14,7 +14,7 @@ import pytest
 
 from notebook_accel.channel import EventWriter
 from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.events import Exited, Finished, RunOutcome
+from notebook_accel.events import Exited, Finished, RunOutcome, Started
 from notebook_accel.launcher.placement.protocol import Placement
 from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.launcher.supervision.failures import LaunchTimeoutError
@@ -132,3 +132,15 @@ def test_a_timeout_stops_the_workers_through_the_placement() -> None:
     assert placement.signals == [(0, signal.SIGTERM), (1, signal.SIGTERM)]
     assert placement.released and placement.leftovers_ended
     assert isinstance(sink.outcome, RunOutcome) and sink.outcome.status == "timeout"
+
+
+@pytest.mark.timeout(30)
+def test_each_ranks_start_names_the_node_its_placement_put_it_on() -> None:
+    placement = _Threadless()
+    handles = placement.start(_envs(2), print, (), None)
+    handles[0].node, handles[1].node = "10.0.0.1", "10.0.0.2"  # as a Ray placement fills them in
+    sink = RecordingSink()
+    assert supervise(handles, GuardedSink(sink), None, time.monotonic(), placement=placement) == 0
+    _close_exit_fds(handles)
+    assert [(e.rank, e.node) for e in sink.of_type(Started) if isinstance(e, Started)] == [
+        (0, "10.0.0.1"), (1, "10.0.0.2")]

@@ -78,6 +78,13 @@ class RayTestCluster:
                              env=driver_env(), capture_output=True, text=True, timeout=120)
         return result_of(out.stdout, out.stderr)
 
+    def kill_raylet(self) -> None:
+        """SIGKILL the worker node's raylet alone (its workers notice and end by themselves)."""
+        raylets = [pid for pid in _ray_pids(self.temp_dir, self.namespace) if _comm(pid) == "raylet"]
+        assert raylets, "the worker node has no raylet"
+        for pid in raylets:
+            _kill(pid)
+
     def stop_worker(self) -> None:
         """Stop every Ray process of the worker node (they run in its namespace)."""
         _end_all(self.temp_dir, self.namespace)
@@ -159,6 +166,15 @@ def _ray_pids(temp_dir: str, namespace: str | None = None) -> list[int]:
                 continue
         found.append(int(entry))
     return found
+
+
+def _comm(pid: int) -> str:
+    """The process's name (``raylet``, ``gcs_server``, ...), ``""`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _end_all(temp_dir: str, namespace: str | None = None) -> None:

@@ -69,8 +69,11 @@ def sleep_forever(pidfile: str = "") -> None:
         time.sleep(1)
 
 
-def progress_and_sleep(pidfile: str) -> None:
-    """Log a metric and print a line every 0.2 s (both ranks), after writing the pid."""
+def reduce_and_sleep(pidfile: str) -> None:
+    """Every rank sums a tensor with the others every 0.2 s (a training loop's collectives), after writing its pid:
+    a peer that vanishes shows in the others as their backend's lost connection, the race a lost node starts."""
+    import torch
+
     from notebook_accel import Accelerator
 
     accelerator = Accelerator()
@@ -79,9 +82,57 @@ def progress_and_sleep(pidfile: str) -> None:
     step = 0
     while True:
         step += 1
-        print(f"rank {accelerator.process_index} step {step}", flush=True)
-        accelerator.log({"loss": 1.0 / step}, step=step)
+        total = accelerator.reduce(torch.ones(1), reduction="sum")
+        print(f"rank {accelerator.process_index} step {step} sum {total.item():g}", flush=True)
         time.sleep(0.2)
+
+
+def first_step() -> int:
+    """Form the group and take one collective step: a launch's time to its first step."""
+    import torch
+
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    return int(accelerator.reduce(torch.ones(1), reduction="sum").item())
+
+
+def _strangers(address: tuple[str, int]) -> list[Any]:
+    """5 silent and 5 garbage connections to the run's back-channel listener, as anyone on the network can open."""
+    import socket
+
+    opened = []
+    for index in range(10):
+        sock = socket.create_connection(address, timeout=5)
+        if index >= 5:
+            sock.sendall(os.urandom(200 if index % 2 else 7))
+        opened.append(sock)
+    return opened
+
+
+def case_strangers(ray: Any, cluster: Any) -> dict[str, Any]:
+    """Time to the first step alone and with strangers dialling the listener as it opens (2 each, alternating)."""
+    from notebook_accel import notebook_launcher
+    from notebook_accel.launcher.placement.ray import placement
+
+    opened: list[Any] = []
+
+    class Crowded(placement.BackChannel):  # type: ignore[misc, valid-type]
+        def __init__(self, host: str) -> None:
+            super().__init__(host)
+            opened.extend(_strangers(self.address))
+
+    times: dict[str, list[float]] = {"alone": [], "crowded": []}
+    plain = placement.BackChannel
+    for kind in ("alone", "crowded", "alone", "crowded"):
+        placement.BackChannel = Crowded if kind == "crowded" else plain  # type: ignore[misc]
+        start = time.monotonic()
+        assert notebook_launcher(first_step, num_processes=2, cluster=cluster, dashboard=False) == 2
+        times[kind].append(time.monotonic() - start)
+    placement.BackChannel = plain  # type: ignore[misc]
+    for sock in opened:
+        sock.close()
+    return {"times": times, "strangers": len(opened), "left": leftovers(ray)}
 
 
 def case_train(ray: Any, cluster: Any) -> dict[str, Any]:
@@ -124,18 +175,21 @@ def case_stop(ray: Any, cluster: Any) -> dict[str, Any]:
         time.sleep(0.5)
     time.sleep(3.0)  # the workers are in the function
     running = run.status
+    from notebook_accel import ray_leftovers
+
+    during = ray_leftovers()  # the package's own check (no ray[default]) sees the live run
     run.stop()
     stopped = _error(run.result)
     return {"timed_out": timed_out, "after_timeout": after_timeout, "interrupted": interrupted,
             "after_interrupt": after_interrupt, "background": {"was": running, "stopped": stopped},
-            "left": leftovers(ray)}
+            "left": leftovers(ray), "package_during": during, "package_after": ray_leftovers()}
 
 
 def case_hang(ray: Any, cluster: Any, pidfile: str) -> dict[str, Any]:
     """A run that never ends by itself: the test kills a node, cuts its link, or kills this driver."""
     from notebook_accel import notebook_launcher
 
-    error = _error(lambda: notebook_launcher(progress_and_sleep, args=(pidfile,), num_processes=2, cluster=cluster,
+    error = _error(lambda: notebook_launcher(reduce_and_sleep, args=(pidfile,), num_processes=2, cluster=cluster,
                                              dashboard=False))
     return {"error": error, "ended_at": time.time(), "left": leftovers(ray, wait=30.0)}
 
@@ -168,6 +222,8 @@ def main(argv: list[str]) -> int:
         result = case_stop(ray, cluster)
     elif what == "checkpoint":
         result = case_checkpoint(ray, cluster, argv[2])
+    elif what == "strangers":
+        result = case_strangers(ray, cluster)
     elif what == "hang":
         result = case_hang(ray, cluster, argv[2])
     else:

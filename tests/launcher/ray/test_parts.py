@@ -1,12 +1,15 @@
-"""The Ray placement's parts without a cluster: the request's checks, the back channel's handshake and frames, the
-fit check, the rank order, and the watch's verdicts (a result, a closed stream, a silent node)."""
+"""The Ray placement's parts without a cluster: the request's checks, the back channel's handshake (strangers
+included) and frames, the refusal of what cannot be pickled, the fit check, the rank order, and the watch's verdicts
+(a result, a closed stream, a silent node)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,10 +17,10 @@ import pytest
 from notebook_accel import LaunchError, notebook_launcher
 from notebook_accel.cluster import RayCluster, check_cluster
 from notebook_accel.events import RankSystem, SystemSample
-from notebook_accel.launcher.placement.ray import reserve
+from notebook_accel.launcher.placement.ray import link, pickling, reserve
 from notebook_accel.launcher.placement.ray.handles import RayWorkerHandle
 from notebook_accel.launcher.placement.ray.link import BackChannel, FrameReader, connect_back, send_frame
-from notebook_accel.launcher.placement.ray.placement import _rank_order, _unset_connection
+from notebook_accel.launcher.placement.ray.placement import _put, _rank_order, _unset_connection
 from notebook_accel.launcher.placement.ray.watch import RemoteSampler, RunWatch
 from notebook_accel.launcher.plan import cluster_devices
 
@@ -110,6 +113,128 @@ def test_only_a_dialler_with_the_runs_secret_gets_a_stream() -> None:
         channel.close()
 
 
+def _strangers(address: tuple[str, int]) -> tuple[list[socket.socket], threading.Thread]:
+    """5 silent connections and 5 garbage ones: random bytes, a wrong kind, a hello of the right size with a wrong
+    proof (sent without waiting for the nonce, and after it, by the thread returned)."""
+    silent = [socket.create_connection(address, timeout=10) for _ in range(5)]
+    garbage = [socket.create_connection(address, timeout=10) for _ in range(5)]
+    garbage[0].sendall(os.urandom(100))
+    garbage[1].sendall(os.urandom(7))
+    garbage[2].sendall(link._HELLO.pack(0, b"Z", b"n" * 32) + b"p" * 32)
+    garbage[3].sendall(link._HELLO.pack(0, b"E", b"n" * 32) + b"p" * 32)
+
+    def answer_with_the_wrong_secret(sock: socket.socket) -> None:
+        try:
+            nonce = link._read_exactly(sock, 32)
+            sock.sendall(link._HELLO.pack(1, b"O", b"n" * 32) + link._prove(b"x" * 32, b"worker", nonce, 1, b"O"))
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=answer_with_the_wrong_secret, args=(garbage[4],), daemon=True)
+    thread.start()
+    return silent + garbage, thread
+
+
+def _closed_by_the_listener(sock: socket.socket, within: float) -> bool:
+    """Whether the listener's end closes ``sock`` within ``within`` seconds (its nonce may come first)."""
+    sock.settimeout(within)
+    try:
+        while sock.recv(1024):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except OSError:  # timed out: still open
+        return False
+
+
+def _four_streams(strangers: bool) -> tuple[float, list[tuple[int, bytes]]]:
+    """Seconds from the first of 4 genuine dials to their 4 streams, with the strangers dialling first or not."""
+    channel = BackChannel("127.0.0.1")
+    others, answering = _strangers(channel.address) if strangers else ([], None)
+    outcomes: list[Any] = []
+    try:
+        start = time.monotonic()
+        dials = [threading.Thread(target=_dial, args=(channel, channel.secret, 0, kind, outcomes))
+                 for kind in link.KINDS]
+        for dial in dials:
+            dial.start()
+        accepted = list(channel.accept(4, time.monotonic() + 20))
+        took = time.monotonic() - start
+        for dial in dials if answering is None else [*dials, answering]:
+            dial.join()
+        assert all(isinstance(o, socket.socket) for o in outcomes), outcomes
+        for dialed in accepted:
+            assert dialed.sock.gettimeout() is None and dialed.sock.getblocking()
+            assert dialed.sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+            dialed.sock.close()
+        assert all(_closed_by_the_listener(s, 5) for s in others)  # the silent ones when the wait ended
+        return took, sorted((d.rank, d.kind) for d in accepted)
+    finally:
+        for sock in outcomes + others:
+            if isinstance(sock, socket.socket):
+                sock.close()
+        channel.close()
+
+
+def test_silent_and_garbage_connections_do_not_delay_the_workers_streams() -> None:
+    """Anyone on the cluster's network can dial the listener: strangers cost the workers' streams no time (they
+    used to be served one at a time, 10 s each for a silent one)."""
+    baseline, streams = _four_streams(strangers=False)
+    crowded, crowded_streams = _four_streams(strangers=True)
+    print(f"4 streams: {baseline:.3f} s alone, {crowded:.3f} s behind 5 silent and 5 garbage connections")
+    assert streams == crowded_streams == sorted((0, kind) for kind in link.KINDS)
+    assert abs(crowded - baseline) < 3.0
+
+
+def test_a_strangers_bytes_never_yield_a_stream_and_its_connection_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(link, "_HANDSHAKE_SECONDS", 0.5)
+    channel = BackChannel("127.0.0.1")
+    outcome: list[Any] = []
+
+    def wait() -> None:
+        try:
+            outcome.extend(channel.accept(1, time.monotonic() + 4))
+        except TimeoutError as e:
+            outcome.append(e)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    try:
+        start = time.monotonic()
+        strangers, answering = _strangers(channel.address)
+        answering.join(timeout=2)
+        assert all(_closed_by_the_listener(s, 2.5) for s in strangers)  # the garbage at once, the silent at 0.5 s
+        assert time.monotonic() - start < 3.0  # before the wait's own end closed them
+        waiter.join()
+        assert len(outcome) == 1 and isinstance(outcome[0], TimeoutError)
+        for sock in strangers:
+            sock.close()
+    finally:
+        waiter.join()
+        channel.close()
+
+
+def test_a_flood_of_connections_pushes_out_the_oldest_not_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(link, "_MAX_PENDING", 4)
+    channel = BackChannel("127.0.0.1")
+    flood = [socket.create_connection(channel.address, timeout=10) for _ in range(12)]
+    outcomes: list[Any] = []
+    try:
+        dial = threading.Thread(target=_dial, args=(channel, channel.secret, 2, b"C", outcomes))
+        time.sleep(0.2)  # the flood is in the listener's queue first
+        dial.start()
+        accepted = list(channel.accept(1, time.monotonic() + 10))
+        dial.join()
+        assert [(d.rank, d.kind) for d in accepted] == [(2, b"C")]
+        assert _closed_by_the_listener(flood[0], 2)  # pushed out by the ones after it
+        accepted[0].sock.close()
+    finally:
+        for sock in flood + [o for o in outcomes if isinstance(o, socket.socket)]:
+            sock.close()
+        channel.close()
+
+
 def test_a_worker_refuses_a_listener_that_cannot_prove_the_secret() -> None:
     """An impostor listening where the kernel should be gets the worker's hello but cannot answer it: the worker
     sends it nothing else (no output, no events)."""
@@ -153,6 +278,112 @@ def test_control_frames_survive_being_cut_anywhere() -> None:
     finally:
         left.close()
         right.close()
+
+
+# -- what cannot be pickled -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def _ray_pickler_imported() -> Iterator[None]:
+    """Import Ray's cloudpickle (the walk's pickler) before any test's leak check looks at the environment: importing
+    Ray sets ``RAY_CLIENT_MODE``; it is put back when this module's tests are done."""
+    before = dict(os.environ)
+    try:
+        import ray.cloudpickle  # noqa: F401
+    except ImportError:
+        pass  # the walk falls back to cloudpickle or pickle
+    yield
+    for name in set(os.environ) - set(before):
+        del os.environ[name]
+    os.environ.update(before)
+
+
+class _Holder:
+    def __init__(self, **parts: Any) -> None:
+        self.__dict__.update(parts)
+
+
+class _Slotted:
+    __slots__ = ("name", "__secret")
+
+    def __init__(self, secret: Any) -> None:
+        self.name = "slotted"
+        self.__secret = secret
+
+
+@pytest.mark.usefixtures("_ray_pickler_imported")
+def test_the_path_to_the_innermost_object_that_cannot_be_pickled() -> None:
+    lock = threading.Lock()
+    nested = [1, {"data": [0.5], "opts": _Holder(size=3, model=_Holder(weights=[1.0], _lock=lock))}]
+    found = pickling.find_unpicklable(nested, "args[1]")
+    assert found is not None and found.path == "args[1][1]['opts'].model._lock"
+    assert found.type_name == "_thread.lock" and "lock" in found.reason and not found.itself
+
+    def step() -> Any:
+        return lock  # closes over the lock
+
+    closure = pickling.find_unpicklable(step, "args[0]")
+    assert closure is not None and closure.path == "args[0].<closure:lock>"
+    slotted = pickling.find_unpicklable(({1, 2}, _Slotted(lock)), "args[2]")
+    assert slotted is not None and slotted.path == "args[2][1].__secret"
+    whole = pickling.find_unpicklable(lock, "args[3]")
+    assert whole is not None and whole.itself and str(whole).startswith("args[3] itself (_thread.lock)")
+    assert pickling.find_unpicklable({"fine": [1, (2, "3")]}, "args[4]") is None
+
+
+@pytest.mark.usefixtures("_ray_pickler_imported")
+def test_the_walk_ends_on_cycles_and_within_its_bounds() -> None:
+    lock = threading.Lock()
+    ring: Any = _Holder(name="a")
+    ring.next = _Holder(name="b", back=ring, parts=[ring])
+    ring.next.parts.append(_Holder(lock=lock))
+    found = pickling.find_unpicklable(ring, "args[0]")
+    assert found is not None and found.path == "args[0].next.parts[1].lock"
+    selfish: list[Any] = []
+    selfish.append(selfish)
+    selfish.append(lock)
+    assert getattr(pickling.find_unpicklable(selfish, "x"), "path", None) == "x[1]"
+    deep: Any = lock
+    for _ in range(100):
+        deep = [deep]
+    bounded = pickling.find_unpicklable(deep, "d", max_depth=10)
+    assert bounded is not None and bounded.path == "d" + "[0]" * 10 and bounded.type_name == "list"
+    wide = pickling.find_unpicklable([*range(5000), lock], "w", max_tries=50)
+    assert wide is not None and wide.path == "w"  # out of tries before the lock: the list is as far as it got
+
+
+class _RayLikePut:
+    """``ray.put`` as Ray's fails: its message holds a coloured serializability report, the pickler's error under."""
+
+    def put(self, value: Any) -> object:
+        probe = pickling.default_probe()
+        error = probe(value)
+        if error is not None:
+            raise TypeError(f"Could not serialize the put value {value!r}:\n===\nChecking Serializability of "
+                            f"{value!r}\n===\n\x1b[31m!!! FAIL\x1b[39m serialization: {error}\n    "
+                            "Serializing 'model' ...\n\x1b[33mWARNING\x1b[39m: Did not find non-serializable "
+                            "object") from error
+        return object()
+
+
+@pytest.mark.usefixtures("_ray_pickler_imported")
+def test_the_refusal_of_what_cannot_be_pickled_is_one_clean_line() -> None:
+    lock = threading.Lock()
+    with pytest.raises(LaunchError) as caught:
+        _put(_RayLikePut(), _train, ("ok", [{"opts": _Holder(model=_Holder(_lock=lock))}]))
+    text = str(caught.value)
+    print(text)
+    assert "\x1b" not in text and "\n" not in text and "!!! FAIL" not in text
+    assert "args[1] (list:" in text and "args[1][0]['opts'].model._lock (_thread.lock) cannot be pickled" in text
+    assert "cannot pickle '_thread.lock' object" in text and "make it inside the function" in text
+
+    def train() -> Any:
+        return lock
+
+    with pytest.raises(LaunchError) as caught:
+        _put(_RayLikePut(), train, ())
+    text = str(caught.value)
+    assert "\x1b" not in text and "\n" not in text
+    assert "train.<closure:lock> (_thread.lock) cannot be pickled" in text and "inside the function" in text
+    assert pickling.one_line("\x1b[31m!!! FAIL\x1b[39m a\n b") == "!!! FAIL a b"
 
 
 # -- reserving and numbering ----------------------------------------------------------------------------------------
@@ -226,7 +457,7 @@ def test_the_watch_ends_a_rank_by_its_result_by_its_closed_stream_and_by_its_sil
             time.sleep(0.1)
         assert finished[0].exit_code == 0 and finished[0].death_reason is None
         assert closed[0].exit_code == -int(signal.SIGKILL)
-        assert "rank 1 on node 10.0.0.2 ended without a result" in (closed[0].death_reason or "")
+        assert "its process on node 10.0.0.2 ended without a result" in (closed[0].death_reason or "")
         assert "node 10.0.0.3 (ranks [2]) has not answered" in (silent[0].death_reason or "")
         sample = RemoteSampler(watch).sample()
         assert [r.rank for r in sample.ranks] == [0] and sample.host_available == 100

@@ -97,10 +97,25 @@ def test_refusals_come_before_anything_is_reserved(ray_cluster: RayTestCluster) 
     assert result["left"] == {"actors": [], "groups": []}
 
 
+def test_strangers_dialling_the_back_channel_do_not_delay_the_first_step(ray_cluster: RayTestCluster) -> None:
+    """5 silent and 5 garbage connections to the kernel's listener as it opens (anyone on the cluster's network can
+    dial it) used to be served one at a time, 10 s each; the workers' own handshakes now go side by side."""
+    result = _driver(ray_cluster, "strangers")
+    times = result["times"]
+    assert isinstance(times, dict) and result["strangers"] == 20
+    alone, crowded = min(times["alone"]), min(times["crowded"])
+    print(f"time to the first step: {alone:.2f} s alone, {crowded:.2f} s with 10 strangers ({times})")
+    assert crowded - alone < 3.0, times  # the same within noise (a silent stranger alone cost 10 s before)
+    assert result["left"] == {"actors": [], "groups": []}
+
+
 def test_timeout_the_stop_button_and_run_stop_leave_no_actor_and_no_reservation(ray_cluster: RayTestCluster) -> None:
     result = _driver(ray_cluster, "stop")
     timed_out, interrupted = result["timed_out"], result["interrupted"]
     assert isinstance(timed_out, dict) and timed_out["type"] == "LaunchTimeoutError", timed_out
+    # as locally: both ranks named, and where each waited (Ray's SIGTERM handler used to raise SystemExit there)
+    assert "ranks still running: [0, 1]" in timed_out["text"] and "time.sleep" in timed_out["text"], timed_out
+    assert "SystemExit" not in timed_out["text"]
     assert result["after_timeout"] == {"actors": [], "groups": []}
     assert isinstance(interrupted, dict) and interrupted["type"] == "KeyboardInterrupt", interrupted
     assert result["after_interrupt"] == {"actors": [], "groups": []}
@@ -108,6 +123,9 @@ def test_timeout_the_stop_button_and_run_stop_leave_no_actor_and_no_reservation(
     assert isinstance(background, dict) and background["was"] == "running", background
     assert background["stopped"]["type"] == "RunStoppedError", background  # run.stop(), as locally
     assert result["left"] == {"actors": [], "groups": []}
+    during, after = result["package_during"], result["package_after"]
+    assert isinstance(during, dict) and len(during["actors"]) == 2 and len(during["placement_groups"]) == 1, during
+    assert after == {"actors": [], "placement_groups": []}  # notebook_accel.ray_leftovers() agrees with Ray's tables
 
 
 def test_a_dead_kernel_takes_its_actors_with_it(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
@@ -124,16 +142,29 @@ def test_a_dead_kernel_takes_its_actors_with_it(ray_cluster: RayTestCluster, tmp
             driver.communicate()
 
 
+def _rank_on_the_worker_node(ray_cluster: RayTestCluster, pids: dict[int, int]) -> tuple[int, int]:
+    """``(rank, pid)`` of the rank whose process runs in the worker node's namespace."""
+    namespace = os.stat(f"/run/netns/{ray_cluster.namespace}").st_ino
+    there = [(rank, pid) for rank, pid in pids.items() if os.stat(f"/proc/{pid}/ns/net").st_ino == namespace]
+    assert len(there) == 1, f"one rank should run on the worker node: {pids}"
+    return there[0]
+
+
 def _lose_worker_node(ray_cluster: RayTestCluster, tmp_path: Path, how: str) -> dict[str, object]:
-    """Start a hanging run, break the worker node ``how``, and return the driver's result and the elapsed time."""
+    """Start a run whose ranks sum a tensor every 0.2 s, break the worker node ``how`` (``raylet``: SIGKILL of its
+    raylet alone; ``actor``: SIGKILL of the rank's process; ``cut``: its link down), and return the driver's result,
+    the lost rank and the elapsed time."""
     pidfile = tmp_path / "pids"
+    pidfile.unlink(missing_ok=True)
     driver = _start_driver(ray_cluster, "hang", str(pidfile))
     try:
-        _wait_pids(pidfile, 2)
-        time.sleep(2.0)  # heartbeats and samples flowing
+        lost, pid = _rank_on_the_worker_node(ray_cluster, _wait_pids(pidfile, 2))
+        time.sleep(2.0)  # collectives, heartbeats and samples flowing
         broken = time.time()
         if how == "raylet":
-            ray_cluster.stop_worker()
+            ray_cluster.kill_raylet()
+        elif how == "actor":
+            os.kill(pid, signal.SIGKILL)
         else:  # no FIN, no RST: every packet to the node is dropped
             subprocess.run(["ip", "link", "set", ray_cluster.host_link, "down"], check=True)
         out, err = driver.communicate(timeout=240)
@@ -144,22 +175,36 @@ def _lose_worker_node(ray_cluster: RayTestCluster, tmp_path: Path, how: str) -> 
         subprocess.run(["ip", "link", "set", ray_cluster.host_link, "up"], check=False)
     result = result_of(out, err)
     result["elapsed"] = float(result["ended_at"]) - broken  # type: ignore[arg-type]
-    ray_cluster.stop_worker()  # a cut node may come back half-registered: start it afresh for later tests
-    ray_cluster.wait_nodes(1)
-    ray_cluster.start_worker()
+    result["lost"] = lost
+    if how != "actor":
+        ray_cluster.stop_worker()  # a cut node may come back half-registered: start it afresh for later tests
+        ray_cluster.wait_nodes(1)
+        ray_cluster.start_worker()
     return result
 
 
-@pytest.mark.parametrize("how", ["raylet", "cut"])
-def test_a_lost_node_ends_the_run_naming_the_node(ray_cluster: RayTestCluster, tmp_path: Path, how: str) -> None:
-    result = _lose_worker_node(ray_cluster, tmp_path, how)
-    error = result["error"]
-    assert isinstance(error, dict) and error["type"] == "WorkerError", error
-    assert ray_cluster.worker_ip in error["text"], error["text"]
-    # node_timeout=8 plus the stop's grace: well inside a minute (a generous hang guard)
-    assert float(result["elapsed"]) < 60, result  # type: ignore[arg-type]
-    print(f"{how}: the run ended {float(result['elapsed']):.1f} s after the node was lost")  # type: ignore[arg-type]
-    assert result["left"]["actors"] == []  # type: ignore[index]
+_REPEAT = int(os.environ.get("NOTEBOOK_ACCEL_RAY_REPEAT", "1"))  # the issue's 10-in-a-row: NOTEBOOK_ACCEL_RAY_REPEAT=10
+
+
+@pytest.mark.parametrize("how", ["raylet", "actor", "cut"])
+def test_a_lost_node_ends_the_run_naming_the_lost_rank_and_its_node(ray_cluster: RayTestCluster, tmp_path: Path,
+                                                                    how: str) -> None:
+    """The lost rank's own end is the headline, however the events race: its peer's "Connection reset by peer"
+    reaches the kernel first and starts the stop, which then signals the dead rank too (issue 43 item 1)."""
+    for attempt in range(_REPEAT):
+        result = _lose_worker_node(ray_cluster, tmp_path, how)
+        error, lost = result["error"], result["lost"]
+        assert isinstance(error, dict) and error["type"] == "WorkerError", error
+        headline = str(error["text"]).splitlines()[0]
+        print(f"{how} #{attempt + 1}: ended {float(result['elapsed']):.1f} s after the loss: "  # type: ignore[arg-type]
+              f"{headline}")
+        if attempt == 0:
+            print(error["text"])
+        assert headline.startswith(f"worker rank {lost}: ") and ray_cluster.worker_ip in headline, error["text"]
+        assert "Connection reset" not in headline and "Connection closed" not in headline
+        # node_timeout=8 plus the stop's grace: well inside a minute (a generous hang guard)
+        assert float(result["elapsed"]) < 60, result  # type: ignore[arg-type]
+        assert result["left"]["actors"] == []  # type: ignore[index]
 
 
 def test_each_node_saves_into_its_own_folder_and_resumes_from_it(ray_cluster: RayTestCluster, tmp_path: Path) -> None:

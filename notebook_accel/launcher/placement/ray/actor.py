@@ -11,6 +11,7 @@ signals that come back on it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import select
 import signal
@@ -26,8 +27,9 @@ from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.child.main import redirect_output, run_and_report, survey_kernel
 from notebook_accel.launcher.placement.ray.link import connect_back, send_frame
+from notebook_accel.launcher.rendezvous.store import use_keyed_store
 
-__all__ = ["RankSetup", "RankWorker", "SIGNALS"]
+__all__ = ["RankSetup", "RankWorker", "SIGNALS", "require_sealing"]
 
 SIGNALS = {b"T": signal.SIGTERM, b"K": signal.SIGKILL}  # the kernel's stop signals on the control stream
 _SETUP_FAILED = 70  # EX_SOFTWARE, as a forked worker's
@@ -89,6 +91,7 @@ class RankWorker:
             os.setsid()  # the kernel's signals go to this group: the worker and what it starts
         except OSError:
             pass
+        _reset_sigterm()
         rank = setup.env.rank
         streams = {kind: connect_back(setup.kernel, setup.secret, rank, kind) for kind in (b"C", b"E", b"O", b"2")}
         _Control(streams[b"C"], setup).start()
@@ -96,6 +99,9 @@ class RankWorker:
         events = streams[b"E"]
         redirect_output(streams[b"O"].detach(), streams[b"2"].detach(), survey_kernel())
         setup.env.apply()
+        if setup.env.world_size > 1:  # rank 0's node serves torch's env:// store to anyone there: seal what it holds
+            require_sealing("this node")
+            use_keyed_store(hashlib.sha256(b"notebook-accel ray store" + setup.secret).digest())
         interface = _interface_of(setup.env.master_addr or "") if setup.env.world_size > 1 else None
         if interface is not None and not environment.get("GLOO_SOCKET_IFNAME"):
             environment.set_var("GLOO_SOCKET_IFNAME", interface)
@@ -119,6 +125,27 @@ class RankWorker:
                     pass
             _end_output()
         return code
+
+
+def require_sealing(where: str) -> None:
+    """Raise ``ImportError`` saying what to install when ``where`` lacks ``cryptography``, which seals a run's
+    rendezvous store (checked in the kernel before anything is reserved, and in each actor)."""
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"a Ray run of several workers seals its rendezvous store with the 'cryptography' package, "
+                          f"which {where} lacks: pip install 'notebook-accel[ray]' (it brings it) in the kernel and on "
+                          "every node, or add 'cryptography' to the RayCluster's runtime_env pip list") from e
+
+
+def _reset_sigterm() -> None:
+    """SIGTERM kills at once, as in a forked worker: Ray's own handler would raise ``SystemExit`` inside the user's
+    function, reported as the rank's failure, and the stack it unwinds loses where the rank was waiting."""
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    except ValueError:  # not the main thread (an actor with concurrency): the kernel's SIGKILL still ends it
+        pass
 
 
 def _end_output() -> None:

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,9 @@ class RayWorkerHandle(WorkerHandle):
         control: the control stream (heartbeats and samples in, stop signals out), read by :mod:`.watch`.
         node_id: Ray's id of the node it runs on.
         exit_writer: the write end of the exit pipe (closed by :meth:`end`).
-        signalled: the last stop signal the kernel sent it (its death is then no failure of its own).
+        signalled: the last stop signal the kernel sent it; ``signalled_at``: when it sent the first
+            (``time.monotonic()``). A death the watch saw before that moment is the rank's own failure (often the
+            cause of the others'), whatever the kernel sent afterwards; one after it is the kernel's stop.
     """
 
     actor: Any = None
@@ -37,6 +40,7 @@ class RayWorkerHandle(WorkerHandle):
     node_id: str = ""
     exit_writer: int = -1
     signalled: signal.Signals | None = None
+    signalled_at: float | None = None
     ended: threading.Event = field(default_factory=threading.Event)
 
     def end(self, code: int, reason: str | None = None) -> None:
@@ -49,6 +53,10 @@ class RayWorkerHandle(WorkerHandle):
         if self.exit_writer >= 0:
             os.close(self.exit_writer)
             self.exit_writer = -1
+
+    def stopped_by_kernel(self, died_at: float) -> bool:
+        """Whether a death seen at ``died_at`` (``time.monotonic()``) came after the kernel's first stop signal."""
+        return self.signalled_at is not None and died_at >= self.signalled_at
 
     def reap(self) -> int:
         """The exit code the watch recorded (waiting at most :data:`REAP_SECONDS` after a kill: a worker that
@@ -69,6 +77,8 @@ class RayWorkerHandle(WorkerHandle):
     def send_signal(self, sig: signal.Signals) -> None:
         """Ask the worker to send ``sig`` to its process group (over the control stream; gone already is fine)."""
         self.signalled = sig
+        if self.signalled_at is None:
+            self.signalled_at = time.monotonic()
         if self.control is None or self.ended.is_set():
             return
         try:

@@ -12,12 +12,13 @@ would carry, so the supervisor reads these sockets as it reads a forked worker's
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import os
 import pickle
 import secrets
-import select
+import selectors
 import socket
 import struct
 import time
@@ -33,7 +34,9 @@ KINDS = (b"E", b"O", b"2", b"C")
 _NONCE = 32
 _HELLO = struct.Struct("!I1s32s")  # rank, kind, the worker's nonce
 _FRAME = struct.Struct("!I")
-_HANDSHAKE_SECONDS = 10.0
+_HANDSHAKE_SECONDS = 5.0  # for one dialler's whole handshake (a worker's takes one round trip)
+_MAX_PENDING = 64  # handshakes in progress at once; more close the oldest
+_ALIVE_SECONDS = 0.2
 _MAX_FRAME = 1 << 20  # a control frame (a heartbeat, a sample) is tiny; anything bigger is not from our worker
 
 
@@ -102,6 +105,12 @@ class BackChannel:
     def accept(self, expected: int, deadline: float, alive: Any = None) -> Iterator[Dialed]:
         """Yield authenticated streams until ``expected`` arrived; a dialler that fails the handshake is dropped.
 
+        The handshakes progress together in one ``selectors`` loop (no threads): each pending dialler has
+        :data:`_HANDSHAKE_SECONDS` to finish its own and is closed at its first bad byte, and at most
+        :data:`_MAX_PENDING` are pending at once (a flood closes the oldest), so silent or garbage connections from
+        elsewhere on the cluster's network cannot hold up the workers' streams. A stream yielded is blocking, has
+        no timeout and has TCP keep-alive set; diallers still pending when this ends are closed.
+
         Args:
             expected: how many streams to wait for.
             deadline: ``time.monotonic()`` by which they must have arrived.
@@ -111,46 +120,149 @@ class BackChannel:
             TimeoutError: fewer arrived by the deadline.
         """
         got = 0
-        while got < expected:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{got} of {expected} worker streams reached the kernel in time")
-            ready, _, _ = select.select([self._listener], [], [], min(left, 0.2))
-            if alive is not None:
-                alive()
-            if not ready:
-                continue
+        pending: dict[socket.socket, _Pending] = {}  # in the order they were accepted: the first is the oldest
+        selector = selectors.DefaultSelector()
+        selector.register(self._listener, selectors.EVENT_READ)
+        next_alive = time.monotonic() + _ALIVE_SECONDS
+        try:
+            while got < expected:
+                now = time.monotonic()
+                if now >= deadline:
+                    raise TimeoutError(f"{got} of {expected} worker streams reached the kernel in time")
+                wait = min(deadline, next_alive, *(p.deadline for p in pending.values())) - now
+                ready: list[Dialed] = []
+                for key, events in selector.select(max(0.0, wait)):
+                    if key.fileobj is self._listener:
+                        self._take_new(selector, pending)
+                        continue
+                    handshake: _Pending = key.data
+                    if pending.get(handshake.sock) is not handshake:
+                        continue  # dropped earlier in this round (a flood pushed it out)
+                    if not handshake.advance(events):
+                        self._drop(selector, pending, handshake.sock)
+                    elif handshake.done:
+                        selector.unregister(handshake.sock)
+                        del pending[handshake.sock]
+                        ready.append(handshake.stream())
+                    elif handshake.wants() != key.events:
+                        selector.modify(handshake.sock, handshake.wants(), handshake)
+                now = time.monotonic()
+                for sock in [s for s, p in pending.items() if p.deadline <= now]:
+                    self._drop(selector, pending, sock)  # silent or slow: its time is up
+                for dialed in ready:
+                    if got < expected:
+                        got += 1
+                        yield dialed
+                    else:
+                        dialed.sock.close()
+                if time.monotonic() >= next_alive:
+                    next_alive = time.monotonic() + _ALIVE_SECONDS
+                    if alive is not None:
+                        alive()
+        finally:
+            for sock in list(pending):
+                self._drop(selector, pending, sock)
+            selector.close()
+
+    def _take_new(self, selector: selectors.BaseSelector, pending: dict[socket.socket, _Pending]) -> None:
+        """Accept every dialler waiting at the listener and start its handshake (send our nonce)."""
+        for _ in range(_MAX_PENDING):
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
-                continue
-            dialed = self._handshake(sock)
-            if dialed is not None:
-                got += 1
-                yield dialed
+                return
+            except OSError as e:  # the dialler gave up before we took it (ECONNABORTED), or no descriptor left
+                if e.errno in (errno.EMFILE, errno.ENFILE) and pending:
+                    self._drop(selector, pending, next(iter(pending)))  # free one for the next try
+                return
+            if len(pending) >= _MAX_PENDING:
+                self._drop(selector, pending, next(iter(pending)))  # a flood: the oldest pending one goes
+            handshake = _Pending(sock, self.secret, time.monotonic() + _HANDSHAKE_SECONDS)
+            if handshake.advance(selectors.EVENT_WRITE):
+                pending[sock] = handshake
+                selector.register(sock, handshake.wants(), handshake)
+            else:
+                sock.close()
 
-    def _handshake(self, sock: socket.socket) -> Dialed | None:
-        """Check the dialler's proof and send ours; ``None`` (socket closed) when it fails."""
+    @staticmethod
+    def _drop(selector: selectors.BaseSelector, pending: dict[socket.socket, _Pending], sock: socket.socket) -> None:
+        """Forget a pending dialler and close its socket."""
+        pending.pop(sock, None)
         try:
-            sock.setblocking(True)
-            sock.settimeout(_HANDSHAKE_SECONDS)
-            nonce = secrets.token_bytes(_NONCE)
-            sock.sendall(nonce)
-            rank, kind, theirs = _HELLO.unpack(_read_exactly(sock, _HELLO.size))
-            proof = _read_exactly(sock, 32)
-            if kind not in KINDS or not hmac.compare_digest(proof, _prove(self.secret, b"worker", nonce, rank, kind)):
-                raise ConnectionError("bad proof")
-            sock.sendall(_prove(self.secret, b"kernel", theirs, rank, kind))
-            sock.settimeout(None)
-            keep_alive(sock)
-            return Dialed(rank, kind, sock)
-        except (OSError, ConnectionError, struct.error):
-            sock.close()
-            return None
+            selector.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+        sock.close()
 
     def close(self) -> None:
         """Stop listening (the accepted streams are their owners' to close). Idempotent."""
         self._listener.close()
+
+
+class _Pending:
+    """One dialler's handshake, driven by readiness events on its non-blocking socket.
+
+    The kernel sends its nonce, reads the worker's hello and proof (the kind is checked as soon as its byte arrives,
+    the proof once complete), then sends its own proof; any bad byte, an early end or an error ends it.
+    """
+
+    def __init__(self, sock: socket.socket, secret: bytes, deadline: float) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.deadline = deadline
+        self._secret = secret
+        self._nonce = secrets.token_bytes(_NONCE)
+        self._outbox = self._nonce
+        self._inbox = b""
+        self._hello: tuple[int, bytes] | None = None  # (rank, kind) once the proof checked out
+
+    @property
+    def done(self) -> bool:
+        """Whether both proofs went through: the stream can be handed out."""
+        return self._hello is not None and not self._outbox
+
+    def wants(self) -> int:
+        """The events to wait for: writable while something is left to send, else readable."""
+        return selectors.EVENT_WRITE if self._outbox else selectors.EVENT_READ
+
+    def advance(self, events: int) -> bool:
+        """Send and read what the socket allows now; ``False`` when the dialler failed (the caller closes it)."""
+        try:
+            if not self._outbox and self._hello is None and events & selectors.EVENT_READ:
+                chunk = self.sock.recv(_HELLO.size + 32 - len(self._inbox))
+                if not chunk:
+                    return False
+                self._inbox += chunk
+                if not self._check():
+                    return False
+            if self._outbox:  # the nonce at first; the proof, at once, when the worker's checked out
+                sent = self.sock.send(self._outbox)
+                self._outbox = self._outbox[sent:]
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        return True
+
+    def _check(self) -> bool:
+        """Whether what arrived so far can still be a worker's hello; sets the reply once it is complete."""
+        if len(self._inbox) > 4 and self._inbox[4:5] not in KINDS:
+            return False
+        if len(self._inbox) < _HELLO.size + 32:
+            return True
+        rank, kind, theirs = _HELLO.unpack(self._inbox[:_HELLO.size])
+        if not hmac.compare_digest(self._inbox[_HELLO.size:], _prove(self._secret, b"worker", self._nonce, rank, kind)):
+            return False
+        self._hello = (rank, kind)
+        self._outbox = _prove(self._secret, b"kernel", theirs, rank, kind)
+        return True
+
+    def stream(self) -> Dialed:
+        """The authenticated stream, blocking with no timeout and with keep-alive set, as its owner expects."""
+        assert self._hello is not None
+        self.sock.setblocking(True)
+        keep_alive(self.sock)
+        return Dialed(self._hello[0], self._hello[1], self.sock)
 
 
 def connect_back(address: tuple[str, int], secret: bytes, rank: int, kind: bytes,

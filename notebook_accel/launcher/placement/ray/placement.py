@@ -22,8 +22,8 @@ from notebook_accel.cluster import RayCluster
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.launcher.kernel.fds import RunDescriptors
-from notebook_accel.launcher.placement.ray import reserve
-from notebook_accel.launcher.placement.ray.actor import RankSetup, RankWorker
+from notebook_accel.launcher.placement.ray import pickling, reserve
+from notebook_accel.launcher.placement.ray.actor import RankSetup, RankWorker, require_sealing
 from notebook_accel.launcher.placement.ray.handles import DRAIN_SECONDS, RayWorkerHandle
 from notebook_accel.launcher.placement.ray.link import BackChannel, Dialed, detach_fd
 from notebook_accel.launcher.placement.ray.watch import RemoteSampler, RunWatch
@@ -59,6 +59,11 @@ class RayPlacement:
         """Place one actor per environment (their local ranks and rendezvous are set here); ``board`` is not used:
         the workers' trackers read no figures across machines."""
         self.ray = ray = reserve.require_ray()
+        if len(envs) > 1:
+            try:
+                require_sealing("this kernel")
+            except ImportError as e:
+                raise LaunchError(str(e)) from e
         reserve.connect(ray, self.cluster)
         function_ref, arg_refs = _put(ray, function, args)
         try:
@@ -222,23 +227,33 @@ def _kill(ray: Any, actor: Any) -> None:
 
 
 def _put(ray: Any, function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, list[Any]]:
-    """The function and each argument in the object store; one that cannot be pickled is named."""
+    """The function and each argument in the object store; one that cannot be pickled is named, with the path
+    inside it to what cannot be pickled, in one line (Ray's own report stays out of it)."""
     try:
         function_ref = ray.put(function)
     except Exception as e:  # noqa: BLE001 - cloudpickle raises many kinds
-        raise LaunchError(f"the function {shown(function, 60)} cannot be sent to the Ray workers ({type(e).__name__}: "
-                          f"{e}); it must be picklable by cloudpickle (functions, classes and closures of the notebook "
-                          "are; open files, locks and sockets are not)") from e
+        name = getattr(function, "__name__", "")
+        culprit = pickling.describe(function, name if name.isidentifier() else "function", e)
+        raise LaunchError(pickling.one_line(
+            f"the function {shown(function, 60)} cannot be sent to the Ray workers: {culprit}; it must be picklable "
+            "by cloudpickle (functions, classes and closures of the notebook are; open files, locks and sockets are "
+            "not): make such objects inside the function, or pass data the workers can unpickle")) from _cause(e)
     refs = []
     for index, value in enumerate(args):
         try:
             refs.append(ray.put(value))
         except Exception as e:  # noqa: BLE001
-            raise LaunchError(f"args[{index}] ({type(value).__name__}: {shown(value, 60)}) cannot be sent to the Ray "
-                              f"workers ({type(e).__name__}: {e}); pass data the workers can unpickle, or make it "
-                              "inside the function (open files, locks, sockets and live connections do not "
-                              "travel)") from e
+            culprit = pickling.describe(value, f"args[{index}]", e)
+            raise LaunchError(pickling.one_line(
+                f"args[{index}] ({type(value).__name__}: {shown(value, 60)}) cannot be sent to the Ray workers: "
+                f"{culprit}; pass data the workers can unpickle, or make it inside the function (open files, locks, "
+                "sockets and live connections do not travel)")) from _cause(e)
     return function_ref, refs
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The pickler's own error under Ray's (whose message carries a coloured report), else ``error``."""
+    return error.__cause__ if error.__cause__ is not None else error
 
 
 def _rank_order(places: list[dict[str, Any]]) -> list[int]:

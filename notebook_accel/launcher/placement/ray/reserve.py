@@ -7,6 +7,7 @@ resources busy waits up to ``reserve_timeout`` and then fails the same way. Noth
 from __future__ import annotations
 
 import math
+import secrets
 import socket
 from collections.abc import Mapping
 from typing import Any
@@ -14,6 +15,7 @@ from urllib.parse import urlsplit
 
 from notebook_accel.cluster import RayCluster
 from notebook_accel.errors import LaunchError
+from notebook_accel.launcher.placement.ray.leftovers import group_name
 
 __all__ = ["require_ray", "connect", "kernel_address", "inventory", "reserve", "release_group"]
 
@@ -47,11 +49,45 @@ def connect(ray: Any, cluster: RayCluster) -> None:
         else:
             ray.init(address=cluster.address, **options)
     except (ConnectionError, RuntimeError, ValueError) as e:
+        if _token_refused(cluster.address):
+            raise LaunchError(
+                f"the Ray cluster at address={cluster.address!r} refused this kernel's authentication token (it has "
+                "token authentication on, which Ray 2.60 starts clusters with unless RAY_AUTH_MODE=disabled): set "
+                "the cluster's token in the notebook before its first launch, e.g. os.environ['RAY_AUTH_MODE'] = "
+                "'token' and os.environ['RAY_AUTH_TOKEN'] = <the output of `ray get-auth-token` on the head> (or "
+                "RAY_AUTH_TOKEN_PATH, a file holding it), then restart the kernel if it tried to connect already"
+            ) from e
         raise LaunchError(
             f"no Ray cluster answers at address={cluster.address!r} ({type(e).__name__}: {e}). Start one with "
             "`ray start --head` on the head machine and `ray start --address=<head>:6379` on the others, or connect "
             "first with ray.init(...) in the notebook; to try it on this machine alone, use "
             "RayCluster(address='local')") from e
+
+
+def _token_refused(address: str) -> bool:
+    """Whether the cluster's head at ``address`` (``host:port``) refuses this kernel's token (or its lack of one).
+
+    Ray's own failure says only that it could not connect; one call to the head's control service, with the token
+    Ray would send, tells an authentication refusal from a head that is not there (``False`` when unsure).
+    """
+    if not address or address in ("auto", "local") or "://" in address:
+        return False
+    try:
+        import grpc
+
+        try:
+            from ray._private.authentication.grpc_authentication_client_interceptor import (
+                _get_authentication_metadata_tuple)
+
+            metadata = tuple(_get_authentication_metadata_tuple())
+        except Exception:  # noqa: BLE001 - no token support in this Ray: the call goes without one
+            metadata = ()
+        with grpc.insecure_channel(address) as channel:
+            channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")(b"", timeout=5.0, metadata=metadata)
+    except Exception as e:  # noqa: BLE001 - grpc's errors, or grpc missing
+        code = getattr(e, "code", None)
+        return callable(code) and getattr(code(), "name", "") == "UNAUTHENTICATED"
+    return False
 
 
 def kernel_address(ray: Any, cluster: RayCluster) -> str:
@@ -108,7 +144,9 @@ def reserve(ray: Any, cluster: RayCluster, workers: int) -> Any:
                           f"processes, smaller resources_per_worker{bend}, or add nodes")
     from ray.util.placement_group import placement_group
 
-    group = placement_group([dict(per_worker) for _ in range(workers)], strategy=_STRATEGY[cluster.placement])
+    name = group_name(ray.get_runtime_context().get_job_id(), secrets.token_hex(4))  # ray_leftovers finds it by name
+    group = placement_group([dict(per_worker) for _ in range(workers)], strategy=_STRATEGY[cluster.placement],
+                            name=name)
     ready, _ = ray.wait([group.ready()], timeout=cluster.reserve_timeout)
     if not ready:
         have = inventory(ray)

@@ -3,8 +3,10 @@
 A rank ends when its ``run`` call's result arrives (its exit code; an error: its process died or could not start),
 when its control stream closes with no result following within :data:`CLOSED_GRACE` (its process, or its node's Ray,
 was killed), or when it has been silent for ``node_timeout`` seconds (its node lost, its network cut: no result and
-no end of file will ever come, so a silence bound is the only bound). Each verdict closes the rank's exit pipe, which
-wakes the supervisor as a local worker's pidfd would. The same thread keeps the latest system sample of each rank;
+no end of file will ever come, so a silence bound is the only bound). A death seen before the kernel's first stop
+signal to that rank is the rank's own failure, with its reason, even when its peers' lost connections reached the
+kernel first and the stop then signalled it; one seen after is the stop's doing. Each verdict closes the rank's exit
+pipe, which wakes the supervisor as a local worker's pidfd would. The same thread keeps the latest system sample of each rank;
 :class:`RemoteSampler` hands them to the supervisor as one sample.
 """
 
@@ -97,26 +99,33 @@ class RunWatch(threading.Thread):
         for handle in live:
             closed = self._closed.get(handle.rank)
             if closed is not None and not handle.ended.is_set() and now - closed >= CLOSED_GRACE:
-                handle.end(-int(handle.signalled or signal.SIGKILL), None if handle.signalled else (
-                    f"rank {handle.rank} on node {handle.node} ended without a result: its process was killed, or "
-                    f"Ray on that node stopped{self._node_state(handle)}"))
+                self._dead(handle, closed, f"its process on node {handle.node} ended without a result (it was "
+                                           "killed, or Ray on that node stopped)")
+
+    def _dead(self, handle: RayWorkerHandle, died_at: float, how: str) -> None:
+        """End a rank whose process died: the kernel's stop when the death came after its first stop signal,
+        else the rank's own failure, ``how`` (the cause of its peers' lost connections, which may arrive first)."""
+        if handle.stopped_by_kernel(died_at):
+            handle.end(-int(handle.signalled or signal.SIGKILL))
+        else:
+            handle.end(-int(signal.SIGKILL), how + self._node_state(handle))
 
     def _finish(self, handle: RayWorkerHandle) -> None:
         """The rank's ``run`` has a result: its exit code, or the error that says how it died."""
         try:
             code = int(self.ray.get(handle.ref, timeout=5.0))
         except Exception as e:  # noqa: BLE001 - Ray's errors for a dead actor or a failed call
-            if handle.signalled is not None:
-                handle.end(-int(handle.signalled))
-                return
-            died = type(e).__name__ in ("ActorDiedError", "RayActorError", "ActorUnavailableError")
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            if died:
-                handle.end(-int(signal.SIGKILL), f"rank {handle.rank} on node {handle.node}: its worker process died "
-                           f"({first}){self._node_state(handle)}")
+            died_at = self._closed.get(handle.rank, time.monotonic())  # its stream's end is the earlier sign
+            if type(e).__name__ == "ActorUnavailableError":  # Ray's text: an RPC error and "may or may not"
+                self._dead(handle, died_at, f"its worker process on node {handle.node} became unreachable (Ray on "
+                                            "that node stopped, or the process died)")
+            elif type(e).__name__ in ("ActorDiedError", "RayActorError"):
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                self._dead(handle, died_at, f"its worker process on node {handle.node} died ({first})")
+            elif handle.stopped_by_kernel(died_at):
+                handle.end(-int(handle.signalled or signal.SIGKILL))
             else:
-                handle.end(70, f"rank {handle.rank} could not run on node {handle.node}: {type(e).__name__}: "
-                           f"{_last_line(e)}")
+                handle.end(70, f"could not run on node {handle.node}: {type(e).__name__}: {_last_line(e)}")
             return
         handle.end(code)
 
