@@ -135,6 +135,24 @@ def case_strangers(ray: Any, cluster: Any) -> dict[str, Any]:
     return {"times": times, "strangers": len(opened), "left": leftovers(ray)}
 
 
+def sealed(out: str) -> tuple[bool, str]:
+    """Rank 0 writes where its node serves the rendezvous store to OUT.where, then both ranks run the multi-machine
+    test's secret keeper (rank 0 stores a key, waits for an outsider's probe, reads it back)."""
+    from tests.distributed.multinode_entry import keeps_a_secret
+
+    if os.environ["RANK"] == "0":
+        with open(f"{out}.where", "w") as f:
+            json.dump([os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])], f)
+    return keeps_a_secret(out)
+
+
+def case_sealed(ray: Any, cluster: Any, out: str) -> dict[str, Any]:
+    from notebook_accel import notebook_launcher
+
+    value = notebook_launcher(sealed, args=(out,), num_processes=2, cluster=cluster, dashboard=False)
+    return {"value": value, "left": leftovers(ray)}
+
+
 def case_train(ray: Any, cluster: Any) -> dict[str, Any]:
     from notebook_accel import notebook_launcher
     from tests.distributed import workers
@@ -222,6 +240,8 @@ def main(argv: list[str]) -> int:
         result = case_stop(ray, cluster)
     elif what == "checkpoint":
         result = case_checkpoint(ray, cluster, argv[2])
+    elif what == "sealed":
+        result = case_sealed(ray, cluster, argv[2])
     elif what == "strangers":
         result = case_strangers(ray, cluster)
     elif what == "hang":

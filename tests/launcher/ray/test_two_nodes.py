@@ -8,6 +8,7 @@ and a dead kernel taking its actors with it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from notebook_accel.launcher import notebook_launcher
 from tests.distributed import workers
+from tests.distributed.test_multinode import _OUTSIDER
 from tests.launcher.ray.conftest import ROOT, RayTestCluster, driver_env, result_of
 from tests.launcher.recording import RecordingSink
 
@@ -106,6 +108,32 @@ def test_strangers_dialling_the_back_channel_do_not_delay_the_first_step(ray_clu
     alone, crowded = min(times["alone"]), min(times["crowded"])
     print(f"time to the first step: {alone:.2f} s alone, {crowded:.2f} s with 10 strangers ({times})")
     assert crowded - alone < 3.0, times  # the same within noise (a silent stranger alone cost 10 s before)
+    assert result["left"] == {"actors": [], "groups": []}
+
+
+def test_an_outsider_on_the_rendezvous_port_learns_and_changes_nothing(ray_cluster: RayTestCluster,
+                                                                       tmp_path: Path) -> None:
+    """torch's store on rank 0's node answers anyone who reaches its port: the run's keys there are keyed hashes and
+    its values sealed with a key from the run's secret (issue 43 item 5), as across machines with a shared secret."""
+    out = tmp_path / "sealed"
+    driver = _start_driver(ray_cluster, "sealed", str(out))
+    try:
+        deadline = time.monotonic() + 300
+        while not Path(f"{out}.ready").exists() and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.1)
+        assert Path(f"{out}.ready").exists(), f"the run did not start: {driver.communicate(timeout=60)}"
+        host, port = json.loads(Path(f"{out}.where").read_text())
+        probe = subprocess.run([sys.executable, "-c", _OUTSIDER, host, str(port)], capture_output=True, text=True,
+                               timeout=120, cwd=ROOT, env=driver_env())
+        assert probe.returncode == 0, probe.stderr[-2000:]
+        seen = json.loads(probe.stdout.strip().splitlines()[-1])
+    finally:
+        Path(f"{out}.probed").write_text("")
+        stdout, stderr = driver.communicate(timeout=300)
+    result = result_of(stdout, stderr)
+    assert seen["names"] and all(len(n) == 64 and set(n) <= set("0123456789abcdef") for n in seen["names"]), seen
+    assert not seen["plain"] and not any("run data" in value for value in seen["values"]), seen
+    assert result["value"] == [False, "run data"]  # nothing injected, nothing changed
     assert result["left"] == {"actors": [], "groups": []}
 
 
