@@ -31,7 +31,7 @@ def _ranks_text(ranks: list[int], report: Stalled, past: bool) -> str:
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
     several = len(ranks) > 1
     if not report.collective:
-        verb = "was" if past else ("are" if several else "is")
+        verb = ("were" if several else "was") if past else ("are" if several else "is")
         return f"{who} {verb} not in a collective ({at})"
     verb = "waited" if past else ("wait" if several else "waits")
     return f"{who} {verb} in {report.collective} ({at})"
@@ -55,6 +55,10 @@ class Stalls:
         ...     stalls.add(Stalled(rank, "all_reduce", "accelerator.reduce", "/home/me/train.py", 14))
         >>> stalls.text()
         'ranks 0, 2, 3 wait in all_reduce (accelerator.reduce at train.py:14)'
+        >>> for rank in (0, 2, 3):
+        ...     stalls.add(Stalled(rank, "", "time.sleep", "/home/me/train.py", 9))
+        >>> stalls.text(past=True)
+        'ranks 0, 2, 3 were not in a collective (time.sleep at train.py:9)'
     """
 
     def __init__(self) -> None:

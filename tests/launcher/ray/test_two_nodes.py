@@ -91,6 +91,7 @@ def test_a_run_on_two_nodes_trains_like_two_local_processes_and_a_failure_names_
 def test_refusals_come_before_anything_is_reserved(ray_cluster: RayTestCluster) -> None:
     result = _driver(ray_cluster, "refusals")
     unpicklable, too_big = result["unpicklable"], result["too_big"]
+    print(f"unpicklable: {unpicklable}\ntoo big: {too_big}")
     assert isinstance(unpicklable, dict) and unpicklable["type"] == "LaunchError", unpicklable
     assert "args[1]" in unpicklable["text"] and "lock" in unpicklable["text"].lower()
     assert isinstance(too_big, dict) and too_big["type"] == "LaunchError", too_big
@@ -140,6 +141,7 @@ def test_an_outsider_on_the_rendezvous_port_learns_and_changes_nothing(ray_clust
 def test_timeout_the_stop_button_and_run_stop_leave_no_actor_and_no_reservation(ray_cluster: RayTestCluster) -> None:
     result = _driver(ray_cluster, "stop")
     timed_out, interrupted = result["timed_out"], result["interrupted"]
+    print(f"timed out: {timed_out}")
     assert isinstance(timed_out, dict) and timed_out["type"] == "LaunchTimeoutError", timed_out
     # as locally: both ranks named, and where each waited (Ray's SIGTERM handler used to raise SystemExit there)
     assert "ranks still running: [0, 1]" in timed_out["text"] and "time.sleep" in timed_out["text"], timed_out
