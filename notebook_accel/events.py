@@ -131,11 +131,17 @@ class Failed:
 
 @dataclass(frozen=True)
 class Exited:
-    """Made by the launcher: a worker process ended with ``exit_code`` (negative: killed by a signal)."""
+    """Made by the launcher: a worker process ended with ``exit_code`` (negative: killed by a signal).
+
+    ``failure`` is the launcher's verdict when the end was a failure of the rank's own, one it did not report
+    itself (killed by another process or the OOM killer, its node lost): how it ended, as the error says it; ``""``
+    when the rank returned, reported its own exception, or was stopped by the launcher.
+    """
 
     rank: int
     exit_code: int
     signal_name: str | None = None
+    failure: str = ""
 
 
 @dataclass(frozen=True)
@@ -262,6 +268,7 @@ class RunInfo:
     log_dir: str = ""  # the folder with every rank's full output (``rank<N>.log``); "" when not kept
     engine: str = ""  # what the launch config asks for ("DDP", "FSDP FULL_SHARD"...); "" when it says nothing
     cluster: str = ""  # where the workers run when not on this machine ("Ray cluster 10.0.0.1:6379"); "" here
+    restart: str = ""  # a restart's attempt, what it resumes from and why ("restart 1 of 2 from ckpt after ..."), else ""
 
 
 @dataclass(frozen=True)

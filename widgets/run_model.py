@@ -15,23 +15,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import Literal
 
-from notebook_accel.events import (
-    Event,
-    Exited,
-    Failed,
-    Finished,
-    Log,
-    Metrics,
-    Progress,
-    RunInfo,
-    RunOutcome,
-    Started,
-    EngineReady,
-    Phase,
-    Stalled,
-    StepTimes,
-    SystemSample,
-)
+from notebook_accel.events import (EngineReady, Event, Exited, Failed, Finished, Log, Metrics, Phase, Progress, RunInfo,
+                                   RunOutcome, Stalled, Started, StepTimes, SystemSample)
 from notebook_accel.metrics_batch import NO_STEP, MetricsBatch
 from notebook_accel.peer_loss import is_peer_loss
 from notebook_accel.widgets.log_buffer import LogBuffer, LogLine
@@ -376,7 +361,7 @@ class RunState:
         """Mark the rank failed; the first failure is the one shown. A rank whose error only says that its peer
         vanished (:func:`~notebook_accel.peer_loss.is_peer_loss`) did not fail itself: it was stopped."""
         state = self._rank(event.rank)
-        state.detail = f"{event.exc_type}: {event.message}"
+        state.detail = ": ".join(part for part in (event.exc_type, event.message) if part)
         if is_peer_loss(event.exc_type, event.message):
             state.status, state.consequence = "stopped", True
             state.detail = f"stopped: another rank ended under it ({state.detail})"
@@ -391,6 +376,10 @@ class RunState:
         if state.status in ("finished", "failed") or state.consequence or event.exit_code == 0:
             if state.status in ("starting", "running"):
                 state.status = "finished"
+            return
+        if event.failure:  # the launcher's verdict: its own death (the cause of its peers' lost connections)
+            state.status, state.consequence, state.detail = "failed", False, event.failure
+            self.failure = self.failure or Failed(event.rank, "", event.failure, "")
             return
         how = f"killed by {event.signal_name}" if event.signal_name else f"exit code {event.exit_code}"
         stopped = self.failure is not None or event.signal_name in _STOP_SIGNALS

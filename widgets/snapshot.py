@@ -72,6 +72,8 @@ def summary_text(state: RunState, elapsed: float) -> str:
     """The plain-text summary (for ``text/plain``, terminals and nbval); each rank's node where the run spans
     machines (``0=finished on 10.0.0.1``)."""
     lines = [_headline(state, elapsed)]
+    if state.info.restart:
+        lines.append(state.info.restart)
     if _error(state):
         lines.append(f"error: {_error(state)}")
     ranks = sorted(state.ranks.items())
@@ -102,6 +104,8 @@ def summary_html(state: RunState, elapsed: float, image: bytes | None = None, wh
     color = {"finished": "#1a7f37", "stopped": "#b45309"}.get(state.shown_status, "#b42318")
     parts = [f'<div style="font-family:sans-serif;font-size:13px"><b style="color:{color}">'
              f"{esc(_headline(state, elapsed))}</b>"]
+    if state.info.restart:
+        parts.append(f'<div style="color:#b54708;margin:2px 0">{esc(state.info.restart)}</div>')
     if _error(state):
         parts.append(f'<div style="color:#b42318;white-space:pre-wrap;margin:2px 0">{esc(_error(state))}</div>')
     if where:

@@ -36,8 +36,11 @@ _NOTE = "color:#6b7280"
 _QUIET = "font-family:sans-serif;font-size:12px;color:#6b7280"  # a one-line note in place of an empty part
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
-# a node's name or address may break anywhere: a long host name wraps in its cell instead of widening the table
+# a node's address or usual host name stays on one line; a longer name may break anywhere, so it wraps in its cell
+# instead of widening the table (a name that may break anywhere is what the table narrows first, even when short)
 _NODE_CELL = 'style="padding:1px 10px 1px 0;text-align:left;overflow-wrap:anywhere"'
+_SHORT_NODE_CELL = 'style="padding:1px 10px 1px 0;text-align:left;white-space:nowrap"'
+_SHORT_NODE = 40  # characters: about 300 px of the ~870 an output has in a 1,000 px notebook
 _STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
 LOG_HEIGHT = 180  # px of the log pane's scroll box
 CURVES_HEIGHT = 184  # px of the row of SVG panels (svg.PANEL_HEIGHT) with its gap: reserved before the first point
@@ -72,7 +75,8 @@ def header_html(state: RunState, elapsed: float) -> str:
         bits.append(html.escape(precision_label(info.mixed_precision)))
     if state.phase and state.outcome is None:
         bits.append(f'<span style="{_NOTE}">{html.escape(state.phase)}</span>')
-    return '<div style="font-family:sans-serif;font-size:13px">' + " &middot; ".join(bits) + "</div>"
+    restart = f'<div style="color:#b54708">{html.escape(info.restart)}</div>' if info.restart else ""
+    return '<div style="font-family:sans-serif;font-size:13px">' + " &middot; ".join(bits) + restart + "</div>"
 
 
 def ranks_html(state: RunState, with_detail: bool = True) -> str:
@@ -91,7 +95,8 @@ def ranks_html(state: RunState, with_detail: bool = True) -> str:
     for rank, s in sorted(state.ranks.items()):
         cells = [f"<td {_CELL}>{c}</td>" for c in (str(rank), _badge(s.status))]
         if with_node:
-            cells.append(f"<td {_NODE_CELL}>{html.escape(node_label(s))}</td>")
+            label = node_label(s)
+            cells.append(f"<td {_SHORT_NODE_CELL if len(label) <= _SHORT_NODE else _NODE_CELL}>{html.escape(label)}</td>")
         more = [html.escape(s.device), "" if s.pid is None else str(s.pid)]
         if with_progress:
             more.append(html.escape(counts.get(rank, "")))
@@ -300,7 +305,7 @@ def error_html(state: RunState) -> str:
             '<div style="border-left:4px solid #b42318;padding:4px 8px;background:#fef3f2">'
             f'<b style="color:#b42318;font-family:sans-serif">{html.escape(state.outcome.error)}</b></div>'
         )
-    title = html.escape(f"rank {f.rank} failed: {f.exc_type}: {f.message}")
+    title = html.escape(f"rank {f.rank} failed: " + ": ".join(part for part in (f.exc_type, f.message) if part))
     trace = html.escape(f.traceback[-6000:])
     return (
         '<div style="border-left:4px solid #b42318;padding:4px 8px;background:#fef3f2">'

@@ -216,6 +216,8 @@ class ConsoleSink(BaseSink):
         self._log_dir = info.log_dir
         self._engine = info.engine
         where = f"; every rank's output is kept in {info.log_dir}/" if info.log_dir else ""
+        if info.restart:
+            self._write(sys.stderr, f"notebook-accel: {info.restart}")
         self._write(sys.stdout, describe_launch(info) + where)
 
     def handle(self, event: Event) -> None:

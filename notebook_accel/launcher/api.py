@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sys
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -28,6 +27,7 @@ from notebook_accel.launcher.placement.local import LocalFork
 from notebook_accel.launcher.placement.protocol import Placement
 from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.launcher.plan import Plan, cluster_devices, cluster_label, function_name
+from notebook_accel.launcher.restarts import Restart
 from notebook_accel.launcher.run_resources import RunResources, open_resources
 from notebook_accel.launcher.sink_choice import choose_sink
 from notebook_accel.launcher.supervision.background import BackgroundRun, RecordingTee, check_can_start
@@ -267,23 +267,23 @@ def notebook_launcher(
                 engine=engine, engine_label=config_engine(resolved, len(devices) * nodes), cluster=where,
                 fp8=fp8)
     resume: str | None = None
+    restart = Restart()
     for attempt in range(restarts + 1):
         try:
-            return _attempt(plan, start, attempt, resume)
+            return _attempt(plan, start, attempt, resume, restart)
         except WorkerError as e:
             resume = e.last_checkpoint or resume
+            restart = restart.next(attempt + 1, restarts, resume, e)
             if attempt == restarts:
-                raise
-            origin = resume or "the start (no checkpoint committed yet)"
-            print(f"notebook-accel: {e.failures[0].summary()}; restart {attempt + 1} of {restarts} from {origin}",
-                  file=sys.stderr, flush=True)
+                raise e.with_attempts(restart.earlier) from None
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
-    """One run of the plan: open its resources (node 0 holds the store), show the run, then run in this process,
-    or start the workers and watch them (here, or in a background thread with ``block=False``, which then owns the
-    resources). Whatever happens, the resources are closed once, in reverse (:mod:`.run_resources`)."""
+def _attempt(plan: Plan, start: float, attempt: int, resume: str | None, restart: Restart) -> Any:
+    """One run of the plan: open its resources (node 0 holds the store), show the run (and, after a failure, which
+    restart this is, from where and why: ``restart``), then run in this process, or start the workers and watch them
+    (here, or in a background thread with ``block=False``, which then owns the resources). Whatever happens, the
+    resources are closed once, in reverse (:mod:`.run_resources`)."""
     with open_resources(plan, attempt, resume) as resources:
         main_rank = plan.node * len(plan.devices)
         sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=main_rank,
@@ -292,10 +292,10 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
         folder = None if plan.in_process else create_run_folder(name, prune=False)  # pruned once forked
         sink.start(RunInfo(len(plan.devices), tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder),
-                           plan.engine_label, cluster_label(plan.cluster)))
+                           plan.engine_label, cluster_label(plan.cluster), restart.line))
         if plan.in_process:
             return run_in_process(plan.function, plan.args, resources.envs[0], sink, start)
-        placement = _placement(plan, resources, sink)
+        placement = _placement(plan, resources, sink, restart.cause)
         launch = functools.partial(_start_workers, plan, resources, placement, sink, folder, start)
         local = len(plan.devices)
         supervising = functools.partial(
@@ -313,12 +313,13 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None) -> Any:
         return run
 
 
-def _placement(plan: Plan, resources: RunResources, sink: BaseSink) -> Placement:
-    """Where the plan's workers run: forked here (after warming the kernel once), or on the plan's Ray cluster."""
+def _placement(plan: Plan, resources: RunResources, sink: BaseSink, restart_after: str = "") -> Placement:
+    """Where the plan's workers run: forked here (after warming the kernel once), or on the plan's Ray cluster
+    (``restart_after``: the failure a restart follows, which a reservation that cannot be placed names)."""
     if plan.cluster is not None:
         from notebook_accel.launcher.placement.ray.placement import RayPlacement  # imports no Ray until started
 
-        return RayPlacement(plan.cluster, resources.descriptors)
+        return RayPlacement(plan.cluster, resources.descriptors, restart_after)
     warming = "importing torch's distributed modules in the kernel (once)" if warming_needed(plan.backend) else ""
     with launch_phase(sink, warming, ticking=True) if warming else nullcontext():
         warm_kernel(plan.backend, store=resources.store is not None)

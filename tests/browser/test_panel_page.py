@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,19 +37,27 @@ def _state() -> SystemState:
 
 @pytest.mark.parametrize("width", [870, 1270])
 def test_the_system_panels_text_fits_live_and_final(width: int) -> None:
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
     state = _state()
     page_html = (f'<div id="root" style="width:{width}px;font-family:sans-serif">{panel_html(state)}'
                  f'<hr>{panel_html(state, final=True)}</div>')
+    problems, _ = render_and_check(page_html, width, f"panel-{width}.png")
+    assert problems == [], problems
+
+
+def render_and_check(page_html: str, width: int, shot: str, measure: str = "r => 0") -> tuple[list[str], Any]:
+    """Show ``page_html`` (its ``#root``) in chromium at ``width`` + a margin: the overflow check's problems and what
+    the ``measure`` script returns for ``#root``; the screenshot goes to ``build/browser/<shot>``."""
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": width + 40, "height": 400})
             page.set_content(page_html)
             problems = page.locator("#root").evaluate(OVERFLOW_JS)
-            page.locator("#root").screenshot(path=str(SHOTS / f"panel-{width}.png"))
+            measured = page.locator("#root").evaluate(measure)
+            page.locator("#root").screenshot(path=str(SHOTS / shot))
         finally:
             browser.close()
-    assert problems == [], problems
+    return list(problems), measured

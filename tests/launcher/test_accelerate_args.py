@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -135,26 +136,37 @@ def test_endpoint_forms() -> None:
     assert accelerate_args.check_rendezvous("c10d", "node0", None, "none", 0.1).endpoint_port is None
 
 
-def test_max_restarts_resumes_from_the_last_checkpoint(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_max_restarts_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:
     folder = tmp_path / "ckpt"
+    sink = RecordingSink()
     restarts, step, path = notebook_launcher(crash_after_saving, args=(str(folder),), num_processes=2,
-                                             max_restarts=2, dashboard=RecordingSink())
+                                             max_restarts=2, dashboard=sink)
     assert (restarts, step, path) == (1, 5, str(folder))
-    assert "restart 1 of 2 from" in capfd.readouterr().err
+    assert sink.info is not None  # the restart's attempt tells the sinks which restart, from where and why
+    assert sink.info.restart == (f"restart 1 of 2 from {folder} after rank 0: RuntimeError: crashed after the "
+                                 "checkpoint")
 
 
 def test_max_restarts_without_a_checkpoint_restarts_from_the_start(tmp_path: Path,
                                                                     capfd: pytest.CaptureFixture[str]) -> None:
     attempts = notebook_launcher(fail_twice, args=(str(tmp_path),), num_processes=2, max_restarts=3,
-                                 dashboard=RecordingSink())
+                                 dashboard=False)
     assert attempts == 3
-    assert "restart 2 of 3 from the start (no checkpoint committed yet)" in capfd.readouterr().err
+    err = capfd.readouterr().err  # the console says it before each restart's launch line
+    assert "notebook-accel: restart 2 of 3 from the start (no checkpoint committed yet) after rank 0: RuntimeError: " \
+           "attempt 2 fails" in err
 
 
-def test_max_restarts_gives_up_after_the_last_restart(capfd: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(WorkerError, match="crashed before any checkpoint"):
-        notebook_launcher(crash_without_saving, num_processes=2, max_restarts=1, dashboard=RecordingSink())
-    assert capfd.readouterr().err.count("restart 1 of 1 from the start") == 1
+def test_max_restarts_gives_up_after_the_last_restart_listing_every_attempt() -> None:
+    sink = RecordingSink()
+    with pytest.raises(WorkerError, match="crashed before any checkpoint") as caught:
+        notebook_launcher(crash_without_saving, num_processes=2, max_restarts=1, dashboard=sink)
+    assert caught.value.attempts == (
+        "attempt 1: ranks 0, 1: RuntimeError: crashed before any checkpoint; restarted from the start (no "
+        "checkpoint committed yet)", "attempt 2: ranks 0, 1: RuntimeError: crashed before any checkpoint")
+    assert "every attempt (2):\n  attempt 1: " in str(caught.value)
+    assert sink.info is not None and sink.info.restart.startswith("restart 1 of 1 from the start")
+    assert pickle.loads(pickle.dumps(caught.value)).attempts == caught.value.attempts
 
 
 def test_line_prefix_template(capsys: pytest.CaptureFixture[str]) -> None:

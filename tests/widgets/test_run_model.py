@@ -277,7 +277,10 @@ def test_a_run_on_two_nodes_shows_each_ranks_node() -> None:
     rows = table.split("<tr>")[2:]
     assert ">10.0.0.1</td>" in rows[0] and ">10.0.0.2</td>" in rows[1]
     assert rows[0].index("10.0.0.1") < rows[0].index("cuda:0")  # where first, then which device there
-    assert "overflow-wrap:anywhere" in table and "nowrap" not in table  # a long host name wraps in its cell
+    assert "white-space:nowrap" in rows[0] and "overflow-wrap" not in rows[0]  # an address: one line
+    long = _state(1)
+    long.apply(Started(0, 7, "cpu", node="gpu-node-0017.us-east-2.compute.internal.example.org"))
+    assert "overflow-wrap:anywhere" in ranks_html(long)  # a long host name wraps in its cell
     assert "10.0.0" not in rows[2]  # rank 2 has not started: its node is not known yet
 
 
@@ -294,3 +297,26 @@ def test_a_run_on_one_other_machine_names_it_and_ranks_here_read_this_machine() 
     assert mixed.spans_machines and ">this machine</td>" in ranks_html(mixed)
     assert [is_this_machine(n) for n in ("", "127.0.0.1", "::1", "192.0.2.7", "gpu-node-7.cluster")] == [
         True, True, True, False, False]
+
+
+def test_a_rank_the_launcher_found_dead_of_its_own_shows_failed_and_its_peer_stopped() -> None:
+    """A lost node: the peer's lost connection arrives first, then the launcher's verdict on the dead rank (its own
+    death, with the reason the error gives), however the stop had signalled it meanwhile (issue 43)."""
+    from notebook_accel.widgets.views import error_html, ranks_html
+
+    s = _state()
+    for rank in (0, 1):
+        s.apply(Started(rank, 100 + rank, "cpu", node=f"10.0.0.{rank + 1}"))
+    s.apply(Failed(0, "RuntimeError", "Connection reset by peer [10.0.0.2]:4242", ""))
+    s.apply(Exited(0, 1))
+    s.apply(Exited(1, -9, "SIGKILL", "its process on node 10.0.0.2 ended without a result (it was killed, or Ray "
+                                     "on that node stopped)"))
+    assert [s.ranks[r].status for r in (0, 1)] == ["stopped", "failed"]
+    assert s.ranks[1].detail.startswith("its process on node 10.0.0.2 ended")
+    assert s.failure is not None and s.failure.rank == 1
+    assert "rank 1 failed: its process on node 10.0.0.2" in error_html(s) and ": :" not in error_html(s)
+    assert ">failed<" in ranks_html(s)
+    stopped = _state()  # without the verdict, a SIGKILL after a failure is the launcher's stop, as before
+    stopped.apply(Failed(0, "ValueError", "bad", ""))
+    stopped.apply(Exited(1, -9, "SIGKILL"))
+    assert stopped.ranks[1].status == "stopped"

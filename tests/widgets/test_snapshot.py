@@ -95,3 +95,19 @@ def test_the_saved_result_names_each_ranks_node_only_when_the_run_spans_machines
     assert "ranks: 0=stopped on 10.0.0.1, 1=stopped on 10.0.0.2, 2=failed" in summary_text(s, 2.0).splitlines()
     page = StaticResult(s, None, 2.0, views.ranks_html(s, with_detail=False)).html
     assert ">node</th>" in page and ">10.0.0.1</td>" in page and ">10.0.0.2</td>" in page
+
+
+def test_a_restart_is_said_live_and_in_the_saved_result() -> None:
+    """max_restarts: which restart, from where and after what, above the run (issue 49 item 3)."""
+    from notebook_accel.events import RunInfo, RunOutcome
+    from notebook_accel.widgets.run_model import RunState
+    from notebook_accel.widgets.snapshot import summary_html, summary_text
+    from notebook_accel.widgets.views import header_html
+
+    line = "restart 1 of 2 from /ckpt/checkpoint_0 after rank 1: its process on node 10.0.0.2 ended without a result"
+    state = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "train", restart=line))
+    assert line in header_html(state, 1.0)
+    state.finish(RunOutcome("finished", 2.0))
+    assert summary_text(state, 2.0).splitlines()[1] == line and line in summary_html(state, 2.0)
+    first = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "train"))
+    assert "restart" not in header_html(first, 1.0) and "restart" not in summary_text(first, 1.0)

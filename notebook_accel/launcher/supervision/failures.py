@@ -151,6 +151,7 @@ class WorkerError(NotebookAccelError, RuntimeError):
         elsewhere: the ranks that run on other machines (a run of several nodes), else empty.
         returned: the ranks whose function had returned normally (a rank that lost them in a collective is told so).
         last_checkpoint: the last checkpoint the run committed with ``save_state`` before failing, else ``None``.
+        attempts: after restarts (``max_restarts``), one line per attempt with its cause, the first first.
 
     Example:
         >>> try:
@@ -161,7 +162,7 @@ class WorkerError(NotebookAccelError, RuntimeError):
 
     def __init__(
         self, failures: list[WorkerFailure] | tuple[WorkerFailure, ...], elsewhere: tuple[int, ...] = (),
-        returned: tuple[int, ...] = (),
+        returned: tuple[int, ...] = (), attempts: tuple[str, ...] = (),
     ) -> None:
         if not failures:
             raise ValueError("WorkerError needs at least one failure")
@@ -173,11 +174,21 @@ class WorkerError(NotebookAccelError, RuntimeError):
         self.exit_code: int | None = first.exit_code
         self.traceback: str = first.traceback
         self.last_checkpoint: str | None = None
-        super().__init__(_format(self.failures, self.elsewhere, self.returned))
+        self.attempts: tuple[str, ...] = tuple(attempts)
+        text = _format(self.failures, self.elsewhere, self.returned)
+        if len(self.attempts) > 1:  # a run that restarted: every attempt's cause, the last one's in full above
+            text += f"\n\nevery attempt ({len(self.attempts)}):\n" + "\n".join(f"  {a}" for a in self.attempts)
+        super().__init__(text)
+
+    def with_attempts(self, attempts: tuple[str, ...]) -> WorkerError:
+        """This error, listing ``attempts`` (one line each: the run restarted ``len(attempts) - 1`` times)."""
+        error = type(self)(self.failures, self.elsewhere, self.returned, attempts)
+        error.last_checkpoint = self.last_checkpoint
+        return error
 
     def __reduce__(self) -> tuple[type[WorkerError], tuple[Any, ...]]:
         """Pickle by failures (the default would pass the message to ``__init__``)."""
-        return (type(self), (self.failures, self.elsewhere, self.returned))
+        return (type(self), (self.failures, self.elsewhere, self.returned, self.attempts))
 
 
 class LaunchTimeoutError(NotebookAccelError, TimeoutError):

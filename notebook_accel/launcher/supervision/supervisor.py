@@ -211,18 +211,16 @@ class _Supervisor:
         self.drain(handle)
         code = handle.reap()
         name = signal_name(code)
-        self.sink.handle(Exited(handle.rank, code, name))
-        failure = self.failures.get(handle.rank)
+        failure, own = self.failures.get(handle.rank), ""
         if failure is not None:
             self.failures[handle.rank] = replace(failure, exit_code=code, signal_name=name)
-        elif code == 0 and handle.rank in self.finished:
-            return
-        elif stopped_by_us(self.stopped.get(handle.rank), name, handle.death_reason is not None):
-            return  # stopped by us because another rank failed
-        else:
+        elif not (code == 0 and handle.rank in self.finished) and not stopped_by_us(
+                self.stopped.get(handle.rank), name, handle.death_reason is not None):  # else: stopped by us
             note = memory_death_note(self.sampler.before_death(handle.rank) if self.sampler else None, handle.rank)
-            message = handle.death_reason or death_message(code, name, self.oom_kills, oom_kills(), note)
-            self.failures[handle.rank] = WorkerFailure(handle.rank, code, name, "", message, "")
+            own = handle.death_reason or death_message(code, name, self.oom_kills, oom_kills(), note)
+            self.failures[handle.rank] = WorkerFailure(handle.rank, code, name, "", own, "")
+        self.sink.handle(Exited(handle.rank, code, name, own))  # the dashboard shows a death of its own as failed
+        if own:
             self.begin_stop()
 
     def on_lost_node(self, watch: PeerWatch) -> None:

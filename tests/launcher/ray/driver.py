@@ -153,6 +153,80 @@ def case_sealed(ray: Any, cluster: Any, out: str) -> dict[str, Any]:
     return {"value": value, "left": leftovers(ray)}
 
 
+class _Epoch:
+    """The epoch a checkpoint was saved after (registered for checkpointing)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.value = int(state["value"])
+
+
+def train_with_checkpoints(folder: str, marker: str, epochs: int = 3) -> dict[str, Any]:
+    """Train a fixed model 3 epochs, saving a checkpoint after each. With ``marker``, the first attempt writes it
+    after its first checkpoint and then waits (for the test to take a node away); a restart resumes from the last
+    checkpoint and finishes. Returns the weights, the restart count and where it resumed from."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from notebook_accel import Accelerator, ProjectConfiguration
+
+    accelerator = Accelerator(project_config=ProjectConfiguration(project_dir=folder,
+                                                                  automatic_checkpoint_naming=True))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    epoch = _Epoch()
+    accelerator.register_for_checkpointing(epoch)
+    if accelerator.restart_count:
+        accelerator.load_state()
+    for current in range(epoch.value, epochs):
+        for x, y in loader:
+            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+        epoch.value = current + 1
+        accelerator.save_state()
+        if marker and accelerator.restart_count == 0:
+            if accelerator.is_main_process:
+                with open(marker, "w") as f:
+                    f.write("checkpoint_0 saved")
+            while True:  # the test takes a node away now
+                time.sleep(0.5)
+    weights = [p.detach().tolist() for p in accelerator.unwrap_model(model).parameters()]
+    return {"weights": weights, "restart_count": accelerator.restart_count, "resume_from": accelerator.resume_from}
+
+
+def case_restart(ray: Any, cluster: Any, folder: str, marker: str, reserve_timeout: str) -> dict[str, Any]:
+    """A run with max_restarts=1 (the test kills a node after the first checkpoint), then, with ``marker`` empty,
+    the same training uninterrupted in a fresh folder."""
+    from dataclasses import replace
+
+    from notebook_accel import notebook_launcher
+
+    cluster = replace(cluster, reserve_timeout=float(reserve_timeout))
+    start = time.time()
+    try:
+        value: Any = notebook_launcher(train_with_checkpoints, args=(folder, marker), num_processes=2,
+                                       cluster=cluster, dashboard=False, max_restarts=1)
+        error: dict[str, Any] = {"type": None, "text": ""}
+    except BaseException as e:  # noqa: BLE001 - the test looks at which
+        value, error = None, {"type": type(e).__name__, "text": str(e)}
+    ended = time.time()
+    plain = None
+    if value is not None:
+        plain = notebook_launcher(train_with_checkpoints, args=(folder + "-uninterrupted", ""), num_processes=2,
+                                  cluster=cluster, dashboard=False)
+    return {"value": value, "error": error, "started_at": start, "ended_at": ended, "uninterrupted": plain,
+            "left": leftovers(ray)}
+
+
 def case_train(ray: Any, cluster: Any) -> dict[str, Any]:
     from notebook_accel import notebook_launcher
     from tests.distributed import workers
@@ -240,6 +314,8 @@ def main(argv: list[str]) -> int:
         result = case_stop(ray, cluster)
     elif what == "checkpoint":
         result = case_checkpoint(ray, cluster, argv[2])
+    elif what == "restart":
+        result = case_restart(ray, cluster, argv[2], argv[3], argv[4])
     elif what == "sealed":
         result = case_sealed(ray, cluster, argv[2])
     elif what == "strangers":

@@ -57,6 +57,8 @@ print("REPORT " + json.dumps({
     "system_ranks": sorted(state.system.ranks) if state.system else [],
     "series": sorted(state.series),
     "status": state.shown_status,
+    "nodes": [state.ranks[r].node for r in (0, 1)],
+    "spans_machines": state.spans_machines,
 }))
 """
 
@@ -90,3 +92,6 @@ def test_the_dashboard_hears_both_nodes_while_the_run_goes_on(ray_cluster: RayTe
     html = "".join(str(o.get("data", {}).get("text/html", "")) for o in cell.outputs if o["type"] in
                    ("display_data", "update_display_data"))
     assert "rank 1" in html and "Ray cluster" in html  # the saved static result: both ranks, and where they ran
+    # the ranks table's node column (issue 43 item 7): each rank's node, in the live state and the saved result
+    assert got["spans_machines"] and sorted(got["nodes"]) == sorted([ray_cluster.head_ip, ray_cluster.worker_ip]), got
+    assert ray_cluster.worker_ip in html and ">node<" in html, html[-3000:]

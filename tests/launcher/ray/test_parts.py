@@ -419,7 +419,7 @@ def test_a_cluster_that_cannot_hold_the_run_is_refused_at_once_with_what_it_has(
                     {"Alive": False, "Resources": {"CPU": 64.0}}])
     with pytest.raises(LaunchError) as caught:
         reserve.reserve(ray, RayCluster(), 3)
-    assert "2 nodes with 1 free CPUs" in str(caught.value) and "3 x {'CPU': 1.0}" in str(caught.value)
+    assert "2 nodes with 1 free CPU and 0 free GPUs (of 2 CPUs, 0 GPUs)" in str(caught.value) and "3 x {'CPU': 1.0}" in str(caught.value)
     assert reserve._fits(ray, 2, {"CPU": 1.0}, "spread") and not reserve._fits(ray, 2, {"CPU": 1.0}, "strict_pack")
     assert not reserve._fits(ray, 1, {"CPU": 2.0}, "pack")  # a bundle never straddles two nodes
 

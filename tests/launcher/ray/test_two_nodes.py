@@ -246,3 +246,62 @@ def test_each_node_saves_into_its_own_folder_and_resumes_from_it(ray_cluster: Ra
     own_only, mixed = out["refusals"]
     assert "holds the states of ranks [1] only" in own_only and "not the folders of one save" in mixed
     assert result["left"] == {"actors": [], "groups": []}
+
+
+def _restart_run(ray_cluster: RayTestCluster, tmp_path: Path, fresh_node: bool,
+                 reserve_timeout: float) -> tuple[dict[str, object], str, float]:
+    """Start a max_restarts=1 run, kill the worker node's raylet once the first checkpoint is saved, start a fresh
+    worker node (``fresh_node``) or not; the driver's result, its stderr, and when the node was killed."""
+    marker = tmp_path / "checkpointed"
+    driver = _start_driver(ray_cluster, "restart", str(tmp_path / "ckpt"), str(marker), str(reserve_timeout))
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists() and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.2)
+        assert marker.exists(), f"no checkpoint was saved: {driver.communicate(timeout=60)}"
+        killed = time.time()
+        ray_cluster.kill_raylet()
+        if fresh_node:
+            ray_cluster.stop_worker()
+            ray_cluster.wait_nodes(1)
+            ray_cluster.start_worker()  # a replacement joins; the restart's reservation waits for it
+        out, err = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+        if not fresh_node:
+            ray_cluster.stop_worker()
+            ray_cluster.wait_nodes(1)
+            ray_cluster.start_worker()
+    return result_of(out, err), err, killed
+
+
+def test_a_restart_after_a_lost_node_resumes_on_a_fresh_node_and_ends_as_if_never_stopped(
+        ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """issue 49 item 3: the worker node's Ray killed after checkpoint_0, a fresh node joins, the run restarts once
+    from checkpoint_0, says so, and ends with the weights of an uninterrupted run, bit for bit."""
+    result, err, _ = _restart_run(ray_cluster, tmp_path, fresh_node=True, reserve_timeout=120)
+    value, plain = result["value"], result["uninterrupted"]
+    assert isinstance(value, dict) and isinstance(plain, dict), result
+    assert value["restart_count"] == 1 and str(value["resume_from"]).endswith("checkpoint_0"), value
+    assert value["weights"] == plain["weights"]  # bit for bit
+    said = [line for line in err.splitlines() if "restart 1 of 1 from" in line]
+    assert said and "checkpoint_0 after rank" in said[0] and ray_cluster.worker_ip in said[0], err[-3000:]
+    print(said[0])
+    assert result["left"] == {"actors": [], "groups": []}
+
+
+def test_a_restart_with_no_room_after_a_lost_node_says_what_it_waited_for(ray_cluster: RayTestCluster,
+                                                                         tmp_path: Path) -> None:
+    result, _, killed = _restart_run(ray_cluster, tmp_path, fresh_node=False, reserve_timeout=15)
+    error = result["error"]
+    assert isinstance(error, dict) and error["type"] == "LaunchError", result
+    text = str(error["text"])
+    print(text)
+    assert text.startswith("the restart after rank ") and ray_cluster.worker_ip in text
+    assert "within reserve_timeout=15 s" in text and "lost node's place was not taken" in text
+    assert "other jobs" not in text
+    # the node's loss (~4 s) + reserve_timeout (15 s) + teardown: a generous hang guard
+    assert float(result["ended_at"]) - killed < 60, result  # type: ignore[arg-type]
+    assert result["left"] == {"actors": [], "groups": []}

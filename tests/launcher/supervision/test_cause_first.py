@@ -19,7 +19,7 @@ import pytest
 
 from notebook_accel.channel import EventWriter
 from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.events import Failed
+from notebook_accel.events import Exited, Failed
 from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.launcher.supervision.failures import WorkerError
 from notebook_accel.launcher.supervision.stopping import stopped_by_us
@@ -95,8 +95,12 @@ def _ended_pipe() -> int:
 
 def _run(placement: _PeerDiesUnseen) -> WorkerError:
     handles = placement.start(_envs(2), print, (), None)
+    sink = RecordingSink()
     with pytest.raises(WorkerError) as caught:
-        supervise(handles, GuardedSink(RecordingSink()), None, time.monotonic(), grace=0.5, placement=placement)
+        supervise(handles, GuardedSink(sink), None, time.monotonic(), grace=0.5, placement=placement)
+    exits = {e.rank: e.failure for e in sink.of_type(Exited) if isinstance(e, Exited)}
+    own = [f for f in caught.value.failures if not f.lost_peer]
+    assert exits[0] == "" and exits[1] == (own[0].message if own else "")  # the dashboard hears the same verdict
     return caught.value
 
 

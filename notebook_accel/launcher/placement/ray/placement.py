@@ -42,11 +42,14 @@ class RayPlacement:
         cluster: the cluster, the resources of each worker and how to spread them.
         descriptors: the run's registered descriptors (the back-channel sockets join them, so that a local run
             forked meanwhile does not inherit them).
+        restart_after: when this attempt is a restart (``max_restarts``), the failure it follows: the reservation
+            then waits for room that a lost node took away, and says so if it does not come.
     """
 
-    def __init__(self, cluster: RayCluster, descriptors: RunDescriptors | None = None) -> None:
+    def __init__(self, cluster: RayCluster, descriptors: RunDescriptors | None = None, restart_after: str = "") -> None:
         self.cluster = cluster
         self.descriptors = descriptors
+        self.restart_after = restart_after
         self.ray: Any = None
         self.group: Any = None
         self.actors: list[Any] = []
@@ -67,7 +70,7 @@ class RayPlacement:
         reserve.connect(ray, self.cluster)
         function_ref, arg_refs = _put(ray, function, args)
         try:
-            self.group = reserve.reserve(ray, self.cluster, len(envs))
+            self.group = reserve.reserve(ray, self.cluster, len(envs), self.restart_after)
             self._start_actors(len(envs))
             places = ray.get([actor.where.remote(i == 0) for i, actor in enumerate(self.actors)],
                              timeout=CONNECT_SECONDS)

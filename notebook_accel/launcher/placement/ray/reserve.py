@@ -107,10 +107,11 @@ def inventory(ray: Any) -> str:
     total = ray.cluster_resources()
 
     def count(pool: Mapping[str, float], key: str) -> str:
-        return f"{pool.get(key, 0):g}"
+        amount = float(pool.get(key, 0))
+        return f"{amount:g} {key}{'' if amount == 1 else 's'}"
 
-    return (f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} with {count(free, 'CPU')} free CPUs and "
-            f"{count(free, 'GPU')} free GPUs (of {count(total, 'CPU')} CPUs, {count(total, 'GPU')} GPUs)")
+    return (f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} with {count(free, 'CPU').replace(' ', ' free ')} and "
+            f"{count(free, 'GPU').replace(' ', ' free ')} (of {count(total, 'CPU')}, {count(total, 'GPU')})")
 
 
 def _fits(ray: Any, workers: int, per_worker: Mapping[str, float], strategy: str) -> bool:
@@ -129,8 +130,11 @@ def _fits(ray: Any, workers: int, per_worker: Mapping[str, float], strategy: str
     return sum(capacity) >= workers
 
 
-def reserve(ray: Any, cluster: RayCluster, workers: int) -> Any:
+def reserve(ray: Any, cluster: RayCluster, workers: int, restart_after: str = "") -> Any:
     """A ready placement group of ``workers`` bundles of ``cluster.resources_per_worker``.
+
+    A restart (``restart_after``: the failure it follows, often a lost node) waits the whole ``reserve_timeout`` for
+    the room even when the live nodes cannot hold the run now: a replacement node may join meanwhile.
 
     Raises:
         LaunchError: the cluster cannot hold the run, or the reservation was not ready within
@@ -138,7 +142,7 @@ def reserve(ray: Any, cluster: RayCluster, workers: int) -> Any:
     """
     per_worker = {k: float(v) for k, v in cluster.resources_per_worker.items() if float(v) > 0}
     asked = f"the run asks for {workers} x {per_worker} ({cluster.placement})"
-    if not _fits(ray, workers, per_worker, cluster.placement):
+    if not restart_after and not _fits(ray, workers, per_worker, cluster.placement):
         bend = "" if cluster.placement == "pack" else ", placement='pack'"
         raise LaunchError(f"the Ray cluster cannot hold this run: it has {inventory(ray)}; {asked}. Use fewer "
                           f"processes, smaller resources_per_worker{bend}, or add nodes")
@@ -151,6 +155,15 @@ def reserve(ray: Any, cluster: RayCluster, workers: int) -> Any:
     if not ready:
         have = inventory(ray)
         release_group(ray, group)
+        if restart_after:
+            fits = _fits(ray, workers, per_worker, cluster.placement)
+            raise LaunchError(
+                f"the restart after {restart_after} could not be placed within reserve_timeout="
+                f"{cluster.reserve_timeout:g} s: the cluster has {have}; {asked}, and "
+                + ("other jobs hold the room it needs" if fits else "its live nodes cannot hold that: the lost "
+                   "node's place was not taken by another")
+                + "; nothing is reserved. Add a node (or wait for the cluster to replace it) and launch again "
+                "(load_state resumes from the last checkpoint), raise reserve_timeout, or use fewer processes")
         raise LaunchError(f"the Ray cluster could not reserve the run within reserve_timeout="
                           f"{cluster.reserve_timeout:g} s: it has {have}; {asked}. Other jobs hold the rest: wait, or "
                           "ask for less")
