@@ -268,7 +268,7 @@ class RunInfo:
     log_dir: str = ""  # the folder with every rank's full output (``rank<N>.log``); "" when not kept
     engine: str = ""  # what the launch config asks for ("DDP", "FSDP FULL_SHARD"...); "" when it says nothing
     cluster: str = ""  # where the workers run when not on this machine ("Ray cluster 10.0.0.1:6379"); "" here
-    restart: str = ""  # a restart's attempt, what it resumes from and why ("restart 1 of 2 from ckpt after ..."), else ""
+    restart: str = ""  # which restart, from where, after what ("restart 1 of 2 from ckpt after ..."); "" at first
 
 
 @dataclass(frozen=True)

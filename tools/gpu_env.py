@@ -10,8 +10,8 @@ Standard library only (dev.py imports it before any virtual environment exists).
    the normal suite only).
 3. Install this package editable without its dependencies, then whatever the GPU suite needs that the
    environment lacks (pytest, pytest-timeout, jupyter_client, ipykernel, pyyaml, numpy, safetensors, ipywidgets,
-   xxhash, torchao). On a machine without a package index pass ``--wheels DIR``, a folder filled elsewhere with
-   ``pip download --only-binary=:all: --python-version 3.12 ... -d DIR NAME`` (see the README).
+   xxhash, torchao, ray, cryptography). On a machine without a package index pass ``--wheels DIR``, a folder filled
+   elsewhere with ``pip download --only-binary=:all: --python-version 3.12 ... -d DIR NAME`` (see the README).
 4. Run ``pytest tests/gpu`` with ``NOTEBOOK_ACCEL_REQUIRE_GPU=1``, so a GPU that torch cannot use fails the run
    instead of skipping it.
 
@@ -35,6 +35,7 @@ NEEDED = {  # import name -> distribution name
     "ipykernel": "ipykernel", "yaml": "pyyaml", "numpy": "numpy", "safetensors": "safetensors",
     "ipywidgets": "ipywidgets", "xxhash": "xxhash",  # the package's own (installed --no-deps): checkpoints hash
     "torchao": "torchao",  # the fp8 cases (mixed_precision="fp8"); they skip without it
+    "ray": "ray", "cryptography": "cryptography",  # the Ray case (one rank, nccl, on a one-node Ray); skips without
 }
 
 

@@ -15,11 +15,13 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tests.gpu.comm_case import ddp_exposed_wait, fp8_eager_notice
 
 ON_CPU = os.environ.get("NOTEBOOK_ACCEL_GPU_SUITE") == "cpu"
+ROOT = Path(__file__).resolve().parents[2]
 CASES: dict[str, Callable[[], dict[str, Any]]] = {}
 
 
@@ -353,6 +355,34 @@ def checkpoint_resumed() -> dict[str, Any]:
 
 case(ddp_exposed_wait)
 case(fp8_eager_notice)
+
+
+def _rank_on_ray() -> dict[str, Any]:
+    """One rank placed by Ray: a one-process nccl group (gloo on CPU) on the device Ray gave it, and what Ray set in
+    ``CUDA_VISIBLE_DEVICES``."""
+    from notebook_accel import Accelerator
+
+    return {**_nccl_all_reduce(), "device": str(Accelerator().device),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+@case
+def ray_one_gpu() -> dict[str, Any]:
+    """One rank on a one-node Ray started here with the machine's GPU (``num_gpus=1``): nccl on the GPU Ray gives
+    it (``CUDA_VISIBLE_DEVICES`` as Ray sets it); gloo on the CPU in the plumbing check."""
+    import ray
+
+    from notebook_accel import RayCluster, notebook_launcher
+
+    ray.init(address="local", num_cpus=2, num_gpus=0 if ON_CPU else 1, include_dashboard=False,
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    try:
+        per_worker = {"CPU": 1} if ON_CPU else {"CPU": 1, "GPU": 1}
+        value = notebook_launcher(_rank_on_ray, num_processes=1, dashboard=False,
+                                  cluster=RayCluster(resources_per_worker=per_worker))
+    finally:
+        ray.shutdown()
+    return {**value, "launcher_pid": os.getpid(), **_kernel_cuda_state()}
 
 
 def main(argv: list[str]) -> int:

@@ -6,6 +6,7 @@ case can set ``CUDA_VISIBLE_DEVICES`` before torch is imported. Skipped without 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -146,3 +147,16 @@ def test_fp8_run_eagerly_on_the_gpu_says_so_once_and_compiled_not_at_all() -> No
     print(result)
     assert len(result["eager"]["warnings"]) == 1 and "without torch.compile" in result["eager"]["warnings"][0]
     assert result["compiled"]["warnings"] == []
+
+
+def test_one_rank_on_a_one_node_ray_uses_the_gpu_ray_gives_it() -> None:
+    """issue 49: the Ray placement's GPU path on hardware (nccl, Ray's CUDA_VISIBLE_DEVICES)."""
+    if importlib.util.find_spec("ray") is None:  # not imported here: importing Ray changes this process's environment
+        pytest.skip("Ray is not installed here: pip install 'notebook-accel[ray]' (or pass its wheels with --wheels)")
+    result = run_case("ray_one_gpu")
+    print(result)
+    assert result["pid"] != result["launcher_pid"] and result["value"] == [3.0] * 4
+    assert result["device"] == DEVICE and result["backend"] == ("gloo" if ON_CPU else "nccl")
+    if not ON_CPU:
+        assert result["visible"] not in (None, ""), result  # Ray chose the GPU
+        assert result["kernel_cuda_initialized"] is False

@@ -6,8 +6,8 @@ was killed), or when it has been silent for ``node_timeout`` seconds (its node l
 no end of file will ever come, so a silence bound is the only bound). A death seen before the kernel's first stop
 signal to that rank is the rank's own failure, with its reason, even when its peers' lost connections reached the
 kernel first and the stop then signalled it; one seen after is the stop's doing. Each verdict closes the rank's exit
-pipe, which wakes the supervisor as a local worker's pidfd would. The same thread keeps the latest system sample of each rank;
-:class:`RemoteSampler` hands them to the supervisor as one sample.
+pipe, which wakes the supervisor as a local worker's pidfd would. The same thread keeps the latest system sample of
+each rank; :class:`RemoteSampler` hands them to the supervisor as one sample.
 """
 
 from __future__ import annotations
