@@ -6,11 +6,13 @@ batch 64, ``--steps`` steps; it records the wall-clock time at the end of its fi
 a warm-up. ``TorchTrainer`` makes the process group itself; under ``notebook_launcher`` the function makes it (the
 one line that differs). Contenders run in rotating order, each round:
 
-- ``ray_ours``: ``notebook_launcher(train, num_processes=2, cluster=RayCluster(...))`` in this process;
-- ``ray_ours_again``: the same (an A/A control: how much two identical runs differ here);
+- ``ray_cold``: ``notebook_launcher(train, num_processes=2, cluster=RayCluster(keep_warm=0))`` in this process:
+  fresh actors every launch;
+- ``ray_warm``: the same with the default ``keep_warm``: the actors the last launch left (one warm-up launch first);
+- ``ray_warm_again``: the same (an A/A control: how much two identical runs differ here);
 - ``torchtrainer``: ``TorchTrainer(train, scaling_config=ScalingConfig(num_workers=2))`` in this process;
-- ``local_fork``: ``notebook_launcher(train, num_processes=2)`` in a fresh Python (a process that joined Ray must
-  not fork).
+- ``local_warm``: ``notebook_launcher(train, num_processes=2)`` twice in one fresh Python, the second timed: a warm
+  local launch from a kernel (a fresh one, not this process, which joined Ray).
 
 Prints each contender's median first-step time and step time, and the ratios. Needs ``ray[train]`` (the
 benchmark only: the ``ray`` extra installs Ray core). Starts a local Ray with ``num_cpus=2`` unless ``--address``.
@@ -92,11 +94,12 @@ def torchtrainer(steps: int, storage: str) -> dict[str, float]:
     return {"first_step_s": metrics["first_step_at"] - called, "step_ms": metrics["step_ms"]}
 
 
-def local_fork(steps: int) -> dict[str, float]:
-    """``notebook_launcher`` forking 2 workers here, in a fresh Python."""
+def local_warm(steps: int) -> dict[str, float]:
+    """``notebook_launcher`` forking 2 workers, twice in a fresh Python; the second (warm) launch's figures."""
     code = ("import json, sys, time; sys.path.insert(0, sys.argv[1]); from benchmarks.ray_launch import train; "
-            "from notebook_accel import notebook_launcher; t = time.time(); "
-            "r = notebook_launcher(train, args=({'steps': int(sys.argv[2])},), num_processes=2, dashboard=False); "
+            "from notebook_accel import notebook_launcher; args = ({'steps': int(sys.argv[2])},); "
+            "notebook_launcher(train, args=args, num_processes=2, dashboard=False); t = time.time(); "
+            "r = notebook_launcher(train, args=args, num_processes=2, dashboard=False); "
             "print('RESULT', json.dumps({'first_step_s': r['first_step_at'] - t, 'step_ms': r['step_ms']}))")
     env = {**os.environ, "NOTEBOOK_ACCEL_LOG_DIR": "off"}
     out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(steps)], capture_output=True, text=True,
@@ -125,13 +128,36 @@ def main() -> int:
     else:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
                  runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT))}})
-    cluster = RayCluster(resources_per_worker={"CPU": 1}, placement="spread" if args.address else "pack")
+    placement = "spread" if args.address else "pack"
+    cold = RayCluster(resources_per_worker={"CPU": 1}, placement=placement, keep_warm=0)
+    warm = RayCluster(resources_per_worker={"CPU": 1}, placement=placement)
     storage = tempfile.mkdtemp(prefix="ray-bench-")
+
+    def warmed() -> dict[str, float]:  # the warm workers may have gone to another contender: warm them again
+        from notebook_accel.launcher.placement.ray import warm as kept
+
+        if not kept.kept():
+            ours(warm, 6)
+        return ours(warm, args.steps)
+
+    def fresh() -> dict[str, float]:  # the warm workers hold the CPUs the cold run needs: give them back first
+        from notebook_accel import release_ray_workers
+
+        release_ray_workers()
+        return ours(cold, args.steps)
+
+    def trainer() -> dict[str, float]:
+        from notebook_accel import release_ray_workers
+
+        release_ray_workers()
+        return torchtrainer(args.steps, storage)
+
     contenders = {
-        "ray_ours": lambda: ours(cluster, args.steps),
-        "ray_ours_again": lambda: ours(cluster, args.steps),
-        "torchtrainer": lambda: torchtrainer(args.steps, storage),
-        "local_fork": lambda: local_fork(args.steps),
+        "ray_cold": fresh,
+        "ray_warm": warmed,
+        "ray_warm_again": warmed,
+        "torchtrainer": trainer,
+        "local_warm": lambda: local_warm(args.steps),
     }
     results: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
     names = list(contenders)
@@ -144,12 +170,19 @@ def main() -> int:
     for name, m in med.items():
         print(f"{name:15s} median first step {m['first_step_s']:6.2f} s, step {m['step_ms']:6.2f} ms "
               f"({args.rounds} rounds of {args.steps} steps)")
-    first = med["ray_ours"]["first_step_s"] / med["torchtrainer"]["first_step_s"]
-    print(f"first step: ours / TorchTrainer {first:.2f}x"
-          f" (A/A {med['ray_ours_again']['first_step_s'] / med['ray_ours']['first_step_s']:.2f}x)")
-    print(f"step time: ours on Ray / local fork {med['ray_ours']['step_ms'] / med['local_fork']['step_ms']:.3f}x, "
-          f"TorchTrainer / local fork {med['torchtrainer']['step_ms'] / med['local_fork']['step_ms']:.3f}x "
-          f"(A/A {med['ray_ours_again']['step_ms'] / med['ray_ours']['step_ms']:.3f}x)")
+    def ratio(a: str, b: str, key: str = "first_step_s") -> float:
+        return med[a][key] / med[b][key]
+
+    print(f"first step: warm on Ray / warm local {ratio('ray_warm', 'local_warm'):.2f}x (goal <= 1.5x), "
+          f"cold on Ray / TorchTrainer {ratio('ray_cold', 'torchtrainer'):.2f}x, "
+          f"warm on Ray / TorchTrainer {ratio('ray_warm', 'torchtrainer'):.3f}x "
+          f"(A/A {ratio('ray_warm_again', 'ray_warm'):.2f}x)")
+    print(f"step time: warm on Ray / local {ratio('ray_warm', 'local_warm', 'step_ms'):.3f}x, "
+          f"TorchTrainer / local {ratio('torchtrainer', 'local_warm', 'step_ms'):.3f}x "
+          f"(A/A {ratio('ray_warm_again', 'ray_warm', 'step_ms'):.3f}x)")
+    from notebook_accel import release_ray_workers
+
+    release_ray_workers()
     ray.shutdown()
     return 0
 

@@ -73,6 +73,7 @@ _EXPORTS: dict[str, str] = {
     "CudaInitializedError": "notebook_accel.errors",
     "RayCluster": "notebook_accel.cluster",
     "ray_leftovers": "notebook_accel.launcher.placement.ray.leftovers",
+    "release_ray_workers": "notebook_accel.launcher.placement.ray.warm",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -108,6 +109,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
     from notebook_accel.launcher.debug import debug_launcher
     from notebook_accel.launcher.placement.ray.leftovers import ray_leftovers
+    from notebook_accel.launcher.placement.ray.warm import release_ray_workers
     from notebook_accel.local_sgd import LocalSGD
     from notebook_accel.logging import (
         get_logger,

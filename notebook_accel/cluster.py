@@ -19,7 +19,8 @@ __all__ = ["RayCluster", "Strategy", "check_cluster"]
 
 Strategy = Literal["pack", "spread", "strict_pack", "strict_spread"]
 _STRATEGIES: tuple[str, ...] = get_args(Strategy)
-_FIELDS = ("address", "resources_per_worker", "placement", "reserve_timeout", "node_timeout", "runtime_env")
+_FIELDS = ("address", "resources_per_worker", "placement", "reserve_timeout", "node_timeout", "runtime_env",
+           "keep_warm")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class RayCluster:
             process frozen) before the run fails naming its node.
         runtime_env: Ray's ``runtime_env`` for the worker actors (``{"pip": [...]}``, ``{"env_vars": {...}}``,
             ``{"working_dir": "."}``); ``None``: the nodes' own environment.
+        keep_warm: seconds the run's workers (their actors, torch imported, and their reservation) stay after a
+            run, for the next launch of the same shape from this kernel to start at once; ``0``: released at the
+            end of each run. They are released after that long without a launch, when the kernel ends, or with
+            :func:`notebook_accel.release_ray_workers`; a stopped run's are released at once.
 
     Example:
         >>> RayCluster(resources_per_worker={"GPU": 1, "CPU": 8}, placement="spread").uses_gpu
@@ -52,6 +57,7 @@ class RayCluster:
     reserve_timeout: float = 120.0
     node_timeout: float = 15.0
     runtime_env: Mapping[str, Any] | None = None
+    keep_warm: float = 300.0
 
     def __post_init__(self) -> None:
         _check_text("address", self.address)
@@ -64,6 +70,11 @@ class RayCluster:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or not 1.0 <= value <= 86400.0:
                 raise LaunchError(f"RayCluster({name}={shown(value)}) is not allowed; give seconds from 1 to 86400")
+        warm = self.keep_warm
+        if isinstance(warm, bool) or not isinstance(warm, (int, float)) or not math.isfinite(warm) \
+                or not 0.0 <= warm <= 86400.0:
+            raise LaunchError(f"RayCluster(keep_warm={shown(warm)}) is not allowed; give seconds from 0 (release the "
+                              "workers after each run) to 86400")
         if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
             raise LaunchError(f"RayCluster(runtime_env={shown(self.runtime_env)}) is not allowed; give a dict such "
                               "as {'env_vars': {'HF_HOME': '/data/hf'}} or None")

@@ -33,7 +33,8 @@ def cluster_from_flags(config: Config, kind: str | None, address: str | None, pl
         return None
     fields: dict[str, Any] = {} if base is None else {
         "address": base.address, "resources_per_worker": dict(base.resources_per_worker), "placement": base.placement,
-        "reserve_timeout": base.reserve_timeout, "node_timeout": base.node_timeout, "runtime_env": base.runtime_env}
+        "reserve_timeout": base.reserve_timeout, "node_timeout": base.node_timeout, "runtime_env": base.runtime_env,
+        "keep_warm": 0.0}  # a script's launch is its process's only one: nothing to keep warm for
     if address is not None:
         fields["address"] = address
     if placement is not None:

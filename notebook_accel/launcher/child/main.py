@@ -37,7 +37,8 @@ from notebook_accel.launcher.rendezvous.store import use_keyed_store, use_privat
 from notebook_accel.monitor import steps
 from notebook_accel.monitor.board import SystemBoard, use_in_worker
 
-__all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main", "redirect_output", "run_and_report"]
+__all__ = ["WorkerSpec", "KernelState", "survey_kernel", "worker_main", "redirect_output", "run_and_report",
+           "become_worker", "flush_c_stdio"]
 
 _PR_SET_PDEATHSIG = 1
 _ORPHANED = 75  # EX_TEMPFAIL: the kernel died before this worker was set up
@@ -110,6 +111,20 @@ def _die_with_parent(kernel_pid: int) -> None:
         _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != kernel_pid:
         os._exit(_ORPHANED)
+
+
+def become_worker(parent_pid: int) -> None:
+    """In a process just forked to be a worker (from the kernel, or from a warm Ray actor): the signals a worker
+    has, its own process group (the stop reaches it and what it starts), and death with its parent."""
+    _reset_signals()
+    _own_process_group()
+    _die_with_parent(parent_pid)
+
+
+def flush_c_stdio() -> None:
+    """Flush C stdio buffers (``printf`` of extensions), which ``os._exit`` would drop."""
+    if _FFLUSH is not None:
+        _FFLUSH(None)
 
 
 def _reset_signals() -> None:
@@ -272,9 +287,7 @@ def worker_main(
     ours: tuple[Any, ...] = (sys.stderr,)  # before the redirect: the kernel's streams, whose buffered text is the kernel's to send
     try:
         channel.uninstall()
-        _reset_signals()
-        _own_process_group()
-        _die_with_parent(kernel.pid)
+        become_worker(kernel.pid)
         close_inherited(Inherited(frozenset(spec.close_fds), spec.close_ports),
                         keep=(spec.events.fileno(), spec.stdout_fd, spec.stderr_fd))
         if kernel.process_group:
@@ -308,6 +321,5 @@ def worker_main(
                 stream.flush()
             except BaseException:  # noqa: BLE001
                 pass
-        if _FFLUSH is not None:
-            _FFLUSH(None)
+        flush_c_stdio()
         os._exit(code)

@@ -227,6 +227,48 @@ def case_restart(ray: Any, cluster: Any, folder: str, marker: str, reserve_timeo
             "left": leftovers(ray)}
 
 
+def who_runs(value: int) -> dict[str, int]:
+    """The value given, this rank's process and its parent (the actor that forked it)."""
+    return {"value": value, "pid": os.getpid(), "actor": os.getppid()}
+
+
+def _timed(call: Any) -> tuple[Any, float]:
+    start = time.monotonic()
+    value = call()
+    return value, time.monotonic() - start
+
+
+def case_warm(ray: Any, cluster: Any) -> dict[str, Any]:
+    """Launches that reuse the workers the last one left warm: how long each takes against a local launch from the
+    same kernel, what the kernel keeps meanwhile, and that nothing of one run reaches the next."""
+    from dataclasses import replace
+
+    from notebook_accel import notebook_launcher, ray_leftovers, release_ray_workers
+    from tests.distributed import workers
+
+    warm = replace(cluster, keep_warm=60.0)
+
+    def on_ray(function: Any, *args: Any) -> Any:
+        return notebook_launcher(function, args=args, num_processes=2, cluster=warm, dashboard=False)
+
+    def here(function: Any, *args: Any) -> Any:
+        return notebook_launcher(function, args=args, num_processes=2, dashboard=False)
+
+    cold_train = on_ray(workers.train, 2, 1, 24)  # fresh actors
+    warm_train = on_ray(workers.train, 2, 1, 24)  # the same actors, a fresh child each
+    first, second = on_ray(who_runs, 1), on_ray(who_runs, 2)  # a changed argument is honoured
+    kept = ray_leftovers()
+    release_ray_workers()
+    _, cold_ray = _timed(lambda: on_ray(first_step))
+    warm_ray = [_timed(lambda: on_ray(first_step))[1] for _ in range(3)]
+    here(first_step)  # the kernel's own warm-up
+    warm_local = [_timed(lambda: here(first_step))[1] for _ in range(3)]
+    released = release_ray_workers()
+    return {"cold_train": cold_train, "warm_train": warm_train, "first": first, "second": second, "kept": kept,
+            "cold_ray": cold_ray, "warm_ray": warm_ray, "warm_local": warm_local, "released": released,
+            "after_release": ray_leftovers(), "left": leftovers(ray)}
+
+
 def case_train(ray: Any, cluster: Any) -> dict[str, Any]:
     from notebook_accel import notebook_launcher
     from tests.distributed import workers
@@ -301,7 +343,7 @@ def main(argv: list[str]) -> int:
     ray = _join(address)
     from notebook_accel.cluster import RayCluster
 
-    cluster = RayCluster(placement="spread", node_timeout=8.0, reserve_timeout=60.0)
+    cluster = RayCluster(placement="spread", node_timeout=8.0, reserve_timeout=60.0, keep_warm=0.0)  # see case_warm
     if what == "alive":
         result: dict[str, Any] = {"alive": sum(1 for n in ray.nodes() if n.get("Alive"))}
     elif what == "leftovers":
@@ -314,6 +356,8 @@ def main(argv: list[str]) -> int:
         result = case_stop(ray, cluster)
     elif what == "checkpoint":
         result = case_checkpoint(ray, cluster, argv[2])
+    elif what == "warm":
+        result = case_warm(ray, cluster)
     elif what == "restart":
         result = case_restart(ray, cluster, argv[2], argv[3], argv[4])
     elif what == "sealed":

@@ -155,7 +155,7 @@ def test_timeout_the_stop_button_and_run_stop_leave_no_actor_and_no_reservation(
     assert result["left"] == {"actors": [], "groups": []}
     during, after = result["package_during"], result["package_after"]
     assert isinstance(during, dict) and len(during["actors"]) == 2 and len(during["placement_groups"]) == 1, during
-    assert after == {"actors": [], "placement_groups": []}  # notebook_accel.ray_leftovers() agrees with Ray's tables
+    assert after == {"actors": [], "placement_groups": [], "kept_warm": []}  # ray_leftovers() agrees with Ray's tables
 
 
 def test_a_dead_kernel_takes_its_actors_with_it(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
@@ -305,3 +305,26 @@ def test_a_restart_with_no_room_after_a_lost_node_says_what_it_waited_for(ray_cl
     # the node's loss (~4 s) + reserve_timeout (15 s) + teardown: a generous hang guard
     assert float(result["ended_at"]) - killed < 60, result  # type: ignore[arg-type]
     assert result["left"] == {"actors": [], "groups": []}
+
+
+def test_a_second_launch_reuses_the_warm_workers_with_nothing_of_the_first_in_them(ray_cluster: RayTestCluster) -> None:
+    """issue 49 item 2: the next launch from the same kernel takes the actors the last one left warm (a fresh child
+    of each actor runs it), trains exactly as on fresh actors, honours a changed argument, and the kernel says what
+    it keeps until release_ray_workers() frees it."""
+    result = _driver(ray_cluster, "warm")
+    cold, warm = result["cold_train"], result["warm_train"]
+    assert isinstance(cold, dict) and isinstance(warm, dict)
+    assert warm["losses"] == cold["losses"] and _flat(warm["params"]) == _flat(cold["params"])  # bit for bit
+    first, second = result["first"], result["second"]
+    assert isinstance(first, dict) and isinstance(second, dict)
+    assert (first["value"], second["value"]) == (1, 2)  # the changed argument
+    assert first["actor"] == second["actor"] and first["pid"] != second["pid"]  # the same actor, a fresh child
+    kept = result["kept"]
+    assert isinstance(kept, dict) and kept["actors"] == [] and len(kept["kept_warm"]) == 1, kept
+    assert result["released"] == 1
+    assert result["after_release"] == {"actors": [], "placement_groups": [], "kept_warm": []}
+    assert result["left"] == {"actors": [], "groups": []}
+    warm_ray, warm_local = min(result["warm_ray"]), min(result["warm_local"])  # type: ignore[type-var]
+    print(f"launch to the end of the first step: cold on Ray {result['cold_ray']:.2f} s, warm on Ray "
+          f"{warm_ray:.2f} s, warm local {warm_local:.2f} s (x{warm_ray / warm_local:.1f}); all: {result}")
+    assert warm_ray < float(result["cold_ray"])  # type: ignore[arg-type]

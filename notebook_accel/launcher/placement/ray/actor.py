@@ -1,18 +1,19 @@
 """The worker's side of a Ray run: one :class:`RankWorker` actor per rank, running the local worker's runtime.
 
-The actor is a fresh process on a cluster node, so there is nothing of a kernel to forget (compare
-:mod:`notebook_accel.launcher.child.main`): it leads its own process group (the kernel's stop signals reach the
-worker and whatever it started), dials the kernel four times (:mod:`.link`), points fd 1 and 2 at its output streams
-as a forked child points them at its pipes, sets its launch environment, and runs the user's function through the same
-:func:`~notebook_accel.launcher.child.main.run_and_report`. A daemon thread sends a heartbeat every
-``beat_seconds`` and this process's system sample every ``sample_seconds`` on the control stream, and obeys the stop
-signals that come back on it.
+The actor imports torch and the worker runtime once, then forks a child for each run, as the kernel forks its local
+workers: the child becomes a worker (its own process group, so the kernel's stop signals reach it and whatever it
+starts; death with the actor; fresh random seeds), dials the kernel four times (:mod:`.link`), points fd 1 and 2 at
+its output streams as a forked child points them at its pipes, sets its launch environment, and runs the user's
+function through the same :func:`~notebook_accel.launcher.child.main.run_and_report`. A daemon thread sends a
+heartbeat every ``beat_seconds`` and the child's system sample every ``sample_seconds`` on the control stream, and
+obeys the stop signals that come back on it. The actor runs no user code itself, so it can serve the next launch
+from the same kernel at once (``RayCluster(keep_warm=...)``, :mod:`.warm`), with nothing of the last run in it.
 """
-
 from __future__ import annotations
 
 import hashlib
 import os
+import random
 import select
 import signal
 import socket
@@ -20,16 +21,17 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from notebook_accel import channel, environment
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.integrations import add_trainer_callback
-from notebook_accel.launcher.child.main import redirect_output, run_and_report, survey_kernel
+from notebook_accel.launcher.child.main import (become_worker, flush_c_stdio, redirect_output, run_and_report,
+                                                 survey_kernel)
 from notebook_accel.launcher.placement.ray.link import connect_back, send_frame
 from notebook_accel.launcher.rendezvous.store import use_keyed_store
 
-__all__ = ["RankSetup", "RankWorker", "SIGNALS", "require_sealing"]
+__all__ = ["RankSetup", "RankWorker", "SIGNALS", "require_sealing", "WorkerSetupError"]
 
 SIGNALS = {b"T": signal.SIGTERM, b"K": signal.SIGKILL}  # the kernel's stop signals on the control stream
 _SETUP_FAILED = 70  # EX_SOFTWARE, as a forked worker's
@@ -68,7 +70,25 @@ def _interface_of(address: str) -> str | None:
 
 
 class RankWorker:
-    """A Ray actor that runs one rank (made remote by :mod:`.placement` with ``ray.remote``)."""
+    """A Ray actor that runs one rank per run (made remote by :mod:`.placement` with ``ray.remote``)."""
+
+    def __init__(self, gpu: bool = False) -> None:
+        """Import what every run needs (torch, its distributed package and DDP, the Accelerator; on a CPU worker
+        also ``torch._dynamo``, which the first DDP imports: 1 s and more, as the kernel does before its local forks):
+        each run's child is forked with them, so no run imports them again. Nothing here initialises a GPU, which a
+        fork would break (``gpu``: the worker has one, so ``torch._dynamo`` is left to the child, as locally)."""
+        import importlib
+
+        import notebook_accel.accelerator  # noqa: F401
+        from notebook_accel.launcher.kernel.warmup import WARM_MODULES
+
+        for name in WARM_MODULES:
+            if gpu and name == "torch._dynamo":
+                continue
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a broken optional part of torch: the child imports what it needs
+                pass
 
     def where(self, want_port: bool) -> dict[str, Any]:
         """Where this actor runs: node address and id, pid, Ray's GPUs, and (``want_port``) a free port there."""
@@ -84,47 +104,103 @@ class RankWorker:
                 "gpus": [str(g) for g in ray.get_gpu_ids()], "port": port}
 
     def run(self, setup: RankSetup, function: Callable[..., Any], args: list[Any]) -> int:
-        """Run the rank: connect back, redirect output, run ``function(*args)``, report; return the exit code."""
+        """Run the rank in a child forked from this actor; return its exit code (negative: the signal that ended
+        it). The actor itself runs no user code, so it stays as it started, ready for the next run (warm launches):
+        each run's child starts from the same clean state and takes every change it makes with it.
+
+        Raises:
+            WorkerSetupError: the child could not set the rank up (the kernel unreachable, a missing package).
+        """
         import ray
 
+        values = ray.get(list(args)) if args else []  # the object store delivers each argument once per node
+        reader, writer = os.pipe()  # the child's set-up error, if any
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(reader)
+            _child(setup, function, values, parent, writer)
+        os.close(writer)
+        with os.fdopen(reader, "rb") as errors:
+            _, status = os.waitpid(pid, 0)
+            error = errors.read().decode(errors="replace").strip()
+        if error:
+            raise WorkerSetupError(error)
+        return os.waitstatus_to_exitcode(status)
+
+
+class WorkerSetupError(RuntimeError):
+    """A rank's child could not set itself up (its last line says why)."""
+
+
+def _child(setup: RankSetup, function: Callable[..., Any], values: list[Any], parent: int, errors: int) -> NoReturn:
+    """The rank, in a child of the actor: a worker's signals, group and death with its parent, fresh random seeds
+    (a fresh process's, not the actor's copy), then connect back, redirect output, run and report; ``os._exit``."""
+    code = _SETUP_FAILED
+    try:
+        become_worker(parent)
+        _fresh_seeds()
+        code = _run_rank(setup, function, values)
+    except BaseException as e:  # noqa: BLE001 - told to the actor, which raises it as the run's error
         try:
-            os.setsid()  # the kernel's signals go to this group: the worker and what it starts
+            os.write(errors, f"{type(e).__name__}: {e}".encode()[:4000])
         except OSError:
             pass
-        _reset_sigterm()
-        rank = setup.env.rank
-        streams = {kind: connect_back(setup.kernel, setup.secret, rank, kind) for kind in (b"C", b"E", b"O", b"2")}
-        _Control(streams[b"C"], setup).start()
-        values = ray.get(list(args)) if args else []  # the object store delivers each argument once per node
-        events = streams[b"E"]
-        redirect_output(streams[b"O"].detach(), streams[b"2"].detach(), survey_kernel())
-        setup.env.apply()
-        if setup.env.world_size > 1:  # rank 0's node serves torch's env:// store to anyone there: seal what it holds
-            require_sealing("this node")
-            use_keyed_store(hashlib.sha256(b"notebook-accel ray store" + setup.secret).digest())
-        interface = _interface_of(setup.env.master_addr or "") if setup.env.world_size > 1 else None
-        if interface is not None and not environment.get("GLOO_SOCKET_IFNAME"):
-            environment.set_var("GLOO_SOCKET_IFNAME", interface)
-        if not environment.get(environment.OMP_NUM_THREADS):
-            environment.set_var(environment.OMP_NUM_THREADS, str(setup.threads))
-        from multiprocessing.connection import Connection
+    finally:
+        flush_c_stdio()
+        os._exit(code)
 
-        writer = channel.EventWriter(Connection(events.detach()))
-        code = _SETUP_FAILED
+
+def _fresh_seeds() -> None:
+    """Python's and NumPy's global generators seeded from the OS, as in a fresh process (a fork copies its
+    parent's, so every run of a warm actor would draw the same numbers); torch's stays at its start value, as in
+    a fresh process."""
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+def _run_rank(setup: RankSetup, function: Callable[..., Any], values: list[Any]) -> int:
+    """Connect back, redirect output, run ``function(*values)``, report; the exit code."""
+    rank = setup.env.rank
+    streams = {kind: connect_back(setup.kernel, setup.secret, rank, kind) for kind in (b"C", b"E", b"O", b"2")}
+    _Control(streams[b"C"], setup).start()
+    events = streams[b"E"]
+    redirect_output(streams[b"O"].detach(), streams[b"2"].detach(), survey_kernel())
+    setup.env.apply()
+    if setup.env.world_size > 1:  # rank 0's node serves torch's env:// store to anyone there: seal what it holds
+        require_sealing("this node")
+        use_keyed_store(hashlib.sha256(b"notebook-accel ray store" + setup.secret).digest())
+    interface = _interface_of(setup.env.master_addr or "") if setup.env.world_size > 1 else None
+    if interface is not None and not environment.get("GLOO_SOCKET_IFNAME"):
+        environment.set_var("GLOO_SOCKET_IFNAME", interface)
+    if not environment.get(environment.OMP_NUM_THREADS):
+        environment.set_var(environment.OMP_NUM_THREADS, str(setup.threads))
+    torch = sys.modules.get("torch")  # imported by the actor: the variable alone comes too late for its threads
+    if torch is not None:
         try:
-            channel.install(writer)
-            add_trainer_callback(in_worker=True)
-            code = run_and_report(writer, rank, function, tuple(values))
-        finally:
-            channel.uninstall()
-            writer.close()
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:  # noqa: BLE001 - the kernel may be gone
-                    pass
-            _end_output()
-        return code
+            torch.set_num_threads(max(1, int(environment.get(environment.OMP_NUM_THREADS) or setup.threads)))
+        except ValueError:  # a value OpenMP reads its own way ("4,2"): torch keeps its choice
+            pass
+    from multiprocessing.connection import Connection
+
+    writer = channel.EventWriter(Connection(events.detach()))
+    code = _SETUP_FAILED
+    try:
+        channel.install(writer)
+        add_trainer_callback(in_worker=True)
+        code = run_and_report(writer, rank, function, tuple(values))
+    finally:
+        channel.uninstall()
+        writer.close()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - the kernel may be gone
+                pass
+        _end_output()
+    return code
 
 
 def require_sealing(where: str) -> None:
@@ -136,16 +212,6 @@ def require_sealing(where: str) -> None:
         raise ImportError(f"a Ray run of several workers seals its rendezvous store with the 'cryptography' package, "
                           f"which {where} lacks: pip install 'notebook-accel[ray]' (it brings it) in the kernel and on "
                           "every node, or add 'cryptography' to the RayCluster's runtime_env pip list") from e
-
-
-def _reset_sigterm() -> None:
-    """SIGTERM kills at once, as in a forked worker: Ray's own handler would raise ``SystemExit`` inside the user's
-    function, reported as the rank's failure, and the stack it unwinds loses where the rank was waiting."""
-    try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    except ValueError:  # not the main thread (an actor with concurrency): the kernel's SIGKILL still ends it
-        pass
 
 
 def _end_output() -> None:

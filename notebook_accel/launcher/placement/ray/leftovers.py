@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from notebook_accel.launcher.placement.ray import warm
+
 __all__ = ["ray_leftovers", "GROUP_PREFIX", "group_name"]
 
 GROUP_PREFIX = "notebook-accel"  # every run's placement group is named "notebook-accel:<job id>:<run>"
@@ -24,8 +26,10 @@ def ray_leftovers() -> dict[str, list[str]]:
     """This kernel's worker actors still alive and its runs' reservations not released, on the cluster it joined.
 
     Returns:
-        ``{"actors": [actor ids], "placement_groups": [group names]}``; both empty after every run ended, however it
-        ended (a timeout, the stop button, a failure, a lost node).
+        ``{"actors": [actor ids], "placement_groups": [group names], "kept_warm": [group names]}``: the first two
+        are empty after every run ended, however it ended (a timeout, the stop button, a failure, a lost node);
+        ``kept_warm`` names the reservations kept for the next launch (``RayCluster(keep_warm=...)``), whose actors
+        are not listed; :func:`notebook_accel.release_ray_workers` frees them now.
 
     Raises:
         RuntimeError: this kernel has not joined a Ray cluster (no run on Ray happened here).
@@ -33,7 +37,7 @@ def ray_leftovers() -> dict[str, list[str]]:
     Example:
         >>> from notebook_accel import ray_leftovers
         >>> ray_leftovers()  # doctest: +SKIP
-        {'actors': [], 'placement_groups': []}
+        {'actors': [], 'placement_groups': [], 'kept_warm': []}
     """
     import ray
 
@@ -41,13 +45,27 @@ def ray_leftovers() -> dict[str, list[str]]:
         raise RuntimeError("this kernel has not joined a Ray cluster, so no run of it can have left anything there; "
                            "call ray_leftovers() in the kernel that launched with cluster=")
     job = ray.get_runtime_context().get_job_id()
+    kept_actors, kept_groups = _kept_warm()
     actors = [str(a["ActorID"]) for a in _actor_table(ray).values()
               if a.get("JobID") == job and str(a.get("ActorClassName", "")).endswith(_WORKER_CLASS)
-              and a.get("State") != "DEAD"]
+              and a.get("State") != "DEAD" and str(a["ActorID"]) not in kept_actors]
     prefix = group_name(job, "")
-    groups = [str(g.get("name")) for g in ray.util.placement_group_table().values()
-              if str(g.get("name", "")).startswith(prefix) and g.get("state") != "REMOVED"]
-    return {"actors": actors, "placement_groups": groups}
+    groups: list[str] = []
+    kept: list[str] = []
+    for group_id, g in ray.util.placement_group_table().items():
+        if str(g.get("name", "")).startswith(prefix) and g.get("state") != "REMOVED":
+            (kept if str(group_id) in kept_groups else groups).append(str(g.get("name")))
+    return {"actors": actors, "placement_groups": groups, "kept_warm": kept}
+
+
+def _kept_warm() -> tuple[set[str], set[str]]:
+    """The ids of the actors and placement groups this kernel keeps warm on purpose (:mod:`.warm`)."""
+    actors: set[str] = set()
+    groups: set[str] = set()
+    for workers in warm.kept():
+        groups.add(workers.group.id.hex())
+        actors.update(actor._actor_id.hex() for actor in workers.actors)
+    return actors, groups
 
 
 def _actor_table(ray: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from notebook_accel.cluster import RayCluster
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.launcher.kernel.fds import RunDescriptors
-from notebook_accel.launcher.placement.ray import pickling, reserve
+from notebook_accel.launcher.placement.ray import pickling, reserve, warm
 from notebook_accel.launcher.placement.ray.actor import RankSetup, RankWorker, require_sealing
 from notebook_accel.launcher.placement.ray.handles import DRAIN_SECONDS, RayWorkerHandle
 from notebook_accel.launcher.placement.ray.link import BackChannel, Dialed, detach_fd
@@ -33,6 +33,7 @@ from notebook_accel.monitor.board import SystemBoard
 __all__ = ["RayPlacement", "CONNECT_SECONDS"]
 
 CONNECT_SECONDS = 120.0  # from the actors' start to their four streams each (a cold node imports torch first)
+_WARM_ANSWER_SECONDS = 10.0  # a kept actor that does not say where it is within this is taken for gone
 
 
 class RayPlacement:
@@ -56,6 +57,8 @@ class RayPlacement:
         self.watch: RunWatch | None = None
         self.channel: BackChannel | None = None
         self.handles: list[RayWorkerHandle] = []
+        self.warm = False  # this run took workers a run before it left warm
+        self.killed = False  # an actor was killed (a stop): none is kept warm
 
     def start(self, envs: Sequence[LaunchEnvironment], function: Callable[..., Any], args: tuple[Any, ...],
               board: SystemBoard | None) -> list[WorkerHandle]:
@@ -70,10 +73,13 @@ class RayPlacement:
         reserve.connect(ray, self.cluster)
         function_ref, arg_refs = _put(ray, function, args)
         try:
-            self.group = reserve.reserve(ray, self.cluster, len(envs), self.restart_after)
-            self._start_actors(len(envs))
-            places = ray.get([actor.where.remote(i == 0) for i, actor in enumerate(self.actors)],
-                             timeout=CONNECT_SECONDS)
+            places = self._warm_places(len(envs))
+            if places is None:  # nothing kept warm of this shape: reserve and start the actors
+                warm.release_ray_workers()  # workers kept for another shape would hold the room this run needs
+                self.group = reserve.reserve(ray, self.cluster, len(envs), self.restart_after)
+                self._start_actors(len(envs))
+                places = ray.get([actor.where.remote(i == 0) for i, actor in enumerate(self.actors)],
+                                 timeout=CONNECT_SECONDS)
             order = _rank_order(places)
             self.channel = BackChannel(reserve.kernel_address(ray, self.cluster))
             if self.descriptors is not None:
@@ -87,6 +93,23 @@ class RayPlacement:
         self.watch = RunWatch(ray, self.handles, self.cluster.node_timeout)
         self.watch.start()
         return list(self.handles)
+
+    def _warm_places(self, count: int) -> list[dict[str, Any]] | None:
+        """Take the workers a run of this shape left warm (:mod:`.warm`) and ask where each is (a free port on
+        rank 0's node too); ``None`` when none are kept, or one of them is gone (then all are released)."""
+        if self.cluster.keep_warm <= 0:
+            return None
+        kept = warm.take(warm.shape_of(self.cluster, count))
+        if kept is None:
+            return None
+        try:
+            places = self.ray.get([actor.where.remote(i == 0) for i, actor in enumerate(kept.actors)],
+                                  timeout=_WARM_ANSWER_SECONDS)
+        except Exception:  # noqa: BLE001 - an actor died or its node is gone: start afresh
+            kept.release()
+            return None
+        self.group, self.actors, self.warm = kept.group, list(kept.actors), True
+        return list(places)
 
     def _start_actors(self, count: int) -> None:
         """One actor per bundle of the placement group, never restarted (a dead rank ends the run)."""
@@ -102,7 +125,7 @@ class RayPlacement:
             }
             if self.cluster.runtime_env is not None:
                 options["runtime_env"] = dict(self.cluster.runtime_env)
-            self.actors.append(remote.options(**options).remote())
+            self.actors.append(remote.options(**options).remote(gpus > 0))
 
     def _run_ranks(self, envs: Sequence[LaunchEnvironment], order: list[int], places: list[dict[str, Any]],
                    function_ref: Any, arg_refs: list[Any], threads: int) -> None:
@@ -158,7 +181,20 @@ class RayPlacement:
             return
         handle.send_signal(sig)
         if sig == signal.SIGKILL and handle.actor is not None:
+            self.killed = True
             _kill(self.ray, handle.actor)
+
+    def _every_run_returned(self) -> bool:
+        """Whether every actor's run returned an exit code (so every actor lives, with no user code in it), and no
+        actor was killed: only then are they worth keeping."""
+        refs = [h.ref for h in self.handles if h.ref is not None]
+        if self.killed or len(refs) != len(self.actors):
+            return False
+        try:
+            done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
+            return len(done) == len(refs) and all(isinstance(code, int) for code in self.ray.get(done, timeout=5))
+        except Exception:  # noqa: BLE001 - an actor died (its call raised): none is kept
+            return False
 
     def end_leftovers(self, handles: Sequence[WorkerHandle]) -> None:
         """Nothing: a rank's process group ends with it (:meth:`signal`), and :meth:`release` kills the actors."""
@@ -168,15 +204,21 @@ class RayPlacement:
         return None if self.watch is None else RemoteSampler(self.watch)
 
     def release(self, handles: Sequence[WorkerHandle]) -> None:
-        """Kill every actor and its process group, free the reservation, close the streams. Idempotent."""
+        """Keep the actors and their reservation warm for the next launch when every rank's run returned (and
+        ``keep_warm`` asks for it); else kill every actor and its process group and free the reservation. Close
+        the streams. Idempotent."""
         for handle in self.handles:
             if not handle.ended.is_set():
                 handle.send_signal(signal.SIGKILL)
+        if self.watch is not None:
+            self.watch.stop()
+        if self.actors and self.group is not None and self.cluster.keep_warm > 0 and self._every_run_returned():
+            warm.keep(warm.shape_of(self.cluster, len(self.actors)), warm.WarmWorkers(self.ray, self.group, self.actors),
+                      self.cluster.keep_warm)
+            self.actors, self.group = [], None
         for actor in self.actors:
             _kill(self.ray, actor)
         self.actors = []
-        if self.watch is not None:
-            self.watch.stop()
         if self.group is not None:
             reserve.release_group(self.ray, self.group)
             self.group = None

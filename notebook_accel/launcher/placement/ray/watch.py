@@ -28,6 +28,7 @@ __all__ = ["RunWatch", "RemoteSampler", "CLOSED_GRACE"]
 
 CLOSED_GRACE = 3.0  # seconds between a control stream's end and a verdict, for the run's result to arrive first
 _POLL = 0.2
+_RESULT_POLL = 0.02
 
 
 class RunWatch(threading.Thread):
@@ -71,12 +72,14 @@ class RunWatch(threading.Thread):
         """Heartbeats and samples; a closed stream starts its grace."""
         readers = {h.control: (h, self._readers[h.rank]) for h in live
                    if h.control is not None and h.rank not in self._closed}
+        # a rank whose stream ended has its result on the way: look for it often (a launch ends when it arrives)
+        poll = _RESULT_POLL if any(h.rank in self._closed for h in live) else _POLL
         try:
-            ready, _, _ = select.select(list(readers), [], [], _POLL) if readers else ([], [], [])
+            ready, _, _ = select.select(list(readers), [], [], poll) if readers else ([], [], [])
         except (OSError, ValueError):
             ready = []
         if not readers:
-            time.sleep(_POLL)
+            time.sleep(poll)
         now = time.monotonic()
         for sock in ready:
             handle, reader = readers[sock]
@@ -126,6 +129,12 @@ class RunWatch(threading.Thread):
                 handle.end(-int(handle.signalled or signal.SIGKILL))
             else:
                 handle.end(70, f"could not run on node {handle.node}: {type(e).__name__}: {_last_line(e)}")
+            return
+        died_at = self._closed.get(handle.rank, time.monotonic())
+        if code < 0 and not handle.stopped_by_kernel(died_at):  # the rank's process killed, its actor alive
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+            handle.end(code, f"its process on node {handle.node} was killed by {name} before the function returned "
+                             "(by another process, or that node's out-of-memory killer)")
             return
         handle.end(code)
 
