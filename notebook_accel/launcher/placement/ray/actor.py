@@ -114,6 +114,11 @@ class RankWorker:
         import ray
 
         values = ray.get(list(args)) if args else []  # the object store delivers each argument once per node
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():  # a forked child could not use the GPU
+            raise WorkerSetupError("CUDA was initialised in the Ray actor itself (by a runtime_env hook or a "
+                                   "sitecustomize?), so a run forked from it cannot use the GPU; keep CUDA out of "
+                                   "the actor's start-up")
         reader, writer = os.pipe()  # the child's set-up error, if any
         parent = os.getpid()
         pid = os.fork()
