@@ -57,7 +57,6 @@ class RayPlacement:
         self.watch: RunWatch | None = None
         self.channel: BackChannel | None = None
         self.handles: list[RayWorkerHandle] = []
-        self.warm = False  # this run took workers a run before it left warm
         self.killed = False  # an actor was killed (a stop): none is kept warm
 
     def start(self, envs: Sequence[LaunchEnvironment], function: Callable[..., Any], args: tuple[Any, ...],
@@ -108,7 +107,7 @@ class RayPlacement:
         except Exception:  # noqa: BLE001 - an actor died or its node is gone: start afresh
             kept.release()
             return None
-        self.group, self.actors, self.warm = kept.group, list(kept.actors), True
+        self.group, self.actors = kept.group, list(kept.actors)
         return list(places)
 
     def _start_actors(self, count: int) -> None:
