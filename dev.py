@@ -77,8 +77,10 @@ def ensure_system_packages() -> None:
 
     ``chromium``: Playwright drives this system browser (``executable_path``) for tests/browser; ``playwright
     install`` is never used. ``iproute2`` (``ip netns``): tests/distributed/test_multinode.py makes two hosts.
+    ``iptables``: the firewall of tests/launcher/ray/test_off_cluster.py's notebook, which reaches only the head.
     """
-    wanted = {name: binary for name, binary in (("chromium", CHROMIUM), ("iproute2", Path("/usr/sbin/ip")))
+    wanted = {name: binary for name, binary in (("chromium", CHROMIUM), ("iproute2", Path("/usr/sbin/ip")),
+                                                ("iptables", Path("/usr/sbin/iptables")))
               if not binary.exists() and not (name == "iproute2" and Path("/sbin/ip").exists())}
     if not wanted:
         return

@@ -15,12 +15,14 @@ from typing import Any, Literal, get_args
 
 from notebook_accel.errors import LaunchError, shown
 
-__all__ = ["RayCluster", "Strategy", "check_cluster"]
+__all__ = ["RayCluster", "Strategy", "BackChannelMode", "check_cluster"]
 
 Strategy = Literal["pack", "spread", "strict_pack", "strict_spread"]
 _STRATEGIES: tuple[str, ...] = get_args(Strategy)
+BackChannelMode = Literal["auto", "direct", "relay"]
+_MODES: tuple[str, ...] = get_args(BackChannelMode)
 _FIELDS = ("address", "resources_per_worker", "placement", "reserve_timeout", "node_timeout", "runtime_env",
-           "keep_warm")
+           "keep_warm", "back_channel")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,11 @@ class RayCluster:
             run, for the next launch of the same shape from this kernel to start at once; ``0``: released at the
             end of each run. They are released after that long without a launch, when the kernel ends, or with
             :func:`notebook_accel.release_ray_workers`; a stopped run's are released at once.
+        back_channel: how the workers' output, events and control reach the kernel. ``"direct"``: each worker
+            connects to the kernel (the notebook must be reachable from every node); ``"relay"``: through an actor
+            on the cluster's head that the kernel reads with Ray calls (for a notebook off the cluster's network:
+            Ray Client, NAT; the live view lags by a fraction of a second); ``"auto"`` (default): direct when every
+            worker reaches the kernel within a second at the start of the run, else the relay.
 
     Example:
         >>> RayCluster(resources_per_worker={"GPU": 1, "CPU": 8}, placement="spread").uses_gpu
@@ -58,6 +65,7 @@ class RayCluster:
     node_timeout: float = 15.0
     runtime_env: Mapping[str, Any] | None = None
     keep_warm: float = 300.0
+    back_channel: BackChannelMode = "auto"
 
     def __post_init__(self) -> None:
         _check_text("address", self.address)
@@ -75,6 +83,10 @@ class RayCluster:
                 or not 0.0 <= warm <= 86400.0:
             raise LaunchError(f"RayCluster(keep_warm={shown(warm)}) is not allowed; give seconds from 0 (release the "
                               "workers after each run) to 86400")
+        if self.back_channel not in _MODES:
+            raise LaunchError(f"RayCluster(back_channel={shown(self.back_channel)}) is not allowed; use one of "
+                              f"{list(_MODES)}: 'auto' connects directly when the workers can reach the notebook, "
+                              "else through the cluster")
         if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
             raise LaunchError(f"RayCluster(runtime_env={shown(self.runtime_env)}) is not allowed; give a dict such "
                               "as {'env_vars': {'HF_HOME': '/data/hf'}} or None")

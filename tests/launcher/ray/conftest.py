@@ -45,6 +45,7 @@ class RayTestCluster:
     host_link: str
     temp_dir: str
     ray: str
+    client_port: int = 0  # the head's Ray Client server (ray://)
 
     def start_worker(self) -> None:
         """(Re)start the worker node in its namespace and wait until the head counts two live nodes."""
@@ -224,12 +225,14 @@ def ray_cluster() -> Iterator[RayTestCluster]:
         subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
         subprocess.run(["ip", "link", "del", host_link], capture_output=True)
         pytest.skip(f"network namespaces are not available here: {e.stderr}")
-    port = _free_ports(1)[0]
-    cluster = RayTestCluster(f"{head_ip}:{port}", head_ip, worker_ip, namespace, host_link, temp_dir, ray_bin)
+    port, client_port = _free_ports(2)  # ephemeral ports: outside the range Ray gives its workers (10002-19999)
+    cluster = RayTestCluster(f"{head_ip}:{port}", head_ip, worker_ip, namespace, host_link, temp_dir, ray_bin,
+                             client_port)
     try:
         for attempt in range(_STARTS):
             try:
                 _run([ray_bin, "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}", "--num-cpus=1",
+                      f"--ray-client-server-port={client_port}",
                       "--include-dashboard=false", "--object-store-memory=80000000", "--disable-usage-stats",
                       f"--temp-dir={temp_dir}", *_fixed_ports()], temp_dir, timeout=300)
                 break
@@ -246,3 +249,60 @@ def ray_cluster() -> Iterator[RayTestCluster]:
         subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
         subprocess.run(["ip", "link", "del", host_link], capture_output=True)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@dataclass
+class OffClusterNotebook:
+    """A third machine for the notebook, off the cluster's network: a namespace joined to the head's machine by its
+    own veth (a route to the head's address through it, as a VPN or a jump host gives), whose firewall lets it open
+    connections to the head's Ray Client port and nothing else, and lets nothing in (as behind NAT). The worker
+    node has no route to it at all."""
+
+    namespace: str
+    address: str  # ray://<the head's address>:<client port>, reached through the notebook's own link
+
+    def command(self, *args: str) -> list[str]:
+        """``args`` run inside the notebook's namespace."""
+        return ["ip", "netns", "exec", self.namespace, *args]
+
+
+@pytest.fixture(scope="module")
+def off_cluster_notebook(ray_cluster: RayTestCluster) -> Iterator[OffClusterNotebook]:
+    """Make the notebook's namespace for a module's tests (or skip, saying why); delete it after."""
+    if shutil.which("iptables") is None:
+        pytest.skip("the off-cluster notebook's firewall needs iptables (apt-get install iptables; CI installs it)")
+    tag = os.getpid() % 200 + 20
+    namespace, host_link, ns_link = f"nab{tag}", f"nbh{tag}", f"nbn{tag}"
+    gateway, notebook = f"10.68.{tag}.1", f"10.68.{tag}.2"
+    head = ray_cluster.head_ip  # Ray's client server listens on the head's node address (and loopback) only
+    port = str(ray_cluster.client_port)
+    steps = [["ip", "netns", "add", namespace],
+             ["ip", "link", "add", host_link, "type", "veth", "peer", "name", ns_link],
+             ["ip", "link", "set", ns_link, "netns", namespace],
+             ["ip", "addr", "add", f"{gateway}/24", "dev", host_link], ["ip", "link", "set", host_link, "up"],
+             ["ip", "-n", namespace, "addr", "add", f"{notebook}/24", "dev", ns_link],
+             ["ip", "-n", namespace, "link", "set", ns_link, "up"], ["ip", "-n", namespace, "link", "set", "lo", "up"],
+             ["ip", "-n", namespace, "route", "add", f"{head}/32", "via", gateway]]
+    rules = [["-A", "INPUT", "-i", "lo", "-j", "ACCEPT"],
+             ["-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+             ["-P", "INPUT", "DROP"],
+             ["-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"],
+             ["-A", "OUTPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+             ["-A", "OUTPUT", "-p", "tcp", "-d", head, "--dport", port, "-j", "ACCEPT"],
+             ["-P", "OUTPUT", "DROP"]]
+    def remove() -> None:
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        subprocess.run(["ip", "link", "del", host_link], capture_output=True)
+
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True)
+        for rule in rules:
+            subprocess.run(["ip", "netns", "exec", namespace, "iptables", *rule], check=True, capture_output=True)
+    except subprocess.CalledProcessError as e:
+        remove()
+        pytest.skip(f"could not make the notebook's namespace: {e.stderr}")
+    try:
+        yield OffClusterNotebook(namespace, f"ray://{head}:{port}")
+    finally:
+        remove()

@@ -118,8 +118,8 @@ def case_strangers(ray: Any, cluster: Any) -> dict[str, Any]:
     opened: list[Any] = []
 
     class Crowded(placement.BackChannel):  # type: ignore[misc, valid-type]
-        def __init__(self, host: str) -> None:
-            super().__init__(host)
+        def __init__(self, host: str, secret: bytes | None = None) -> None:
+            super().__init__(host, secret)
             opened.extend(_strangers(self.address))
 
     times: dict[str, list[float]] = {"alone": [], "crowded": []}
@@ -338,10 +338,113 @@ def case_checkpoint(ray: Any, cluster: Any, root: str) -> dict[str, Any]:
     return {"value": value, "left": leftovers(ray)}
 
 
+class _Arrivals:
+    """A sink that notes when each rank's metrics and output arrive in the kernel (``time.time()``, as the workers
+    stamp their records: the namespaces share the machine's clock), and the first record's own time."""
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[float, float]] = []  # (arrived, logged) of each batch's first record
+        self.lines: dict[int, int] = {}
+        self.cpu: list[tuple[float, float]] = []  # (time.monotonic(), this process's CPU seconds) at each batch
+
+    def _note(self, logged: float) -> None:
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self.metrics.append((time.time(), logged))
+        self.cpu.append((time.monotonic(), usage.ru_utime + usage.ru_stime))
+
+    def cpu_share(self) -> float:
+        """The kernel's CPU (all its threads) as a share of one core while the metrics arrived (launch left out)."""
+        if len(self.cpu) < 2 or self.cpu[-1][0] <= self.cpu[0][0]:
+            return float("nan")
+        return (self.cpu[-1][1] - self.cpu[0][1]) / (self.cpu[-1][0] - self.cpu[0][0])
+
+    def start(self, info: Any) -> None:
+        self.info = info
+
+    def handle(self, event: Any) -> None:
+        from notebook_accel.events import Log, Metrics
+
+        if isinstance(event, Metrics):
+            self._note(event.time)
+        elif isinstance(event, Log) and not event.partial:
+            self.lines[event.rank] = self.lines.get(event.rank, 0) + event.text.count("\n") + 1
+
+    def handle_metrics(self, batch: Any) -> None:
+        if len(batch.times):
+            self._note(float(batch.times[0]))
+
+    def finish(self, outcome: Any) -> None:
+        self.outcome = outcome
+
+
+def log_paced(rate: int, seconds: float) -> int:
+    """Every rank logs ``rate`` records a second for ``seconds`` (paced by sleeping) and prints a line each 0.1 s."""
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    accelerator.wait_for_everyone()
+    start, i = time.time(), 0
+    while time.time() - start < seconds:
+        due = int((time.time() - start) * rate)
+        while i < due:
+            accelerator.log({"train/loss": 1.0 / (i + 1), "t": time.time()}, step=i)
+            i += 1
+            if i % max(1, rate // 10) == 0:
+                print(f"rank {accelerator.process_index} logged {i}", flush=True)
+        time.sleep(0.001)
+    accelerator.wait_for_everyone()
+    return i
+
+
+def case_relayed(ray: Any, cluster: Any) -> dict[str, Any]:
+    """From a notebook off the cluster (Ray Client, nothing can dial it): a training run, a run that logs fast
+    (when its curves and output arrive, and the kernel's CPU, against the same run forked here), and a stopped
+    background run; what the package and the cluster say is left."""
+    from dataclasses import replace
+
+    from notebook_accel import notebook_launcher, ray_leftovers, release_ray_workers
+    from tests.distributed import workers
+
+    value = notebook_launcher(workers.train, args=(2, 1, 24), num_processes=2, cluster=cluster, dashboard=False)
+    sink, here = _Arrivals(), _Arrivals()
+    logged = notebook_launcher(log_paced, args=(1000, 4.0), num_processes=2, cluster=cluster, dashboard=sink)
+    notebook_launcher(log_paced, args=(1000, 4.0), num_processes=2, dashboard=here)
+    failed = _error(lambda: notebook_launcher(fail_on_rank_one, num_processes=2, cluster=cluster, dashboard=False))
+    timed_out = _error(lambda: notebook_launcher(sleep_forever, num_processes=2, cluster=cluster, dashboard=False,
+                                                 timeout=20))
+    run = notebook_launcher(sleep_forever, num_processes=2, cluster=cluster, dashboard=False, block=False)
+    deadline = time.monotonic() + 300
+    while run.status != "running" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(3.0)
+    during = ray_leftovers()
+    stop_started = time.monotonic()
+    run.stop()
+    stopped = _error(run.result)
+    stop_seconds = time.monotonic() - stop_started
+    first = min(sink.metrics, key=lambda m: m[1]) if sink.metrics else (0.0, 0.0)
+    warm = replace(cluster, keep_warm=60.0)
+    _, cold = _timed(lambda: notebook_launcher(first_step, num_processes=2, cluster=warm, dashboard=False))
+    warm_ray = [_timed(lambda: notebook_launcher(first_step, num_processes=2, cluster=warm, dashboard=False))[1]
+                for _ in range(2)]
+    warm_local = [_timed(lambda: notebook_launcher(first_step, num_processes=2, dashboard=False))[1]
+                  for _ in range(3)][1:]
+    release_ray_workers()
+    return {"left_warm": ray_leftovers(), "cold": cold, "warm_ray": warm_ray, "warm_local": warm_local,"value": value, "logged": logged, "first_curve_lag": first[0] - first[1],
+            "lags": sorted(a - b for a, b in sink.metrics), "lines": sink.lines,
+            "relayed_cpu": sink.cpu_share(), "local_cpu": here.cpu_share(), "during": during, "stopped": stopped,
+            "failed": failed, "timed_out": timed_out,
+            "stop_seconds": stop_seconds, "after": ray_leftovers()}
+
+
 def main(argv: list[str]) -> int:
     what, address = argv[0], argv[1]
     ray = _join(address)
     from notebook_accel.cluster import RayCluster
+
+    from dataclasses import replace
 
     cluster = RayCluster(placement="spread", node_timeout=8.0, reserve_timeout=60.0, keep_warm=0.0)  # see case_warm
     if what == "alive":
@@ -364,6 +467,8 @@ def main(argv: list[str]) -> int:
         result = case_sealed(ray, cluster, argv[2])
     elif what == "strangers":
         result = case_strangers(ray, cluster)
+    elif what == "relayed":
+        result = case_relayed(ray, replace(cluster, address=address))
     elif what == "hang":
         result = case_hang(ray, cluster, argv[2])
     else:

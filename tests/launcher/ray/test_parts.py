@@ -39,6 +39,7 @@ def _train() -> int:
     ({"reserve_timeout": float("nan")}, "reserve_timeout=nan"),
     ({"address": "head :6379"}, "address="),
     ({"runtime_env": "pip"}, "runtime_env='pip'"),
+    ({"back_channel": "tunnel"}, "back_channel='tunnel'"),
 ])
 def test_a_bad_cluster_request_is_refused_naming_the_value(kwargs: dict[str, Any], words: str) -> None:
     with pytest.raises(LaunchError, match="is not allowed|each worker drives") as caught:

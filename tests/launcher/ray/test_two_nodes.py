@@ -76,16 +76,24 @@ def _flat(values: object) -> list[float]:
 def test_a_run_on_two_nodes_trains_like_two_local_processes_and_a_failure_names_rank_and_node(
         ray_cluster: RayTestCluster) -> None:
     result = _driver(ray_cluster, "train")
-    on_ray = result["value"]
+    assert_trains_like_local(result["value"])
+    assert_rank_one_failed(ray_cluster, result["failed"])
+    assert result["left"] == {"actors": [], "groups": []}
+
+
+def assert_trains_like_local(on_ray: object) -> None:
+    """``workers.train(2, 1, 24)``'s value from a cluster run equals a local 2-process run's to 1e-6."""
     local = notebook_launcher(workers.train, args=(2, 1, 24), num_processes=2, dashboard=RecordingSink())
     assert isinstance(on_ray, dict) and on_ray["n"] == 2
     assert _flat(on_ray["params"]) == pytest.approx(_flat(local["params"]), abs=1e-6)
     assert on_ray["losses"] == pytest.approx(local["losses"], abs=1e-6)
-    failed = result["failed"]
+
+
+def assert_rank_one_failed(ray_cluster: RayTestCluster, failed: object) -> None:
+    """The driver's ``fail_on_rank_one`` run ended in one WorkerError naming rank 1, its error and its node."""
     assert isinstance(failed, dict) and failed["type"] == "WorkerError", failed
     assert "rank one's own failure" in failed["text"] and "rank 1" in failed["text"]
     assert ray_cluster.worker_ip in failed["text"] or ray_cluster.head_ip in failed["text"]  # its node, named
-    assert result["left"] == {"actors": [], "groups": []}
 
 
 def test_refusals_come_before_anything_is_reserved(ray_cluster: RayTestCluster) -> None:

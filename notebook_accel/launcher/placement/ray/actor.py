@@ -31,10 +31,11 @@ from notebook_accel.launcher.child.main import (become_worker, flush_c_stdio, re
 from notebook_accel.launcher.placement.ray.link import connect_back, send_frame
 from notebook_accel.launcher.rendezvous.store import use_keyed_store
 
-__all__ = ["RankSetup", "RankWorker", "SIGNALS", "require_sealing", "WorkerSetupError"]
+__all__ = ["RankSetup", "RankWorker", "SIGNALS", "require_sealing", "WorkerSetupError", "PROBE_SECONDS"]
 
 SIGNALS = {b"T": signal.SIGTERM, b"K": signal.SIGKILL}  # the kernel's stop signals on the control stream
 _SETUP_FAILED = 70  # EX_SOFTWARE, as a forked worker's
+PROBE_SECONDS = 1.0  # a worker that cannot connect to the kernel within this takes the relay (a route that drops)
 
 
 @dataclass(frozen=True)
@@ -90,18 +91,27 @@ class RankWorker:
             except Exception:  # noqa: BLE001 - a broken optional part of torch: the child imports what it needs
                 pass
 
-    def where(self, want_port: bool) -> dict[str, Any]:
-        """Where this actor runs: node address and id, pid, Ray's GPUs, and (``want_port``) a free port there."""
+    def where(self, want_port: bool, probe: tuple[str, int] | None = None) -> dict[str, Any]:
+        """Where this actor runs: node address and id, pid, Ray's GPUs, (``want_port``) a free port there, and
+        (``probe``: the kernel's listener) whether a connection to the kernel gets through from here within
+        :data:`PROBE_SECONDS` (``reaches``; the run's streams go through a relay when one does not)."""
         import ray
 
         address = ray.util.get_node_ip_address()
         port = 0
         if want_port:
-            with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
-                probe.bind((address, 0))
-                port = int(probe.getsockname()[1])
+            with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe_port:
+                probe_port.bind((address, 0))
+                port = int(probe_port.getsockname()[1])
+        reaches = None
+        if probe is not None:
+            try:
+                socket.create_connection((probe[0], int(probe[1])), timeout=PROBE_SECONDS).close()
+                reaches = True
+            except OSError:
+                reaches = False
         return {"address": address, "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
-                "gpus": [str(g) for g in ray.get_gpu_ids()], "port": port}
+                "gpus": [str(g) for g in ray.get_gpu_ids()], "port": port, "reaches": reaches}
 
     def run(self, setup: RankSetup, function: Callable[..., Any], args: list[Any]) -> int:
         """Run the rank in a child forked from this actor; return its exit code (negative: the signal that ended

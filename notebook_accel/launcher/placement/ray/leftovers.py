@@ -14,7 +14,7 @@ from notebook_accel.launcher.placement.ray import warm
 __all__ = ["ray_leftovers", "GROUP_PREFIX", "group_name"]
 
 GROUP_PREFIX = "notebook-accel"  # every run's placement group is named "notebook-accel:<job id>:<run>"
-_WORKER_CLASS = "RankWorker"
+_OUR_CLASSES = ("RankWorker", "RunRelay")  # a rank's actor, a relayed run's relay
 
 
 def group_name(job_id: str, run: str) -> str:
@@ -47,7 +47,7 @@ def ray_leftovers() -> dict[str, list[str]]:
     job = ray.get_runtime_context().get_job_id()
     kept_actors, kept_groups = _kept_warm()
     actors = [str(a["ActorID"]) for a in _actor_table(ray).values()
-              if a.get("JobID") == job and str(a.get("ActorClassName", "")).endswith(_WORKER_CLASS)
+              if a.get("JobID") == job and str(a.get("ActorClassName", "")).endswith(_OUR_CLASSES)
               and a.get("State") != "DEAD" and str(a["ActorID"]) not in kept_actors]
     prefix = group_name(job, "")
     groups: list[str] = []
@@ -69,7 +69,18 @@ def _kept_warm() -> tuple[set[str], set[str]]:
 
 
 def _actor_table(ray: Any) -> dict[str, Any]:
-    """Every actor the cluster's control store knows (Ray core's own table; the state API needs the dashboard)."""
+    """Every actor the cluster's control store knows (Ray core's own table; the state API needs the dashboard).
+    A Ray Client kernel has no such table of its own: a task on the cluster reads it there."""
+    from notebook_accel.launcher.placement.ray.client import is_client
+
+    if is_client(ray):
+        return dict(ray.get(ray.remote(num_cpus=0)(_cluster_actor_table).remote(), timeout=60))
+    return _cluster_actor_table()
+
+
+def _cluster_actor_table() -> dict[str, Any]:
+    """The control store's actor table, read where Ray runs as a member of the cluster."""
     from ray._private import state
 
-    return dict(state.actors())
+    fields = ("ActorID", "JobID", "ActorClassName", "State")  # plain text: the rest holds protobuf objects
+    return {str(k): {f: str(v.get(f, "")) for f in fields} for k, v in state.actors().items()}

@@ -78,7 +78,8 @@ class BackChannel:
     """The kernel's listener for one run's workers.
 
     Args:
-        host: the kernel's address as the cluster's nodes reach it.
+        host: the kernel's address as the cluster's nodes reach it (or the relay's, :mod:`.relay`).
+        secret: the run's secret; a fresh one when not given.
 
     Example:
         >>> channel = BackChannel("127.0.0.1")
@@ -87,8 +88,8 @@ class BackChannel:
         >>> channel.close()
     """
 
-    def __init__(self, host: str) -> None:
-        self.secret = secrets.token_bytes(32)
+    def __init__(self, host: str, secret: bytes | None = None) -> None:
+        self.secret = secrets.token_bytes(32) if secret is None else secret
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         try:

@@ -11,6 +11,7 @@ actors and the reservation are released before the error is raised.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import time
 from collections.abc import Sequence
@@ -24,8 +25,10 @@ from notebook_accel.errors import LaunchError, shown
 from notebook_accel.launcher.kernel.fds import RunDescriptors
 from notebook_accel.launcher.placement.ray import pickling, reserve, warm
 from notebook_accel.launcher.placement.ray.actor import RankSetup, RankWorker, require_sealing
+from notebook_accel.launcher.placement.ray.client import is_client
 from notebook_accel.launcher.placement.ray.handles import DRAIN_SECONDS, RayWorkerHandle
 from notebook_accel.launcher.placement.ray.link import BackChannel, Dialed, detach_fd
+from notebook_accel.launcher.placement.ray.relayed import RelayChannel, start_relay
 from notebook_accel.launcher.placement.ray.watch import RemoteSampler, RunWatch
 from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.monitor.board import SystemBoard
@@ -55,7 +58,9 @@ class RayPlacement:
         self.group: Any = None
         self.actors: list[Any] = []
         self.watch: RunWatch | None = None
-        self.channel: BackChannel | None = None
+        self.channel: BackChannel | RelayChannel | None = None
+        self.relay: Any = None  # the relay actor while no channel owns it
+        self.secret = secrets.token_bytes(32)
         self.handles: list[RayWorkerHandle] = []
         self.killed = False  # an actor was killed (a stop): none is kept warm
 
@@ -72,15 +77,16 @@ class RayPlacement:
         reserve.connect(ray, self.cluster)
         function_ref, arg_refs = _put(ray, function, args)
         try:
-            places = self._warm_places(len(envs))
+            probe = self._open_channels(ray, len(envs))
+            places = self._warm_places(len(envs), probe)
             if places is None:  # nothing kept warm of this shape: reserve and start the actors
                 warm.release_ray_workers()  # workers kept for another shape would hold the room this run needs
                 self.group = reserve.reserve(ray, self.cluster, len(envs), self.restart_after)
                 self._start_actors(len(envs))
-                places = ray.get([actor.where.remote(i == 0) for i, actor in enumerate(self.actors)],
+                places = ray.get([actor.where.remote(i == 0, probe) for i, actor in enumerate(self.actors)],
                                  timeout=CONNECT_SECONDS)
+            self._choose_channel(places)
             order = _rank_order(places)
-            self.channel = BackChannel(reserve.kernel_address(ray, self.cluster))
             if self.descriptors is not None:
                 self.descriptors.sources.append(lambda: [fd for h in self.handles for fd in h.open_fds()])
             threads = max(1, int(float(self.cluster.resources_per_worker.get("CPU", 1))))
@@ -89,20 +95,58 @@ class RayPlacement:
         except BaseException:
             self.release(self.handles)
             raise
-        self.watch = RunWatch(ray, self.handles, self.cluster.node_timeout)
+        relay = self.channel if isinstance(self.channel, RelayChannel) else None
+        self.watch = RunWatch(ray, self.handles, self.cluster.node_timeout,
+                              relay_error=None if relay is None else (lambda: relay.error))
         self.watch.start()
         return list(self.handles)
 
-    def _warm_places(self, count: int) -> list[dict[str, Any]] | None:
+    def _open_channels(self, ray: Any, count: int) -> tuple[str, int] | None:
+        """Open the run's way back as ``back_channel`` asks: the kernel's listener (the direct path), and the relay
+        at once when a relay is asked for or likely (a Ray Client kernel, ``"auto"``: it then starts while the
+        workers are reserved). Returns the listener's address for the workers to try (``None``: no probe)."""
+        mode = self.cluster.back_channel
+        if mode != "relay":
+            try:
+                self.channel = BackChannel(reserve.kernel_address(ray, self.cluster), self.secret)
+            except LaunchError:
+                if mode == "direct":
+                    raise
+        if mode == "relay" or (mode == "auto" and is_client(ray)):
+            self.relay = start_relay(ray, self.secret, 4 * count, CONNECT_SECONDS)
+        if mode == "auto" and self.channel is not None:
+            return self.channel.address
+        return None
+
+    def _choose_channel(self, places: list[dict[str, Any]]) -> None:
+        """The direct path when asked for, or when every worker reached the kernel's listener (``"auto"``);
+        else the relay through the cluster (its actor started now if not yet)."""
+        mode = self.cluster.back_channel
+        direct = isinstance(self.channel, BackChannel) and (
+            mode == "direct" or (mode == "auto" and all(p.get("reaches") for p in places)))
+        if direct:
+            if self.relay is not None:  # started in case: not needed
+                _kill(self.ray, self.relay)
+                self.relay = None
+            return
+        if isinstance(self.channel, BackChannel):
+            self.channel.close()
+        if self.relay is None:
+            self.relay = start_relay(self.ray, self.secret, 4 * len(places), CONNECT_SECONDS)
+        relay, self.relay = self.relay, None  # the channel owns it from here
+        self.channel = RelayChannel(self.ray, relay, self.secret, address_timeout=CONNECT_SECONDS)
+
+    def _warm_places(self, count: int, probe: tuple[str, int] | None) -> list[dict[str, Any]] | None:
         """Take the workers a run of this shape left warm (:mod:`.warm`) and ask where each is (a free port on
-        rank 0's node too); ``None`` when none are kept, or one of them is gone (then all are released)."""
+        rank 0's node too, and whether it reaches ``probe``); ``None`` when none are kept, or one of them is gone
+        (then all are released)."""
         if self.cluster.keep_warm <= 0:
             return None
         kept = warm.take(warm.shape_of(self.cluster, count))
         if kept is None:
             return None
         try:
-            places = self.ray.get([actor.where.remote(i == 0) for i, actor in enumerate(kept.actors)],
+            places = self.ray.get([actor.where.remote(i == 0, probe) for i, actor in enumerate(kept.actors)],
                                   timeout=_WARM_ANSWER_SECONDS)
         except Exception:  # noqa: BLE001 - an actor died or its node is gone: start afresh
             kept.release()
@@ -167,9 +211,14 @@ class RayPlacement:
             for dialed in self.channel.accept(4 * count, time.monotonic() + CONNECT_SECONDS, alive):
                 _attach(by_rank[dialed.rank], dialed)
         except TimeoutError as e:
-            raise LaunchError(f"the Ray workers did not connect back to this kernel at {self.channel.address[0]}:"
-                              f"{self.channel.address[1]} within {CONNECT_SECONDS:.0f} s ({e}); the cluster's nodes "
-                              "must be able to reach the notebook's machine") from e
+            host, port = self.channel.address
+            if isinstance(self.channel, RelayChannel):
+                raise LaunchError(f"the Ray workers did not reach this run's relay at {host}:{port} on the cluster's "
+                                  f"head within {CONNECT_SECONDS:.0f} s ({e}); the nodes must reach the head's "
+                                  "address") from e
+            raise LaunchError(f"the Ray workers did not connect back to this kernel at {host}:{port} within "
+                              f"{CONNECT_SECONDS:.0f} s ({e}); the cluster's nodes must be able to reach the "
+                              "notebook's machine, or use RayCluster(back_channel='relay') (through the cluster)") from e
         finally:
             self.channel.close()
 
@@ -221,8 +270,13 @@ class RayPlacement:
         if self.group is not None:
             reserve.release_group(self.ray, self.group)
             self.group = None
+        if self.relay is not None:
+            _kill(self.ray, self.relay)
+            self.relay = None
         if self.channel is not None:
             self.channel.close()
+            if isinstance(self.channel, RelayChannel):
+                self.channel.end()
         for handle in self.handles:
             handle.end(-int(handle.signalled or signal.SIGKILL))
             handle.reap()

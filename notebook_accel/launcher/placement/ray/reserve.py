@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from notebook_accel.cluster import RayCluster
 from notebook_accel.errors import LaunchError
+from notebook_accel.launcher.placement.ray.client import client_head, is_client
 from notebook_accel.launcher.placement.ray.leftovers import group_name
 
 __all__ = ["require_ray", "connect", "kernel_address", "inventory", "reserve", "release_group"]
@@ -91,9 +92,12 @@ def _token_refused(address: str) -> bool:
 
 
 def kernel_address(ray: Any, cluster: RayCluster) -> str:
-    """This kernel's address as the cluster's nodes reach it (the workers dial it back)."""
-    if cluster.address.startswith("ray://"):
-        head = urlsplit(cluster.address).hostname or "127.0.0.1"
+    """This kernel's address as the cluster's nodes would reach it: its address on the route to the head for a
+    Ray Client kernel (``ray://`` in ``cluster.address``, or joined so with ``ray.init``), else its node's."""
+    head = urlsplit(cluster.address).hostname if cluster.address.startswith("ray://") else None
+    if head is None and is_client(ray):
+        head = client_head()
+    if head is not None:
         with socket.socket(socket.AF_INET6 if ":" in head else socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect((head, 9))  # no packet is sent: this only asks the routing table
             return str(probe.getsockname()[0])

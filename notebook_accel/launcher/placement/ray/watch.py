@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 from notebook_accel.events import RankSystem, SystemSample
 from notebook_accel.launcher.placement.ray.handles import RayWorkerHandle
@@ -29,14 +29,21 @@ __all__ = ["RunWatch", "RemoteSampler", "CLOSED_GRACE"]
 CLOSED_GRACE = 3.0  # seconds between a control stream's end and a verdict, for the run's result to arrive first
 _POLL = 0.2
 _RESULT_POLL = 0.02
+_RELAYED_RESULT_EVERY = 1.0
 
 
 class RunWatch(threading.Thread):
     """Watches the handles' control streams and results until every rank has ended (or :meth:`stop`)."""
 
-    def __init__(self, ray: Any, handles: Sequence[RayWorkerHandle], node_timeout: float) -> None:
+    def __init__(self, ray: Any, handles: Sequence[RayWorkerHandle], node_timeout: float,
+                 relay_error: Callable[[], str | None] | None = None) -> None:
         super().__init__(name="notebook-accel-ray-watch", daemon=True)
         self.ray = ray
+        self.relay_error = relay_error  # a relayed run (:mod:`.relayed`): why its relay failed, once it did
+        # through a relay each Ray call is a round trip from off the cluster: results are asked for once a second
+        # (at once after a stream closed), not every poll
+        self._result_every = _RELAYED_RESULT_EVERY if relay_error is not None else 0.0
+        self._next_results = 0.0
         self.handles = list(handles)
         self.node_timeout = node_timeout
         self.samples: dict[int, SystemSample] = {}
@@ -94,14 +101,25 @@ class RunWatch(threading.Thread):
     def _collect_results(self, live: list[RayWorkerHandle]) -> None:
         """Ranks whose ``run`` returned or raised; and ranks whose stream closed with no result in time."""
         refs = {h.ref: h for h in live if h.ref is not None}
-        if refs:
-            done, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        now = time.monotonic()
+        if refs and (now >= self._next_results or any(h.rank in self._closed for h in live)):
+            self._next_results = now + self._result_every
+            try:
+                done, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            except Exception:  # noqa: BLE001 - the cluster out of reach: the relay's error or the silence decides
+                done = []
             for ref in done:
                 self._finish(refs[ref])
         now = time.monotonic()
+        lost = self.relay_error() if self.relay_error is not None else None
         for handle in live:
             closed = self._closed.get(handle.rank)
-            if closed is not None and not handle.ended.is_set() and now - closed >= CLOSED_GRACE:
+            if closed is None or handle.ended.is_set():
+                continue
+            if lost is not None:  # every stream ended with the relay: nothing says the ranks died
+                handle.end(-int(signal.SIGKILL), f"{lost}; the run could no longer be seen or stopped from this "
+                                                 "kernel, so it was ended")
+            elif now - closed >= CLOSED_GRACE:
                 self._dead(handle, closed, f"its process on node {handle.node} ended without a result (it was "
                                            "killed, or Ray on that node stopped)")
 
