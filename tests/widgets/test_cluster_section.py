@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from notebook_accel.cluster import RayCluster
-from notebook_accel.widgets.cluster_section import RAY, cluster_html
+from notebook_accel.widgets.ray_section import RAY, cluster_html
 from notebook_accel.widgets.config_picker import ConfigPicker
 
 
@@ -14,10 +14,10 @@ def test_a_ray_cluster_in_the_form_is_the_configs_cluster_section_and_back() -> 
     picker = ConfigPicker(cpu_count=2, gpus=[])
     picker.cluster.where.value = RAY
     picker.processes.value = 16  # workers on the cluster: not bounded by this machine's 2 cores
-    picker.cluster.gpu.value = True
-    picker.cluster.cpus.value = 8
-    picker.cluster.placement.value = "spread"
-    picker.cluster.address.value = "ray://head:10001"
+    picker.cluster.sections["ray"].gpu.value = True
+    picker.cluster.sections["ray"].cpus.value = 8
+    picker.cluster.sections["ray"].placement.value = "spread"
+    picker.cluster.sections["ray"].address.value = "ray://head:10001"
     config = picker.config
     assert config.num_processes == 16 and config.num_machines == 1 and not config.use_cpu
     assert config.cluster == RayCluster(address="ray://head:10001", resources_per_worker={"CPU": 8.0, "GPU": 1.0},
@@ -39,7 +39,7 @@ def test_back_on_this_machine_the_section_goes_and_the_bounds_return() -> None:
 def test_a_bad_cluster_value_is_a_problem_naming_it() -> None:
     picker = ConfigPicker(cpu_count=2, gpus=[])
     picker.cluster.where.value = RAY
-    picker.cluster.cpus.value = -1
+    picker.cluster.sections["ray"].cpus.value = -1
     assert any("cluster:" in p and "'CPU': -1.0" in p for p in picker.problems), picker.problems
 
 
