@@ -10,19 +10,15 @@ import argparse
 from typing import Any
 
 from notebook_accel.cluster.ray import FIELDS, STRATEGIES, RayCluster
-from notebook_accel.cluster.registry import PlacementSpec
-from notebook_accel.errors import LaunchError
+from notebook_accel.cluster.registry import PlacementSpec, one_device_each
 
 __all__ = ["RAY"]
 
 
 def _devices(cluster: RayCluster, num_processes: int, use_cpu: bool | None) -> tuple[list[str], str]:
     """Its reserved GPU (Ray's ``CUDA_VISIBLE_DEVICES`` shows it as ``cuda:0``) with nccl, else the CPU with gloo."""
-    if use_cpu and cluster.uses_gpu:
-        raise LaunchError(f"use_cpu=True asks for CPU workers but {cluster.describe()} reserves a GPU per worker; "
-                          "drop use_cpu, or reserve no GPU (resources_per_worker={'CPU': ...})")
-    device = "cuda:0" if cluster.uses_gpu else "cpu"
-    return [device] * num_processes, "nccl" if cluster.uses_gpu else "gloo"
+    return one_device_each(cluster, num_processes, use_cpu,
+                           "drop use_cpu, or reserve no GPU (resources_per_worker={'CPU': ...})")
 
 
 def _label(cluster: RayCluster) -> str:

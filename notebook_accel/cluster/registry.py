@@ -23,11 +23,12 @@ from typing import Any, Protocol
 from notebook_accel.errors import LaunchError, shown
 
 __all__ = ["Cluster", "PlacementSpec", "SPEC_PATHS", "specs", "spec_named", "spec_of", "check_cluster",
-           "cluster_devices", "cluster_label", "cluster_from_flags", "add_cluster_flags"]
+           "cluster_devices", "cluster_label", "one_device_each", "cluster_from_flags", "add_cluster_flags"]
 
 #: ``"module:NAME"`` of every placement spec but the local fork, in the order the picker and the CLI list them.
 SPEC_PATHS: tuple[str, ...] = (
     "notebook_accel.cluster.ray_spec:RAY",
+    "notebook_accel.cluster.slurm:SLURM",
 )
 
 
@@ -193,6 +194,16 @@ def cluster_devices(cluster: Any, num_processes: int | None, gpu_ids: object, us
         raise LaunchError(f"gpu_ids={shown(gpu_ids)} with a cluster is not allowed: the {spec.title} gives each "
                           f"worker its GPU; ask for GPUs in the request ({cluster.describe()})")
     return spec.devices(cluster, num_processes, use_cpu)
+
+
+def one_device_each(cluster: Cluster, num_processes: int, use_cpu: bool | None,
+                    fix: str) -> tuple[list[str], str]:
+    """The devices of a cluster whose workers each drive one GPU (the one the cluster gives it, seen as ``cuda:0``)
+    with nccl, or the CPU with gloo; ``use_cpu`` with GPU workers is refused, saying ``fix``."""
+    if use_cpu and cluster.uses_gpu:
+        raise LaunchError(f"use_cpu=True asks for CPU workers but {cluster.describe()}: a GPU per worker; {fix}")
+    device = "cuda:0" if cluster.uses_gpu else "cpu"
+    return [device] * num_processes, "nccl" if cluster.uses_gpu else "gloo"
 
 
 def cluster_label(cluster: Any) -> str:

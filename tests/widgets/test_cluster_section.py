@@ -59,3 +59,20 @@ def test_the_cluster_shows_its_live_nodes_only_once_joined() -> None:
     assert "not connected" in cluster_html(None)
     shown = cluster_html(_Joined())
     assert "1 node(s); free now: 6 CPUs, 1 GPUs" in shown and "10.0.0.1" in shown and "10.0.0.9" not in shown
+
+
+def test_slurm_in_the_form_is_the_configs_cluster_section_and_shows_the_allocation() -> None:
+    from notebook_accel.cluster.slurm import SlurmCluster
+    from notebook_accel.widgets.slurm_section import allocation_html
+
+    picker = ConfigPicker(cpu_count=2, gpus=[])
+    picker.cluster.where.value = "Slurm"
+    picker.processes.value = 8
+    picker.cluster.sections["slurm"].gpus.value = 4
+    config = picker.config
+    assert config.cluster == SlurmCluster(gpus_per_node=4) and not config.use_cpu
+    again = ConfigPicker(config, cpu_count=2, gpus=[])
+    assert again.cluster.where.value == "Slurm" and again.config.cluster == config.cluster
+    assert "not in a Slurm allocation" in allocation_html({})
+    shown = allocation_html({"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "gpu[1-2]", "SLURM_JOB_CPUS_PER_NODE": "8(x2)"})
+    assert "77" in shown and "gpu[1-2]" in shown and "8(x2)" in shown
