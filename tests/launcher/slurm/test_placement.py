@@ -9,6 +9,8 @@ and no task process on any node.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -147,3 +149,23 @@ def test_a_node_cut_off_ends_the_run_naming_it(slurm_cluster: SlurmTestCluster, 
     text = str(caught.value)
     assert "node n2" in text and "has not answered" in text, text
     assert took < 60, took  # bounded: node_timeout plus the stop's grace (a generous hang guard)
+
+
+_KERNEL = """
+import time
+from notebook_accel.launcher import notebook_launcher
+notebook_launcher(time.sleep, args=(300,), num_processes=2, cluster="slurm", dashboard=False)
+"""
+
+
+def test_a_kernel_killed_mid_run_leaves_no_step_and_no_task(slurm_cluster: SlurmTestCluster,
+                                                            inside: Allocation) -> None:
+    kernel = subprocess.Popen([sys.executable, "-c", _KERNEL], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _both_running(slurm_cluster), 60, "tasks on both nodes")
+    finally:
+        kernel.kill()
+        kernel.wait()
+    wait_for(lambda: not slurm_cluster.task_processes(), 30, "the tasks to end after the kernel died")
+    wait_for(lambda: [e for e in slurm_cluster.squeue() if e not in (inside.job_id, f"{inside.job_id}.batch")] == [],
+             30, "the step to leave the queue")
