@@ -169,3 +169,22 @@ def test_a_kernel_killed_mid_run_leaves_no_step_and_no_task(slurm_cluster: Slurm
     wait_for(lambda: not slurm_cluster.task_processes(), 30, "the tasks to end after the kernel died")
     wait_for(lambda: [e for e in slurm_cluster.squeue() if e not in (inside.job_id, f"{inside.job_id}.batch")] == [],
              30, "the step to leave the queue")
+
+
+def test_a_node_whose_slurmd_is_killed_ends_the_run_naming_it(slurm_cluster: SlurmTestCluster,
+                                                              inside: Allocation) -> None:
+    run = notebook_launcher(_sleep, num_processes=2, cluster="slurm", block=False, dashboard=RecordingSink())
+    wait_for(lambda: _both_running(slurm_cluster), 60, "tasks on both nodes")
+    started = time.monotonic()
+    slurm_cluster.kill_slurmd("n2")
+    try:
+        with pytest.raises(WorkerError) as caught:
+            run.result(timeout=120)
+        took = time.monotonic() - started
+    finally:
+        run.stop()
+        slurm_cluster.restart_slurmd("n2")
+    text = str(caught.value)
+    print(f"slurmd killed: {took:.1f} s: {text}")
+    assert "Slurm lost node n2" in text, text
+    assert took < 90, took  # bounded (a generous hang guard)

@@ -3,6 +3,7 @@ started where, who ended how) and srun's own messages from its output, and cance
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from notebook_accel.launcher.placement.slurm.commands import parse_line
 __all__ = ["Step", "StepEnded", "task_program"]
 
 _CANCEL_SECONDS = 15.0
+_LOST = re.compile(r"Node failure on (\S+)")  # srun's words when Slurm ends a step for a lost node
 
 
 class StepEnded(RuntimeError):
@@ -103,6 +105,10 @@ class Step:
             if rank in self.codes:
                 return self.codes[rank]
             if self.ended() and not self._readers[0].is_alive():
+                lost = _LOST.search(self.messages())
+                if lost is not None:
+                    raise StepEnded(f"Slurm lost node {lost.group(1)} and cancelled the step (srun: "
+                                    f"{self.messages()})")
                 raise StepEnded(f"its task ended without its exit code (srun exited with {self.process.returncode}: "
                                 f"{self.messages()})")
             return None
