@@ -78,9 +78,12 @@ def ensure_system_packages() -> None:
     ``chromium``: Playwright drives this system browser (``executable_path``) for tests/browser; ``playwright
     install`` is never used. ``iproute2`` (``ip netns``): tests/distributed/test_multinode.py makes two hosts.
     ``iptables``: the firewall of tests/launcher/ray/test_off_cluster.py's notebook, which reaches only the head.
+    ``slurmctld``, ``slurmd``, ``slurm-client``, ``munge``: tests/launcher/slurm brings a two-node Slurm up.
     """
-    wanted = {name: binary for name, binary in (("chromium", CHROMIUM), ("iproute2", Path("/usr/sbin/ip")),
-                                                ("iptables", Path("/usr/sbin/iptables")))
+    needed = (("chromium", CHROMIUM), ("iproute2", Path("/usr/sbin/ip")), ("iptables", Path("/usr/sbin/iptables")),
+              ("slurmctld", Path("/usr/sbin/slurmctld")), ("slurmd", Path("/usr/sbin/slurmd")),
+              ("slurm-client", Path("/usr/bin/srun")), ("munge", Path("/usr/sbin/munged")))
+    wanted = {name: binary for name, binary in needed
               if not binary.exists() and not (name == "iproute2" and Path("/sbin/ip").exists())}
     if not wanted:
         return
@@ -89,7 +92,7 @@ def ensure_system_packages() -> None:
         print(f"[dev] {sorted(wanted)} missing and this is not a root Debian shell: tests/browser and the two-host "
               "tests skip (install the packages to run them)", flush=True)
         return
-    print(f"[dev] installing Debian packages for the browser and two-host tests: {sorted(wanted)}", flush=True)
+    print(f"[dev] installing Debian packages for the browser, two-host and Slurm tests: {sorted(wanted)}", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     ok = subprocess.run([str(apt), "update", "-qq"], env=env).returncode == 0
     ok = ok and subprocess.run([str(apt), "install", "-y", "-qq", *sorted(wanted)], env=env).returncode == 0

@@ -72,6 +72,7 @@ _EXPORTS: dict[str, str] = {
     "LaunchError": "notebook_accel.errors",
     "CudaInitializedError": "notebook_accel.errors",
     "RayCluster": "notebook_accel.cluster",
+    "SlurmCluster": "notebook_accel.cluster.slurm",
     "ray_leftovers": "notebook_accel.launcher.placement.ray.leftovers",
     "release_ray_workers": "notebook_accel.launcher.placement.ray.warm",
 }
@@ -87,6 +88,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.checkpointing import CheckpointError
     from notebook_accel.checkpointing.weights import load_checkpoint_in_model
     from notebook_accel.cluster import RayCluster
+    from notebook_accel.cluster.slurm import SlurmCluster
     from notebook_accel.config import Config, ConfigError, load_config
     from notebook_accel.data import skip_first_batches
     from notebook_accel.data.randomness import SeedableRandomSampler

@@ -1,114 +1,85 @@
-"""The config picker's "where it runs" section: this machine, or a Ray cluster (the config's ``cluster:`` section).
+"""The config picker's "Where it runs" section: this machine, or one of the placements of
+:mod:`notebook_accel.cluster` (the config's ``cluster:`` section).
 
-With "Ray cluster" chosen, the section shows the cluster's address, what each worker reserves (CPUs, a GPU) and how
-the workers are spread, and the form's process count means workers on the cluster. "Look at the cluster" shows its
-live nodes with their free CPUs and GPUs when this kernel has joined it (``ray.init``); the picker never joins a
-cluster by itself (that starts Ray's machinery in the kernel), and says so.
+Each placement brings its own controls (its spec's ``picker_path``: :mod:`.ray_section` for Ray), shown when it is
+chosen; on a cluster the form's process count means workers on the cluster.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import ipywidgets as w
 
-from notebook_accel.cluster import RayCluster
+from notebook_accel.cluster import spec_of, specs
 from notebook_accel.widgets.form_layout import STYLE, labelled
 
-__all__ = ["ClusterSection", "HERE", "RAY", "cluster_html"]
+__all__ = ["ClusterSection", "HERE"]
 
-HERE, RAY = "This machine", "Ray cluster"
-_PLACEMENTS = [("pack: as few nodes as possible", "pack"), ("spread: as many nodes as possible", "spread"),
-               ("strict pack: one node, or fail", "strict_pack"), ("strict spread: one node each, or fail",
-                                                                   "strict_spread")]
-
-
-def cluster_html(ray: Any) -> str:
-    """The live nodes of the cluster ``ray`` has joined, with their free and total CPUs and GPUs (HTML)."""
-    if ray is None or not ray.is_initialized():
-        return ("<span style='color:#6b7280'>not connected: run <code>ray.init(address=...)</code> in this kernel to "
-                "see the cluster here (a launch joins it by itself)</span>")
-    try:
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        free = ray.available_resources()
-    except Exception as e:  # noqa: BLE001 - a cluster that stopped answering
-        return f"<span style='color:#b42318'>the cluster did not answer: {html.escape(str(e))}</span>"
-    rows = "".join(
-        f"<tr><td>{html.escape(str(n.get('NodeManagerAddress', '?')))}</td>"
-        f"<td>{n.get('Resources', {}).get('CPU', 0):g}</td><td>{n.get('Resources', {}).get('GPU', 0):g}</td></tr>"
-        for n in nodes)
-    return (f"<div style='font-size:12px'>{len(nodes)} node(s); free now: {free.get('CPU', 0):g} CPUs, "
-            f"{free.get('GPU', 0):g} GPUs<table><tr><th>node</th><th>CPUs</th><th>GPUs</th></tr>{rows}</table></div>")
+HERE = "This machine"
 
 
 class ClusterSection(w.VBox):
     """Where the workers run, as controls; :meth:`section` gives the config's ``cluster:`` value (``None`` here).
 
     Attributes:
-        where: this machine or a Ray cluster; address, cpus, gpu, placement: the cluster's settings; nodes: what
-            "Look at the cluster" found.
+        where: this machine or a placement's title; sections: each placement's controls by its name.
     """
 
     def __init__(self) -> None:
-        self.where = w.ToggleButtons(options=[HERE, RAY], value=HERE, description="Where it runs", style=STYLE)
-        self.address = w.Text(value="auto", description="Address", placeholder="auto, ray://head:10001, head:6379",
-                              style=STYLE)
-        self.cpus = w.FloatText(value=1.0, description="CPUs per worker", style=STYLE)
-        self.gpu = w.Checkbox(value=False, description="one GPU per worker", style=STYLE, indent=True)
-        self.placement = w.Dropdown(options=_PLACEMENTS, value="pack", description="Placement", style=STYLE)
-        self.look = w.Button(description="Look at the cluster", icon="search", layout=w.Layout(width="auto"))
-        self.nodes = w.HTML()
-        self.look.on_click(lambda _: self.show_nodes())
-        self._details = w.VBox([labelled(self.address, "the cluster this kernel joins"),
-                                labelled(self.cpus, "Ray reserves them for each worker"),
-                                labelled(self.gpu, "nccl on GPU workers, gloo on CPU ones"),
-                                labelled(self.placement, ""), w.HBox([self.look]), self.nodes])
-        super().__init__([labelled(self.where, "a Ray cluster places one worker per process on its nodes"),
-                          self._details])
+        self._specs = {spec.title: spec for spec in specs()}
+        self.where = w.ToggleButtons(options=[HERE, *self._specs], value=HERE, description="Where it runs",
+                                     style=STYLE)
+        self.sections: dict[str, Any] = {spec.name: spec.picker() for spec in self._specs.values()}
+        hints = "; ".join(section.hint for section in self.sections.values())
+        super().__init__([labelled(self.where, hints), *self.sections.values()])
         self.where.observe(lambda _: self._refresh(), names="value")
         self._refresh()
 
     @property
     def on_cluster(self) -> bool:
-        """Whether the workers run on a Ray cluster."""
-        return bool(self.where.value == RAY)
+        """Whether the workers run on a cluster."""
+        return bool(self.where.value != HERE)
+
+    @property
+    def chosen(self) -> Any:
+        """The chosen placement's controls (``None``: this machine)."""
+        spec = self._specs.get(self.where.value)
+        return None if spec is None else self.sections[spec.name]
+
+    @property
+    def uses_gpu(self) -> bool:
+        """Whether the chosen cluster's workers drive GPUs."""
+        return self.chosen is not None and bool(self.chosen.uses_gpu)
 
     def on_change(self, callback: Callable[[dict[str, Any]], None]) -> None:
         """Call ``callback`` whenever a control changes."""
-        for control in (self.where, self.address, self.cpus, self.gpu, self.placement):
-            control.observe(callback, names="value")
+        self.where.observe(callback, names="value")
+        for section in self.sections.values():
+            for control in section.controls:
+                control.observe(callback, names="value")
 
-    def set_values(self, cluster: RayCluster | None, kept: Mapping[str, Any] | None = None) -> None:
+    def set_values(self, cluster: Any, kept: Mapping[str, Any] | None = None) -> None:
         """Show ``cluster`` (``None``: this machine)."""
-        self.where.value = HERE if cluster is None else RAY
-        if cluster is not None:
-            self.address.value = cluster.address
-            self.cpus.value = float(cluster.resources_per_worker.get("CPU", 1.0))
-            self.gpu.value = cluster.uses_gpu
-            self.placement.value = cluster.placement
+        if cluster is None:
+            self.where.value = HERE
+        else:
+            spec = spec_of(cluster)
+            self.sections[spec.name].set_values(cluster)
+            self.where.value = spec.title
         self._refresh()
 
     def section(self, kept: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        """The ``cluster:`` section the controls describe (keys the form does not show are kept from ``kept``).
-
-        A value the cluster cannot take is the :class:`~notebook_accel.config.Config`'s to report (``cluster: ...``).
-        """
-        if not self.on_cluster:
+        """The ``cluster:`` section the controls describe (keys the form does not show are kept from ``kept`` when
+        it is of the chosen kind). A value the cluster cannot take is the Config's to report."""
+        spec = self._specs.get(self.where.value)
+        if spec is None:
             return None
-        resources: dict[str, float] = {"CPU": float(self.cpus.value)}
-        if self.gpu.value:
-            resources["GPU"] = 1.0
-        return {**dict(kept or {}), "kind": "ray", "address": self.address.value.strip(),
-                "resources_per_worker": resources, "placement": self.placement.value}  # the Config checks it
-
-    def show_nodes(self) -> None:
-        """Show the live nodes of the cluster this kernel joined (never joins one itself)."""
-        import sys
-
-        self.nodes.value = cluster_html(sys.modules.get("ray"))
+        same = kept is not None and kept.get("kind", specs()[0].name) == spec.name
+        return dict(self.sections[spec.name].section(kept if same else None))
 
     def _refresh(self) -> None:
-        self._details.layout.display = None if self.on_cluster else "none"
-
+        chosen = self.chosen
+        for section in self.sections.values():
+            section.layout.display = None if section is chosen else "none"

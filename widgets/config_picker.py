@@ -15,7 +15,7 @@ The Engine control picks DDP, FSDP or DeepSpeed; the chosen engine's section (``
 ``deepspeed_config``, accelerate's key names) appears under it, one :class:`~widgets.engine_section.EngineSection`
 per engine of :data:`notebook_accel.config.engine_form.ENGINES`, and is checked by the same table as the file.
 
-"Where it runs" (:mod:`~widgets.cluster_section`) chooses this machine or a Ray cluster (the ``cluster:`` section);
+"Where it runs" (:mod:`~widgets.cluster_section`) chooses this machine or a cluster (the ``cluster:`` section);
 on a cluster the machine's own devices, machines and port are hidden. Numbers are typed freely: a value the config
 cannot take is a problem under the form, naming the value. Displayed, the picker shows the form and, under it, the
 summary and YAML it would write (:mod:`~widgets.picker_summary`, plain HTML: a saved notebook still shows it).
@@ -171,7 +171,7 @@ class ConfigPicker(w.VBox):
         self.engine = w.Dropdown(options=[("DDP (every process holds the whole model)", _DDP)] + [
             (form.title, name) for name, form in ENGINES.items()], value=_DDP, description="Engine", style=STYLE)
         self.engines = {name: EngineSection(form) for name, form in ENGINES.items()}
-        self.cluster = ClusterSection()  # where it runs: this machine or a Ray cluster
+        self.cluster = ClusterSection()  # where it runs: this machine or a cluster (notebook_accel.cluster)
         self.cluster.on_change(self._on_change)
         self.message = w.HTML()
         start = default_config_path() if path is None else config_file_path(path)
@@ -310,7 +310,7 @@ class ConfigPicker(w.VBox):
 
     def _build(self) -> Config:
         here = not self.cluster.on_cluster
-        on_gpu = self.device.value == _GPU if here else bool(self.cluster.gpu.value)
+        on_gpu = self.device.value == _GPU if here else self.cluster.uses_gpu
         machines = self.machines.value if here else 1
         extra = {k: v for k, v in {**self._base.extra, "cluster": self.cluster.section(
             self._base.extra.get("cluster"))}.items() if v is not None or k != "cluster"}

@@ -21,7 +21,8 @@ from typing import Any
 from notebook_accel import environment, hardware
 from notebook_accel.cli.common import EXIT_FAILED, EXIT_OK, UsageError, active_config, error
 from notebook_accel.cli.process import run_child
-from notebook_accel.cli.ray_launch import cluster_from_flags, launch_on_cluster
+from notebook_accel.cli.cluster_launch import cluster_from_flags, launch_on_cluster
+from notebook_accel.cluster.registry import add_cluster_flags
 from notebook_accel.config import Config
 from notebook_accel.config.fp8 import asks_for_emulation
 from notebook_accel.engines.registry import launch_value
@@ -55,11 +56,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     _flag(parser, "main_process_ip", metavar="HOST")
     _flag(parser, "rdzv_backend", choices=["static", "c10d", "etcd", "etcd-v2"])
     parser.add_argument("--cpu", action="store_true", default=None, help="run on CPU even when GPUs are present")
-    _flag(parser, "cluster", choices=["ray"], help="run the processes on a Ray cluster (or the config's cluster:)")
-    _flag(parser, "ray_address", metavar="ADDR", help="the Ray cluster: auto, local, ray://head:10001, head:6379")
-    _flag(parser, "placement", choices=["pack", "spread", "strict_pack", "strict_spread"])
-    _flag(parser, "cpus_per_worker", type=float, metavar="N")
-    _flag(parser, "gpus_per_worker", type=float, metavar="N")
+    add_cluster_flags(_flag, parser)  # --cluster NAME and each placement's own flags (notebook_accel.cluster)
     _flag(parser, "dry_run", action="store_true", help="print the command and the variables, run nothing")
     parser.add_argument("script", help="the Python script to run")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
@@ -175,8 +172,7 @@ def launch(args: argparse.Namespace) -> int:
     config = merged_config(args)
     if not args.dry_run and not os.path.isfile(args.script):
         raise UsageError(f"no script at {args.script!r}; give the path of a Python file (options go before it)")
-    cluster = cluster_from_flags(config, args.cluster, args.ray_address, args.placement, args.cpus_per_worker,
-                                 args.gpus_per_worker)
+    cluster = cluster_from_flags(config.cluster, args)
     if cluster is not None:
         if args.dry_run:
             print(f"would run {args.script} on {config.num_processes} workers of {cluster.describe()}")

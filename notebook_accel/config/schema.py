@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from notebook_accel.cluster import RayCluster, check_cluster
+from notebook_accel.cluster import Cluster, check_cluster
 from notebook_accel.config import deepspeed as _deepspeed
 from notebook_accel.config import fsdp as _fsdp
 from notebook_accel.config.fp8 import FP8_SECTION, fp8_config_problems, fp8_options_json
@@ -164,7 +164,7 @@ class Config:
         return _deepspeed.plugin_kwargs_from_file(self.extra.get("deepspeed_config"))[0]
 
     @property
-    def cluster(self) -> RayCluster | None:
+    def cluster(self) -> Cluster | None:
         """Where the workers run when not on this machine: the ``cluster:`` section (``kind: ray``, ``address``,
         ``resources_per_worker``, ``placement``, ...), checked; ``None`` without one (ours; accelerate has none)."""
         return check_cluster(self.extra.get("cluster"))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from notebook_accel import hardware
-from notebook_accel.cluster import RayCluster, check_cluster
+from notebook_accel.cluster import Cluster, check_cluster, spec_of
 from notebook_accel.config import Config, resolve_config
 from notebook_accel.display.base import BaseSink
 from notebook_accel.display.phases import launch_phase
@@ -120,7 +120,7 @@ def notebook_launcher(
     use_cpu: bool | None = None,
     block: bool = True,
     concurrent: bool = False,
-    cluster: str | RayCluster | None = None,
+    cluster: str | Cluster | None = None,
 ) -> Any:
     """Run ``function(*args)`` on every device of this machine, forked from the live kernel; return rank 0's value.
 
@@ -180,11 +180,11 @@ def notebook_launcher(
             while the run goes on (the dashboard keeps updating; other cells run): ``run.status``, ``run.wait()``,
             ``run.result()``, ``run.stop()``, ``run.metrics``, ``run.output``, ``await run``.
         concurrent: allow this launch while a background run is still going (one at a time otherwise).
-        cluster: run the workers on a Ray cluster instead of forking them here: ``"ray"`` (the cluster this machine
-            belongs to, or the one the kernel joined with ``ray.init``) or a
-            :class:`~notebook_accel.cluster.RayCluster` (address, resources per worker, placement);
-            ``num_processes`` workers are reserved at once, ranks numbered node by node. ``None``: the config's
-            ``cluster:``, else this machine.
+        cluster: run the workers on a cluster instead of forking them here: a placement's name (``"ray"``: the
+            Ray cluster this machine belongs to, or the one the kernel joined with ``ray.init``) or its request
+            (:class:`~notebook_accel.cluster.RayCluster`: address, resources per worker, placement; see
+            :mod:`notebook_accel.cluster`); ``num_processes`` workers are placed at once, ranks numbered node by
+            node. ``None``: the config's ``cluster:``, else this machine.
 
     Returns:
         What ``function`` returned on rank 0 (``None`` on other nodes than node 0); with ``block=False``, the
@@ -314,12 +314,11 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None, restart
 
 
 def _placement(plan: Plan, resources: RunResources, sink: BaseSink, restart_after: str = "") -> Placement:
-    """Where the plan's workers run: forked here (after warming the kernel once), or on the plan's Ray cluster
-    (``restart_after``: the failure a restart follows, which a reservation that cannot be placed names)."""
-    if plan.cluster is not None:
-        from notebook_accel.launcher.placement.ray.placement import RayPlacement  # imports no Ray until started
-
-        return RayPlacement(plan.cluster, resources.descriptors, restart_after)
+    """Where the plan's workers run: forked here (after warming the kernel once), or by the placement of the plan's
+    cluster (``restart_after``: the failure a restart follows, which a reservation that cannot be placed names)."""
+    if plan.cluster is not None:  # imports the placement's modules, not yet its cluster's client library
+        placement: Placement = spec_of(plan.cluster).placement(plan.cluster, resources.descriptors, restart_after)
+        return placement
     warming = "importing torch's distributed modules in the kernel (once)" if warming_needed(plan.backend) else ""
     with launch_phase(sink, warming, ticking=True) if warming else nullcontext():
         warm_kernel(plan.backend, store=resources.store is not None)
@@ -335,7 +334,7 @@ def _start_workers(plan: Plan, resources: RunResources, placement: Placement, si
     try:
         board = resources.open_board([env.rank for env in envs])  # before the fork: the workers inherit it
         noun = "process" if len(envs) == 1 else "processes"
-        where = " on the Ray cluster (reserving, then starting)" if plan.cluster is not None else ""
+        where = spec_of(plan.cluster).starting if plan.cluster is not None else ""
         with launch_phase(sink, f"starting {len(envs)} worker {noun}{where}"):
             handles = placement.start(envs, plan.function, plan.args, board)
     except BaseException as e:

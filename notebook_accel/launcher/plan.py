@@ -6,12 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from notebook_accel.cluster import RayCluster
+from notebook_accel.cluster import Cluster, cluster_devices, cluster_label
 from notebook_accel.environment import EngineLaunch, LaunchEnvironment
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import Sink
 from notebook_accel.launcher import accelerate_args
-from notebook_accel.launcher.preflight import check_positive_int
 from notebook_accel.launcher.rendezvous.ports import check_port_free, free_port
 
 __all__ = ["Plan", "choose_port", "environments", "function_name", "cluster_devices", "cluster_label"]
@@ -41,7 +40,7 @@ class Plan:
     block: bool
     engine: EngineLaunch | None  # the sharded engine the launch config asks for, sent to every worker
     engine_label: str = ""  # that engine as the header names it ("" without a config)
-    cluster: RayCluster | None = None  # where the workers run when not forked here (the Ray placement)
+    cluster: Cluster | None = None  # where the workers run when not forked here (a placement of notebook_accel.cluster)
     fp8: str | None = None  # the config's fp8_config switches (JSON) for mixed_precision="fp8", sent to every worker
 
 
@@ -81,35 +80,3 @@ def environments(
 def function_name(function: Callable[..., Any]) -> str:
     """``train`` for a function, the class name for another callable."""
     return str(getattr(function, "__qualname__", None) or type(function).__name__)
-
-
-def cluster_devices(cluster: RayCluster, num_processes: int | None, gpu_ids: object, use_cpu: bool | None,
-                    num_nodes: int) -> tuple[list[str], str]:
-    """Each worker's device and the backend for a run on ``cluster``: its GPU (Ray's ``CUDA_VISIBLE_DEVICES``
-    shows it as ``cuda:0``) with nccl when the workers reserve GPUs, else the CPU with gloo.
-
-    Raises:
-        LaunchError: no ``num_processes``, or an argument that only means something on this machine.
-    """
-    if num_processes is None:
-        raise LaunchError("num_processes is needed with a cluster: how many workers to place, e.g. "
-                          "notebook_launcher(train, num_processes=8, cluster='ray')")
-    check_positive_int("num_processes", num_processes, maximum=100_000)
-    if num_nodes != 1:
-        raise LaunchError(f"num_nodes={num_nodes} with a cluster is not allowed: Ray places the workers on the "
-                          "cluster's nodes; leave num_nodes and node_rank out")
-    if gpu_ids is not None:
-        raise LaunchError(f"gpu_ids={shown(gpu_ids)} with a cluster is not allowed: Ray assigns each worker its GPU; "
-                          "ask for GPUs with RayCluster(resources_per_worker={'GPU': 1, ...})")
-    if use_cpu and cluster.uses_gpu:
-        raise LaunchError(f"use_cpu=True asks for CPU workers but {cluster.describe()} reserves a GPU per worker; "
-                          "drop use_cpu, or reserve no GPU (resources_per_worker={'CPU': ...})")
-    device = "cuda:0" if cluster.uses_gpu else "cpu"
-    return [device] * num_processes, "nccl" if cluster.uses_gpu else "gloo"
-
-
-def cluster_label(cluster: RayCluster | None) -> str:
-    """The header's words for where the workers run (``""``: this machine)."""
-    if cluster is None:
-        return ""
-    return "Ray cluster" if cluster.address == "auto" else f"Ray cluster {cluster.address}"

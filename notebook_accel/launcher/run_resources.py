@@ -163,7 +163,7 @@ def open_resources(plan: Plan, attempt: int, resume: str | None) -> RunResources
 
 def _open(res: RunResources, plan: Plan, attempt: int, resume: str | None) -> None:
     """The opening steps of :func:`open_resources`, each resource entered as soon as it exists."""
-    if plan.cluster is not None:  # Ray places the workers; rank 0's node serves the rendezvous (placement/ray)
+    if plan.cluster is not None:  # its placement places the workers; rank 0's node serves the rendezvous there
         variables = restart_variables(attempt, resume) if attempt else {}
         res.envs = environments(plan.devices, 0, 1, "", 0, plan.precision, plan.steps, variables, plan.engine)
         res.descriptors = res.enter(RunDescriptors().open(), RunDescriptors.close)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from notebook_accel.cluster import RayCluster
-from notebook_accel.widgets.cluster_section import RAY, cluster_html
+from notebook_accel.widgets.ray_section import RAY, cluster_html
 from notebook_accel.widgets.config_picker import ConfigPicker
 
 
@@ -14,10 +14,10 @@ def test_a_ray_cluster_in_the_form_is_the_configs_cluster_section_and_back() -> 
     picker = ConfigPicker(cpu_count=2, gpus=[])
     picker.cluster.where.value = RAY
     picker.processes.value = 16  # workers on the cluster: not bounded by this machine's 2 cores
-    picker.cluster.gpu.value = True
-    picker.cluster.cpus.value = 8
-    picker.cluster.placement.value = "spread"
-    picker.cluster.address.value = "ray://head:10001"
+    picker.cluster.sections["ray"].gpu.value = True
+    picker.cluster.sections["ray"].cpus.value = 8
+    picker.cluster.sections["ray"].placement.value = "spread"
+    picker.cluster.sections["ray"].address.value = "ray://head:10001"
     config = picker.config
     assert config.num_processes == 16 and config.num_machines == 1 and not config.use_cpu
     assert config.cluster == RayCluster(address="ray://head:10001", resources_per_worker={"CPU": 8.0, "GPU": 1.0},
@@ -39,7 +39,7 @@ def test_back_on_this_machine_the_section_goes_and_the_bounds_return() -> None:
 def test_a_bad_cluster_value_is_a_problem_naming_it() -> None:
     picker = ConfigPicker(cpu_count=2, gpus=[])
     picker.cluster.where.value = RAY
-    picker.cluster.cpus.value = -1
+    picker.cluster.sections["ray"].cpus.value = -1
     assert any("cluster:" in p and "'CPU': -1.0" in p for p in picker.problems), picker.problems
 
 
@@ -59,3 +59,20 @@ def test_the_cluster_shows_its_live_nodes_only_once_joined() -> None:
     assert "not connected" in cluster_html(None)
     shown = cluster_html(_Joined())
     assert "1 node(s); free now: 6 CPUs, 1 GPUs" in shown and "10.0.0.1" in shown and "10.0.0.9" not in shown
+
+
+def test_slurm_in_the_form_is_the_configs_cluster_section_and_shows_the_allocation() -> None:
+    from notebook_accel.cluster.slurm import SlurmCluster
+    from notebook_accel.widgets.slurm_section import allocation_html
+
+    picker = ConfigPicker(cpu_count=2, gpus=[])
+    picker.cluster.where.value = "Slurm"
+    picker.processes.value = 8
+    picker.cluster.sections["slurm"].gpus.value = 4
+    config = picker.config
+    assert config.cluster == SlurmCluster(gpus_per_node=4) and not config.use_cpu
+    again = ConfigPicker(config, cpu_count=2, gpus=[])
+    assert again.cluster.where.value == "Slurm" and again.config.cluster == config.cluster
+    assert "not in a Slurm allocation" in allocation_html({})
+    shown = allocation_html({"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "gpu[1-2]", "SLURM_JOB_CPUS_PER_NODE": "8(x2)"})
+    assert "77" in shown and "gpu[1-2]" in shown and "8(x2)" in shown

@@ -55,8 +55,8 @@ def test_the_forms_of_cluster() -> None:
     assert yaml_form is not None and yaml_form.uses_gpu and yaml_form.placement == "spread"
     with pytest.raises(LaunchError, match="unknown keys \\['adress'\\]"):
         check_cluster({"adress": "auto"})
-    with pytest.raises(LaunchError, match="kind 'slurm' is not supported"):
-        check_cluster({"kind": "slurm"})
+    with pytest.raises(LaunchError, match="kind 'yarn' is not supported"):
+        check_cluster({"kind": "yarn"})
     with pytest.raises(LaunchError, match="cluster=5 is not allowed"):
         check_cluster(5)
 

@@ -1,9 +1,9 @@
-"""Where a run's workers are placed when they do not all run on this machine: :class:`RayCluster`.
+"""The Ray request: :class:`RayCluster` (what ``cluster="ray"`` and ``cluster: {kind: ray}`` ask for).
 
 ``notebook_launcher(..., cluster="ray")`` (or ``cluster=RayCluster(...)``, or ``cluster:`` in the YAML config) runs
 the workers as actors of a Ray cluster instead of forking them here. This module only describes the request and
-checks it; it imports neither Ray nor torch (the config and the picker read it too). The placement itself is
-:mod:`notebook_accel.launcher.placement.ray`.
+checks it; it imports neither Ray nor torch (the config and the picker read it too). Its registry entry is
+:data:`notebook_accel.cluster.ray_spec.RAY`; the placement itself is :mod:`notebook_accel.launcher.placement.ray`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Any, Literal, get_args
 
 from notebook_accel.errors import LaunchError, shown
 
-__all__ = ["RayCluster", "Strategy", "BackChannelMode", "check_cluster"]
+__all__ = ["RayCluster", "Strategy", "BackChannelMode", "FIELDS", "STRATEGIES"]
 
 Strategy = Literal["pack", "spread", "strict_pack", "strict_spread"]
-_STRATEGIES: tuple[str, ...] = get_args(Strategy)
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
 BackChannelMode = Literal["auto", "direct", "relay"]
 _MODES: tuple[str, ...] = get_args(BackChannelMode)
-_FIELDS = ("address", "resources_per_worker", "placement", "reserve_timeout", "node_timeout", "runtime_env",
-           "keep_warm", "back_channel")
+FIELDS = ("address", "resources_per_worker", "placement", "reserve_timeout", "node_timeout", "runtime_env",
+          "keep_warm", "back_channel")
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,9 @@ class RayCluster:
     def __post_init__(self) -> None:
         _check_text("address", self.address)
         _check_resources(self.resources_per_worker)
-        if self.placement not in _STRATEGIES:
+        if self.placement not in STRATEGIES:
             raise LaunchError(f"RayCluster(placement={shown(self.placement)}) is not allowed; use one of "
-                              f"{list(_STRATEGIES)}: 'pack' puts workers on as few nodes as possible")
+                              f"{list(STRATEGIES)}: 'pack' puts workers on as few nodes as possible")
         for name in ("reserve_timeout", "node_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -121,33 +121,3 @@ def _check_resources(resources: object) -> None:
     if float(resources.get("GPU", 0)) > 0 and float(resources["GPU"]) != 1:
         raise LaunchError(f"RayCluster(resources_per_worker={shown(resources)}): each worker drives one GPU here "
                           "(one process per device); use {'GPU': 1, ...} and more workers")
-
-
-def check_cluster(value: object) -> RayCluster | None:
-    """The cluster that ``notebook_launcher(cluster=...)`` or a config's ``cluster:`` names, checked.
-
-    ``None`` (this machine), ``"ray"`` (``RayCluster()``: the cluster this machine belongs to), a
-    :class:`RayCluster`, or a mapping of its fields with ``kind: ray`` (the YAML form).
-
-    Raises:
-        LaunchError: anything else, naming the value and the allowed forms.
-
-    Example:
-        >>> check_cluster({"kind": "ray", "address": "ray://head:10001", "placement": "spread"}).placement
-        'spread'
-    """
-    if value is None or isinstance(value, RayCluster):
-        return value
-    if isinstance(value, str) and value.lower() == "ray":
-        return RayCluster()
-    if isinstance(value, Mapping):
-        fields = dict(value)
-        kind = fields.pop("kind", "ray")
-        if kind != "ray":
-            raise LaunchError(f"cluster kind {shown(kind)} is not supported; use kind: ray")
-        unknown = sorted(set(fields) - set(_FIELDS))
-        if unknown:
-            raise LaunchError(f"cluster: unknown keys {unknown}; the keys are kind, {', '.join(_FIELDS)}")
-        return RayCluster(**fields)
-    raise LaunchError(f"cluster={shown(value)} is not allowed; use None (this machine), 'ray', or "
-                      "RayCluster(address=..., resources_per_worker=..., placement=...)")

@@ -1,0 +1,10 @@
+"""The Slurm placement: one job step (``srun``) across the allocation the kernel runs in, one task per rank.
+
+Slurm does what Slurm is for: placing the tasks on the allocation's nodes (ranks numbered node by node, each GPU the
+one Slurm gives its task), carrying the run's payload to every task (the step's stdin: the function and each argument
+pickled once, with the run's secret), and cancelling the step (``scancel``). The rest is the Ray placement's: each
+task forks the rank and the rank dials the kernel over the same authenticated back channel
+(:mod:`notebook_accel.launcher.placement.ray.link`) and runs the same worker runtime, so the dashboard, the output and
+the errors are a local run's. :mod:`.commands` builds the command and reads Slurm's variables, :mod:`.task` is a task,
+:mod:`.placement` ties it together in the kernel.
+"""

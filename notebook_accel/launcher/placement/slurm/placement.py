@@ -1,0 +1,276 @@
+"""The Slurm placement (a :class:`~notebook_accel.launcher.placement.protocol.Placement`): one ``srun`` task per rank.
+
+:meth:`SlurmPlacement.start`, in order, so that a mistake costs nothing on the cluster: find the allocation the kernel
+runs in (refused without one), refuse a run bigger than it, pickle the function and each argument once (one that
+cannot be pickled is named before srun runs), open the back channel and the rendezvous store on the kernel's Slurm
+address, start the step with the payload on its stdin, wait for every task to say where it runs, then accept each
+rank's four back-channel streams. The watch, the handles and the streams are the Ray placement's
+(:mod:`notebook_accel.launcher.placement.ray`); only where a rank's exit code comes from differs (:class:`_Results`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Callable
+
+from notebook_accel import environment
+from notebook_accel.cluster.slurm import SlurmCluster
+from notebook_accel.environment import LaunchEnvironment
+from notebook_accel.errors import LaunchError, shown
+from notebook_accel.launcher.kernel.fds import RunDescriptors
+from notebook_accel.launcher.placement.ray import pickling
+from notebook_accel.launcher.placement.ray.actor import require_sealing
+from notebook_accel.launcher.placement.ray.handles import DRAIN_SECONDS, RayWorkerHandle
+from notebook_accel.launcher.placement.ray.link import BackChannel
+from notebook_accel.launcher.placement.ray.placement import _attach, _close, _unset_connection
+from notebook_accel.launcher.placement.ray.watch import RemoteSampler, RunWatch
+from notebook_accel.launcher.placement.slurm.commands import check_fits, srun_command
+from notebook_accel.launcher.placement.slurm.step import Step, StepEnded, task_program
+from notebook_accel.launcher.placement.slurm.task import SIZE
+from notebook_accel.launcher.placement.spawn import WorkerHandle
+from notebook_accel.launcher.rendezvous.store import StoreServer, bind_listener
+from notebook_accel.monitor.board import SystemBoard
+
+__all__ = ["SlurmPlacement", "CONNECT_SECONDS", "kernel_address"]
+
+CONNECT_SECONDS = 120.0  # from srun's start to every rank's four streams (a cold node imports torch first)
+
+
+def _slurm(*args: str) -> str:
+    """A Slurm client command's output ("" when it fails)."""
+    try:
+        return subprocess.run(list(args), capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def kernel_address() -> str:
+    """The kernel's address on the Slurm network: its node's ``NodeAddr`` (else its host name's address).
+
+    Raises:
+        LaunchError: neither can be found.
+    """
+    node = environment.get("SLURMD_NODENAME") or ""
+    if node:
+        found = re.search(r"NodeAddr=(\S+)", _slurm("scontrol", "show", "node", "-o", node))
+        if found:
+            return found.group(1)
+    import socket
+
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError as e:
+        raise LaunchError(f"the address of this kernel's node {shown(node)} could not be found ({e}); run the kernel "
+                          "on a node of the allocation") from e
+
+
+def _payload(env: LaunchEnvironment, kernel: tuple[str, int], secret: bytes, function: Callable[..., Any],
+             args: tuple[Any, ...]) -> bytes:
+    """The length-prefixed payload of every task; what cannot be pickled is named in one line."""
+    try:
+        import cloudpickle
+    except ImportError as e:
+        raise LaunchError("cluster='slurm' sends the function to the tasks with cloudpickle, which this kernel "
+                          "lacks: pip install 'notebook-accel[slurm]'") from e
+    pickler = cloudpickle.dumps
+    try:
+        function_bytes = pickler(function)
+    except Exception as e:  # noqa: BLE001 - cloudpickle raises many kinds
+        name = getattr(function, "__name__", "")
+        culprit = pickling.describe(function, name if name.isidentifier() else "function", e)
+        raise LaunchError(pickling.one_line(
+            f"the function {shown(function, 60)} cannot be sent to the Slurm tasks: {culprit}; it must be picklable "
+            "by cloudpickle (functions, classes and closures of the notebook are; open files, locks and sockets are "
+            "not): make such objects inside the function")) from e
+    values = []
+    for index, value in enumerate(args):
+        try:
+            values.append(pickler(value))
+        except Exception as e:  # noqa: BLE001
+            culprit = pickling.describe(value, f"args[{index}]", e)
+            raise LaunchError(pickling.one_line(
+                f"args[{index}] ({type(value).__name__}: {shown(value, 60)}) cannot be sent to the Slurm tasks: "
+                f"{culprit}; pass data the tasks can unpickle, or make it inside the function")) from e
+    body = pickle.dumps({"env": env, "kernel": kernel, "secret": secret, "function": function_bytes,
+                         "args": values})
+    return SIZE.pack(len(body)) + body
+
+
+class _Results:
+    """What the Ray watch asks of Ray, answered by the step: a rank's result is its exit code (``ref``: the rank)."""
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+
+    def wait(self, refs: list[int], num_returns: int, timeout: float) -> tuple[list[int], list[int]]:
+        done = [r for r in refs if self._ready(r)]
+        return done, [r for r in refs if r not in done]
+
+    def _ready(self, rank: int) -> bool:
+        try:
+            return self.step.code(rank) is not None
+        except StepEnded:
+            return True
+
+    def get(self, ref: int, timeout: float | None = None) -> int:
+        code = self.step.code(ref)
+        if code is None:
+            raise StepEnded("its task has not ended")
+        return code
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return []
+
+
+class SlurmPlacement:
+    """Run the workers as the tasks of one ``srun`` step in the kernel's Slurm allocation.
+
+    Args:
+        cluster: the request; ``descriptors``: the run's registered descriptors (later local forks close the
+            step's); ``restart_after``: not used (a restart starts a new step in the same allocation).
+    """
+
+    def __init__(self, cluster: SlurmCluster, descriptors: RunDescriptors | None = None,
+                 restart_after: str = "") -> None:
+        self.cluster = cluster
+        self.descriptors = descriptors
+        self.step: Step | None = None
+        self.store: StoreServer | None = None
+        self.channel: BackChannel | None = None
+        self.watch: RunWatch | None = None
+        self.handles: list[RayWorkerHandle] = []
+
+    def start(self, envs: Sequence[LaunchEnvironment], function: Callable[..., Any], args: tuple[Any, ...],
+              board: SystemBoard | None) -> list[WorkerHandle]:
+        """Start one task per environment; ``board`` is not used (the trackers read no figures across nodes)."""
+        job = self._allocation(len(envs))
+        try:
+            host = kernel_address()
+            self.channel = BackChannel(host)
+            listener = bind_listener(host, 0)
+            self.store = StoreServer(listener, len(envs))
+            self.store.start()
+            env = replace(envs[0], master_addr=host, master_port=int(self.store.port),
+                          extra_vars=(*envs[0].extra_vars, ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+                                      ("TORCHELASTIC_RESTART_COUNT", "0")))
+            payload = _payload(env, self.channel.address, self.channel.secret, function, args)
+            name = f"notebook-accel-{hashlib.sha256(self.channel.secret).hexdigest()[:8]}"
+            self.step = Step(srun_command(self.cluster, job, len(envs), name, task_program()), payload)
+            if self.descriptors is not None:
+                self.descriptors.sources.append(
+                    lambda: [*(fd for h in self.handles for fd in h.open_fds()), *(self.step.fds() if self.step else [])])
+            self._make_handles(envs)
+            self._accept(len(envs))  # while the tasks start: each says where it runs before it dials
+            self.step.wait_started(len(envs), time.monotonic() + CONNECT_SECONDS)
+            for handle in self.handles:
+                handle.node, handle.pid = self.step.started[handle.rank]
+                handle.node_id = handle.node
+        except (RuntimeError, TimeoutError) as e:
+            self.release(self.handles)
+            raise LaunchError(f"the Slurm step in job {job} could not start: {e}") from e
+        except BaseException:
+            self.release(self.handles)
+            raise
+        self.watch = RunWatch(_Results(self.step), self.handles, self.cluster.node_timeout)
+        self.watch.start()
+        return list(self.handles)
+
+    def _allocation(self, count: int) -> str:
+        """The kernel's allocation (its job id), checked to hold ``count`` tasks, before anything starts."""
+        job = environment.get("SLURM_JOB_ID") or ""
+        if not job:
+            if self.cluster.partition is None:
+                raise LaunchError("cluster='slurm' runs the workers in the Slurm allocation this kernel runs in, but "
+                                  "SLURM_JOB_ID is not set here; start the notebook inside an allocation (salloc, "
+                                  "sbatch, Open OnDemand), or name one to ask for: SlurmCluster(partition='...')")
+            raise LaunchError(f"SlurmCluster(partition={self.cluster.partition!r}) from outside an allocation (asking "
+                              "Slurm for one) is not supported yet; run the notebook inside an allocation (salloc -N2 "
+                              "...) and use cluster='slurm'")
+        if count > 1:
+            try:
+                require_sealing("this kernel")
+            except ImportError as e:
+                raise LaunchError(str(e).replace("Ray run", "run")) from e
+        nodes = (environment.get("SLURM_JOB_NODELIST") or "").split(",")
+        check_fits(count, environment.get("SLURM_JOB_CPUS_PER_NODE") or "", nodes, job)
+        return job
+
+    def _make_handles(self, envs: Sequence[LaunchEnvironment]) -> None:
+        assert self.step is not None
+        for rank in range(len(envs)):
+            node, pid = self.step.started.get(rank, ("?", -1))  # known once its task says it (after _accept)
+            reader, writer = os.pipe()
+            self.handles.append(RayWorkerHandle(
+                rank=rank, process=None, events=_unset_connection(), stdout_fd=-1, stderr_fd=-1,
+                device=envs[rank].device or "cpu", exit_fd=reader, pid=pid, node=node, drain_seconds=DRAIN_SECONDS,
+                actor=None, ref=rank, node_id=node, exit_writer=writer))
+
+    def _accept(self, count: int) -> None:
+        """Every rank's four streams; a task that ended first (its rank could not start) fails the launch."""
+        assert self.channel is not None and self.step is not None
+        by_rank = {h.rank: h for h in self.handles}
+        step = self.step
+
+        def alive() -> None:
+            for handle in self.handles:
+                node = step.started.get(handle.rank, ("?", -1))[0]
+                try:
+                    code = step.code(handle.rank)
+                except StepEnded as e:
+                    raise LaunchError(f"rank {handle.rank} on node {node} could not start: {e}") from None
+                if code is not None:
+                    raise LaunchError(f"rank {handle.rank} on node {node} could not start: {step.messages()}")
+
+        try:
+            for dialed in self.channel.accept(4 * count, time.monotonic() + CONNECT_SECONDS, alive):
+                _attach(by_rank[dialed.rank], dialed)
+        except TimeoutError as e:
+            raise LaunchError(f"the Slurm tasks did not connect back to this kernel at {self.channel.address[0]}:"
+                              f"{self.channel.address[1]} within {CONNECT_SECONDS:.0f} s ({e})") from e
+        finally:
+            self.channel.close()
+
+    def signal(self, handle: WorkerHandle, sig: signal.Signals) -> None:
+        """Send ``sig`` to the rank's process group; SIGKILL also cancels the step (a lost node cannot obey)."""
+        if not isinstance(handle, RayWorkerHandle):
+            return
+        handle.send_signal(sig)
+        if sig == signal.SIGKILL and self.step is not None:
+            self.step.cancel()
+
+    def end_leftovers(self, handles: Sequence[WorkerHandle]) -> None:
+        """Nothing: :meth:`release` cancels the step, which ends every task on every node."""
+
+    def sampler(self, handles: Sequence[WorkerHandle]) -> RemoteSampler | None:
+        """The figures each rank's node sends (``None`` before the start)."""
+        return None if self.watch is None else RemoteSampler(self.watch)
+
+    def release(self, handles: Sequence[WorkerHandle]) -> None:
+        """End the step (cancelled when a task is still running), the store and the streams. Idempotent."""
+        for handle in self.handles:
+            if not handle.ended.is_set():
+                handle.send_signal(signal.SIGKILL)
+        if self.step is not None:
+            if len(self.step.codes) < len(self.handles) or not self.handles:
+                self.step.cancel()
+            else:
+                self.step.close()
+        if self.watch is not None:
+            self.watch.stop()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.channel is not None:
+            self.channel.close()
+        for handle in self.handles:
+            handle.end(-int(handle.signalled or signal.SIGKILL))
+            handle.reap()
+            _close(handle)
