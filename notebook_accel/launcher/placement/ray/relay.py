@@ -54,8 +54,10 @@ class RunRelay:
         self._wake_r, self._wake_w = os.pipe()
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._closed = threading.Event()
-        threading.Thread(target=self._accept, name="notebook-accel-relay-accept", daemon=True).start()
-        threading.Thread(target=self._read, name="notebook-accel-relay-read", daemon=True).start()
+        self._threads = [threading.Thread(target=self._accept, name="notebook-accel-relay-accept", daemon=True),
+                         threading.Thread(target=self._read, name="notebook-accel-relay-read", daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
     def address(self) -> tuple[str, int]:
         """Where the workers dial (this node's address and the listener's port)."""
@@ -93,12 +95,19 @@ class RunRelay:
             self._forget(sock)
 
     def close(self) -> None:
-        """Close every stream and the listener (the run is over). Idempotent."""
+        """Close every stream and the listener (the run is over), and wait for the relay's threads. Idempotent."""
+        if self._closed.is_set():
+            return
         self._closed.set()
-        self._channel.close()
         os.write(self._wake_w, b"x")
         with self._ready:
             self._ready.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        self._channel.close()
+        self._selector.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
     def _add(self, chunk: Chunk) -> None:
         with self._ready:

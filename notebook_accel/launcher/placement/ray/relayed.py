@@ -102,6 +102,7 @@ class RelayChannel:
         for sock in list(self._ours.values()):
             sock.close()
         self._ours.clear()
+        self._controls.close()
         try:
             self.ray.kill(self.actor, no_restart=True)
         except Exception:  # noqa: BLE001
