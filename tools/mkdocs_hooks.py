@@ -1,0 +1,187 @@
+"""MkDocs hooks for the documentation site (mkdocs.yml names this file; ``python3 dev.py docs`` builds the site).
+
+The API reference is generated here, at build time, from the package's public names, so it cannot go stale:
+
+- :data:`REFERENCE` places every name of ``notebook_accel.__all__`` on one reference page (a new public name that
+  has no place fails the build, and ``tests/docs/test_reference.py``), and renders whole public modules
+  (``notebook_accel.utils``, ``notebook_accel.logging``, ...) by their ``__all__``;
+- each name becomes a mkdocstrings ``:::`` block under the module that defines it (mkdocstrings reads the source
+  statically; the lazy top-level package cannot be read that way);
+- a public name, or a public method or property of a public class, without a docstring is a warning, which the
+  strict build turns into a failure.
+
+Docstrings use Sphinx roles (``:class:`~x.Y```); the rendered pages show them as code (:func:`on_page_content`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import re
+from typing import Any
+
+import griffe
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+
+LOG = logging.getLogger("mkdocs.hooks.reference")
+
+# page -> (title, introduction, top-level names of notebook_accel, whole modules rendered by their __all__,
+#          other objects by dotted path)
+REFERENCE: dict[str, tuple[str, str, list[str], list[str], list[str]]] = {
+    "reference/launching.md": (
+        "Launching", "Starting the workers from a notebook or a script, and what a launch returns or raises.",
+        ["notebook_launcher", "debug_launcher", "RayCluster", "ray_leftovers", "release_ray_workers"], [],
+        ["notebook_accel.launcher.supervision.background.BackgroundRun",
+         "notebook_accel.launcher.supervision.failures.WorkerFailure"]),
+    "reference/accelerator.md": (
+        "Accelerator and state", "The training function's API, as in accelerate.",
+        ["Accelerator", "AcceleratorState", "PartialState", "GradientState", "DistributedType"], [], []),
+    "reference/configuration.md": (
+        "Configuration and plugins",
+        "The config file, and the objects that configure an `Accelerator` (as accelerate's).",
+        ["Config", "load_config", "DataLoaderConfiguration", "ProjectConfiguration", "GradientAccumulationPlugin",
+         "DistributedDataParallelKwargs", "DDPCommunicationHookType", "GradScalerKwargs", "InitProcessGroupKwargs",
+         "AORecipeKwargs", "AutocastKwargs", "ProfileKwargs", "FullyShardedDataParallelPlugin", "DeepSpeedPlugin",
+         "DummyOptim", "DummyScheduler"], [], []),
+    "reference/data.md": (
+        "Data", "Preparing DataLoaders outside an `Accelerator`, and the samplers they use.",
+        ["prepare_data_loader", "DataLoaderDispatcher", "SeedableRandomSampler", "skip_first_batches"], [], []),
+    "reference/training.md": (
+        "Training helpers", "Progress, memory, seeds, local SGD and model loading.",
+        ["progress", "held_memory", "HeldMemory", "find_executable_batch_size", "release_memory", "LocalSGD",
+         "init_empty_weights", "init_on_device", "load_checkpoint_in_model", "set_seed", "synchronize_rng_states",
+         "is_rich_available"], [], []),
+    "reference/errors.md": (
+        "Errors", "Every error class a user can meet; each derives from `NotebookAccelError`. The "
+        "[Troubleshooting](../troubleshooting.md) page lists the messages with their fixes.",
+        ["NotebookAccelError", "LaunchError", "CudaInitializedError", "WorkerError", "LaunchTimeoutError",
+         "CheckpointError", "ConfigError"], [],
+        ["notebook_accel.plugins.ConfigurationError",
+         "notebook_accel.launcher.supervision.background.RunArgumentError",
+         "notebook_accel.launcher.supervision.background.RunStoppedError",
+         "notebook_accel.engines.deepspeed.jit_ops.StaleBuildLockError",
+         "notebook_accel.launcher.rendezvous.keyed_store.StoreTampered",
+         "notebook_accel.launcher.rendezvous.keyed_store.StoreSecretUnusable",
+         "notebook_accel.state.ProcessGroupError", "notebook_accel.state.ProcessHelperError",
+         "notebook_accel.data.sharding.DataPrepareError", "notebook_accel.tracking.base.TrackerError",
+         "notebook_accel.tracking.base.TrackerUnavailableError", "notebook_accel.ops.CollectiveShapeError",
+         "notebook_accel.checkpointing.errors.UnregistrableError",
+         "notebook_accel.checkpointing.errors.ShardSizeError", "notebook_accel.cli.common.UsageError",
+         "notebook_accel.local_sgd.LocalSGDError", "notebook_accel.logging.LoggingStateError"]),
+    "reference/logging.md": (
+        "Logging", "accelerate's multi-process logger, and this library's own logger level.",
+        ["get_logger", "get_verbosity", "set_verbosity", "set_verbosity_debug", "set_verbosity_info",
+         "set_verbosity_warning", "set_verbosity_error"], ["notebook_accel.logging"], []),
+    "reference/utils.md": (
+        "notebook_accel.utils", "accelerate.utils' names, as `from notebook_accel.utils import ...` gives them "
+        "(the ones also in `notebook_accel` are on their own pages).", [], ["notebook_accel.utils"], []),
+    "reference/widgets.md": (
+        "Widgets and integrations", "The config picker, the dashboard, and the Hugging Face `Trainer` callback.",
+        [], ["notebook_accel.widgets", "notebook_accel.integrations.transformers"], []),
+    "reference/events.md": (
+        "Events and sinks", "What a run reports, for a sink of your own.", [], ["notebook_accel.events"], []),
+    "reference/test-utils.md": (
+        "Test utilities", "accelerate's test helpers, for code that uses them.", [], ["notebook_accel.test_utils"],
+        []),
+}
+
+
+def _dotted(module: str, name: str) -> tuple[str, Any]:
+    """The path mkdocstrings reads ``module.name`` from (where it is defined), and the object."""
+    obj = getattr(importlib.import_module(module), name)
+    home = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if isinstance(home, str) and isinstance(qualname, str) and "<" not in qualname and home.startswith(
+            ("notebook_accel", "widgets")):
+        # widgets/ is installed as notebook_accel.widgets (setup.py); mkdocstrings reads it as the folder it is
+        home = home.replace("notebook_accel.widgets", "widgets", 1)
+        return f"{home}.{qualname}", obj
+    return f"{module}.{name}", obj
+
+
+def _undocumented(path: str, obj: Any) -> list[str]:
+    """``path`` and its public methods and properties (defined on the class itself) that have no docstring."""
+    if not (inspect.isclass(obj) or inspect.isroutine(obj)):
+        return []  # a constant or a type alias: documented by the comment or text around it
+    missing = [] if inspect.getdoc(obj) else [path]
+    if inspect.isclass(obj):
+        for name, member in vars(obj).items():
+            if name.startswith("_"):
+                continue
+            target = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+            if callable(target) and not (target.__doc__ or "").strip():
+                missing.append(f"{path}.{name}")
+    return missing
+
+
+def reference_pages() -> dict[str, str]:
+    """Every reference page's markdown, and a warning for each public name that is placed nowhere or undocumented.
+
+    Returns:
+        page path (under docs/) -> markdown.
+    """
+    import notebook_accel
+
+    placed = {name for _, _, names, _, _ in REFERENCE.values() for name in names}
+    for name in sorted(set(notebook_accel.__all__) - placed - {"__version__"}):
+        LOG.warning("notebook_accel.%s is public but on no reference page: add it to REFERENCE in %s", name, __file__)
+    top = set(notebook_accel.__all__)
+    pages: dict[str, str] = {}
+    rendered: dict[str, str] = {}  # path -> the page it is on (an object is rendered once: one anchor each)
+    for page, (title, intro, names, modules, others) in REFERENCE.items():
+        entries = [("notebook_accel", name) for name in names]
+        for module in modules:
+            public = getattr(importlib.import_module(module), "__all__", [])
+            entries += [(module, name) for name in public if not (module == "notebook_accel.utils" and name in top)]
+        entries += [tuple(path.rsplit(".", 1)) for path in others]  # type: ignore[misc]
+        blocks = [f"# {title}\n\n{intro}\n"]
+        elsewhere: list[str] = []
+        here = page.removeprefix("reference/")
+        for module, name in entries:
+            path, obj = _dotted(module, name)
+            if path not in rendered:
+                rendered[path] = here
+                for bare in _undocumented(path, obj):
+                    LOG.warning("%s has no docstring (every public name is documented on %s)", bare, page)
+                blocks.append(f"::: {path}\n")
+            where, short = ("" if rendered[path] == here else rendered[path]), path.rsplit(".", 1)[-1]
+            if short != name:  # an alias: accelerate's name for one of ours
+                elsewhere.append(f"- `{name}`: the same object as [`{short}`]({where}#{path})")
+            elif where:
+                elsewhere.append(f"- `{name}`: on [{REFERENCE['reference/' + where][0]}]({where}#{path})")
+        if elsewhere:
+            blocks.append("## Other names\n\n" + "\n".join(elsewhere) + "\n")
+        pages[page] = "\n".join(blocks)
+    return pages
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """Add the generated reference pages."""
+    for page, text in reference_pages().items():
+        files.append(File.generated(config, page, content=text))
+    return files
+
+
+_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|exc|data|obj):<code>~?([^<]*)</code>")
+
+
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Show a docstring's Sphinx role (``:class:`~a.B```) as the code it names (``B``)."""
+    return _ROLE.sub(lambda m: f"<code>{m.group(1).rsplit('.', 1)[-1] if m.group(0).find('~') >= 0 else m.group(1)}"
+                               "</code>", html)
+
+
+_EXAMPLE = re.compile(r"^(\s*)Example:$", re.MULTILINE)
+
+
+class ExampleSections(griffe.Extension):
+    """Read a docstring's ``Example:`` section (this package's spelling) as Google style's ``Examples:``, so its
+    ``>>>`` lines render as code, not as Markdown (mkdocs.yml loads this class as a griffe extension)."""
+
+    def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
+        """Rename the section before the docstring is parsed."""
+        if obj.docstring is not None:
+            obj.docstring.value = _EXAMPLE.sub(r"\1Examples:", obj.docstring.value)
