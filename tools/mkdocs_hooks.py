@@ -168,8 +168,31 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 _ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|exc|data|obj):<code>~?([^<]*)</code>")
 
 
+def _mend_toc(items: Any, ids: set[str]) -> None:
+    """Point table-of-contents entries at the heading ids the page has.
+
+    mkdocs-jupyter slugs a notebook heading's TOC entry without its code spans (``A hang, and `timeout=` `` ->
+    ``a-hang-and``) and the heading itself with them (``a-hang-and-timeout``); the entry takes the one id whose
+    words hold its own words in order.
+    """
+    for item in items:
+        if item.id not in ids:
+            longer = [i for i in ids if _holds(i.split("-"), item.id.split("-"))]
+            if len(longer) == 1:
+                item.id = longer[0]
+        _mend_toc(item.children, ids)
+
+
+def _holds(words: list[str], part: list[str]) -> bool:
+    """Whether ``part`` is ``words`` less some of its words (same order, same first word)."""
+    remaining = iter(words)
+    return bool(words) and words[0] == part[0] and all(word in remaining for word in part)
+
+
 def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """Show a docstring's Sphinx role (``:class:`~a.B```) as the code it names (``B``)."""
+    """Show a docstring's Sphinx role (``:class:`~a.B```) as the code it names (``B``); mend the TOC's anchors."""
+    if page is not None and page.toc is not None:
+        _mend_toc(page.toc, set(re.findall(r'\bid="([^"]+)"', html)))
     return _ROLE.sub(lambda m: f"<code>{m.group(1).rsplit('.', 1)[-1] if m.group(0).find('~') >= 0 else m.group(1)}"
                                "</code>", html)
 

@@ -89,3 +89,15 @@ def test_example_sections_are_read_as_examples(hooks: ModuleType) -> None:
     assert obj.docstring is not None
     sections = obj.docstring.parse("google")
     assert [s.kind.value for s in sections] == ["text", "examples"]
+
+
+def test_a_notebooks_toc_entry_is_pointed_at_its_heading(hooks: ModuleType) -> None:
+    from mkdocs.structure.toc import AnchorLink
+
+    entries = [AnchorLink("A hang, and timeout=", "a-hang-and", 2),
+               AnchorLink("Choosing GPUs", "choosing-gpus-before-anything-touches-cuda", 2),
+               AnchorLink("Fine", "fine", 2)]
+    hooks._mend_toc(entries, {"a-hang-and-timeout", "choosing-gpus-cuda_visible_devices-before-anything-touches-cuda",
+                              "fine", "fine-print"})
+    assert [e.id for e in entries] == ["a-hang-and-timeout",
+                                       "choosing-gpus-cuda_visible_devices-before-anything-touches-cuda", "fine"]
