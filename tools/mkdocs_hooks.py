@@ -15,10 +15,12 @@ Docstrings use Sphinx roles (``:class:`~x.Y```); the rendered pages show them as
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import logging
 import re
+from pathlib import Path
 from typing import Any
 
 import griffe
@@ -158,10 +160,62 @@ def reference_pages() -> dict[str, str]:
     return pages
 
 
+def _message(node: ast.expr) -> str | None:
+    """The text of an error's message argument, with each ``{...}`` field as written; ``None`` when it is not a
+    string literal (a message built elsewhere)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(part.value if isinstance(part, ast.Constant) else "{" + ast.unparse(part.value) + "}"
+                       for part in node.values if isinstance(part, (ast.Constant, ast.FormattedValue)))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _message(node.left), _message(node.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def error_messages(root: Path) -> list[tuple[str, str, str]]:
+    """Every error the package raises with a literal message: (error class, message, ``module:line``), sorted."""
+    found = set()
+    for folder in ("notebook_accel", "widgets"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.is_symlink() or any(p.is_symlink() for p in path.parents if root in p.parents):
+                continue
+            tree = ast.parse(path.read_text(), str(path))
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args):
+                    continue
+                func = node.exc.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                text = _message(node.exc.args[0])
+                module = path.relative_to(root).with_suffix("").as_posix().replace("/", ".")
+                if name and text and len(text) > 20 and not text.startswith("unreachable") and not module.endswith(
+                        "test_utils"):  # an internal guard, or accelerate's test helpers (tests' own failures)
+                    found.add((name, " ".join(text.split()), f"{module}:{node.lineno}"))
+    return sorted(found)
+
+
+def error_messages_page(root: Path) -> str:
+    """The page of every error message, by error class: searchable by the message's words."""
+    rows: dict[str, list[str]] = {}
+    for name, text, where in error_messages(root):
+        shown = re.sub(r"([|\[\]*_\\])", r"\\\1", text).replace("<", "&lt;").replace("`", "'")
+        rows.setdefault(name, []).append(f"| {shown} | `{where}` |")
+    sections = [f"## {name}\n\n| message (`{{...}}`: filled in when raised) | raised in |\n| --- | --- |\n"
+                + "\n".join(lines) + "\n" for name, lines in sorted(rows.items())]
+    return ("# Every error message\n\nEach error this library raises with a fixed message, read from the source when "
+            "the site is built (so the list cannot go stale), grouped by the error's class. A message says what went "
+            "wrong, the bad value, what is allowed and the fix; search this page (or the site) for the words of the "
+            "one you met. The common ones are explained at more length in [Troubleshooting](troubleshooting.md), and "
+            "each class is described in the [reference](reference/errors.md).\n\n" + "\n".join(sections))
+
+
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Add the generated reference pages."""
+    """Add the generated reference pages and the page of error messages."""
     for page, text in reference_pages().items():
         files.append(File.generated(config, page, content=text))
+    root = Path(config.config_file_path).parent
+    files.append(File.generated(config, "error-messages.md", content=error_messages_page(root)))
     return files
 
 

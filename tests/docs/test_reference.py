@@ -101,3 +101,15 @@ def test_a_notebooks_toc_entry_is_pointed_at_its_heading(hooks: ModuleType) -> N
                               "fine", "fine-print"})
     assert [e.id for e in entries] == ["a-hang-and-timeout",
                                        "choosing-gpus-cuda_visible_devices-before-anything-touches-cuda", "fine"]
+
+
+def test_the_error_messages_page_lists_the_messages_from_the_source(hooks: ModuleType) -> None:
+    messages = hooks.error_messages(ROOT)
+    classes = {name for name, _, _ in messages}
+    assert {"LaunchError", "CudaInitializedError", "CheckpointError", "ConfigurationError"} <= classes
+    cuda = [text for name, text, _ in messages if name == "CudaInitializedError"]
+    assert cuda and cuda[0].startswith("CUDA is already initialised in this process")
+    assert any("{" in text for _, text, _ in messages)  # f-strings keep their fields, as written
+    assert all(not where.startswith("widgets.") or ".widgets." not in where for _, _, where in messages)
+    page = hooks.error_messages_page(ROOT)
+    assert "## CudaInitializedError" in page and "| CUDA is already initialised in this process" in page
