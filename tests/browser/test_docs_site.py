@@ -86,11 +86,16 @@ def browser() -> Iterator[Any]:
 def test_search_finds(term: str, site_url: str, browser: Any) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     try:
-        page.goto(site_url)
+        page.goto(site_url, wait_until="networkidle")
         page.keyboard.press("/")  # Material's shortcut: focus the search box
-        page.locator("input.md-search__input").fill(term)
         results = page.locator(".md-search-result__item")
-        results.first.wait_for(timeout=30_000)
+        for attempt in range(6):  # the index loads in a web worker: a query typed before it is ready is dropped
+            page.locator("input.md-search__input").fill(term)
+            try:
+                results.first.wait_for(timeout=10_000)
+                break
+            except Exception:  # playwright's TimeoutError: type it again
+                page.locator("input.md-search__input").fill("")
         texts = results.all_inner_texts()
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"docs-search-{term}.png"))
