@@ -3,6 +3,8 @@
 
     python3 dev.py test [pytest args]   # make .venv, install the package with its test extra, run the suite
     python3 dev.py demo                 # make .venv, run the quickstart notebook headless into build/
+    python3 dev.py docs [mkdocs build args]
+                                        # make .venv, build the documentation site (mkdocs.yml, docs/) into build/site
     python3 dev.py bench                # also install the bench extra, run every benchmark in benchmarks/, print ratios
     python3 dev.py compat-latest [--version V] [--base V]
                                         # before bumping accelerate's pin: its newest release (or V) in a scratch
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
-EXTRAS = "test,tutorials,tensorboard,browser,trackers,aim,deepspeed,multinode,ray,fp8"
+EXTRAS = "test,tutorials,tensorboard,browser,trackers,aim,deepspeed,multinode,ray,fp8,docs"
 CHROMIUM = Path("/usr/bin/chromium")
 
 
@@ -101,8 +103,8 @@ def ensure_system_packages() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Dispatch ``test``, ``demo``, ``bench``, ``compat-latest`` or ``test-gpu``."""
-    if not argv or argv[0] not in {"test", "demo", "bench", "compat-latest", "test-gpu"}:
+    """Dispatch ``test``, ``demo``, ``docs``, ``bench``, ``compat-latest`` or ``test-gpu``."""
+    if not argv or argv[0] not in {"test", "demo", "docs", "bench", "compat-latest", "test-gpu"}:
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
@@ -123,6 +125,14 @@ def main(argv: list[str]) -> int:
         return subprocess.run([python, "-m", "pytest", *rest], cwd=ROOT, env=env).returncode
     if command == "demo":
         return subprocess.run([python, str(ROOT / "tools" / "demo.py"), *rest], cwd=ROOT, env=env).returncode
+    if command == "docs":
+        # strict (mkdocs.yml): a broken link, a missing reference, an undocumented public name or a page left out
+        # of the navigation fails the build
+        code = subprocess.run([python, "-m", "mkdocs", "build", *rest], cwd=ROOT,
+                              env={**env, "NO_MKDOCS_2_WARNING": "1"}).returncode
+        if code == 0:
+            print(f"[dev] the site is in {ROOT / 'build' / 'site'} (open index.html)", flush=True)
+        return code
     ensure_bench_extra()
     code = 0
     for script in sorted((ROOT / "benchmarks").glob("*.py")):

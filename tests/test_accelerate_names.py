@@ -1,6 +1,7 @@
-"""Every name in the README's "same as accelerate" row exists here and takes accelerate's parameters.
+"""Every name in the migration guide's "same as accelerate" row exists here and takes accelerate's parameters.
 
-The row is parsed from README.md, so the documentation cannot claim a name that is missing. With accelerate
+The row is parsed from the migration guide (docs/guides/migrating.md), so the documentation cannot claim a name
+that is missing. With accelerate
 installed (the test extra installs it), each callable's parameters are compared with accelerate's own: every
 parameter accelerate's version takes must be accepted by ours, by name.
 """
@@ -20,7 +21,8 @@ from notebook_accel import Accelerator
 from tests.compat import accelerate_names
 from tests.helpers import import_accelerate
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+# the API table moved from the README into the documentation site's migration guide
+README = Path(__file__).resolve().parents[1] / "docs" / "guides" / "migrating.md"
 
 
 def same_as_accelerate() -> list[str]:
@@ -60,7 +62,7 @@ def test_name_exists(name: str) -> None:
     ours(name)
 
 
-# accelerate parameters we do not take, each listed with its reason in the README's "not provided" row
+# accelerate parameters we do not take, each listed with its reason in the migration guide's "not provided" row
 NOT_PROVIDED = {
     "Accelerator": {"deepspeed_plugins", "dynamo_backend", "dynamo_plugin", "fsdp_plugin",
                     "megatron_lm_plugin", "parallelism_config", "torch_tp_plugin"},
@@ -71,7 +73,7 @@ def test_every_exception_is_explained_in_the_readme() -> None:
     row = next(line for line in README.read_text().splitlines() if line.startswith("| **not provided, and why** |"))
     for names in NOT_PROVIDED.values():
         for name in names - {"fsdp_plugin"}:
-            assert name in row, f"{name} is not provided but the README does not say why"
+            assert name in row, f"{name} is not provided but the migration guide does not say why"
 
 
 def _parameters(obj: Any) -> tuple[set[str], bool]:
@@ -103,11 +105,13 @@ def test_accepts_accelerates_parameters(name: str) -> None:
 
 def test_every_public_accelerate_name_is_ours_or_explained() -> None:
     """Every public name of the pinned accelerate's top level, its ``accelerate.utils`` and its Accelerator (modules
-    aside) exists here, or the README's "not provided" row or its "accelerate.utils names not provided" section
+    aside) exists here, or the migration guide's "not provided" row or its "accelerate.utils names not provided"
+    section
     names it with the reason: a release that adds a name fails here, naming it, once constraints.txt takes it."""
     import_accelerate()
     missing = accelerate_names.report()["unexplained"]
-    assert not missing, (f"accelerate names neither provided by notebook_accel nor explained in the README's 'not "
+    assert not missing, (f"accelerate names neither provided by notebook_accel nor explained in the migration "
+                         f"guide's 'not "
                          f"provided' row or its '{accelerate_names.SECTION}' section: {missing}")
 
 
@@ -122,7 +126,8 @@ def test_the_name_report_catches_a_name_that_is_not_explained() -> None:
 
 
 def test_the_listed_names_are_accelerates_and_not_ours() -> None:
-    """A name the README's section lists as not provided must be one of accelerate.utils' names (a release that
+    """A name the migration guide's section lists as not provided must be one of accelerate.utils' names (a release
+    that
     drops it makes the line stale) and must not be one we provide (the line would mislead)."""
     accelerate = import_accelerate()
     import notebook_accel.utils
@@ -131,5 +136,5 @@ def test_the_listed_names_are_accelerates_and_not_ours() -> None:
     assert len(names) > 100 and "merge_fsdp_weights" in names and "synchronize_rng_states" not in names
     assert len(names) == len(set(names)), f"listed twice: {sorted({n for n in names if names.count(n) > 1})}"
     theirs = set(accelerate_names.public_names(accelerate.utils))
-    assert not [n for n in names if n not in theirs], "the README lists names accelerate.utils does not have"
-    assert not [n for n in names if hasattr(notebook_accel.utils, n)], "the README lists names we provide"
+    assert not [n for n in names if n not in theirs], "the migration guide lists names accelerate.utils does not have"
+    assert not [n for n in names if hasattr(notebook_accel.utils, n)], "the migration guide lists names we provide"

@@ -12,9 +12,10 @@ on the index changes nothing until someone bumps the pin. This command shows wha
 3. it compares the public names of both versions (``tests.compat.accelerate_names``);
 
 then prints every call whose outcome differs, every call that passes under the new accelerate and fails here, the
-names the new version added or removed, and the names neither provided nor explained in the README.
+names the new version added or removed, and the names neither provided nor explained in the migration guide
+(docs/guides/migrating.md).
 
-Nothing in the repository changes; the README's "Bumping accelerate" says what to do with the table.
+Nothing in the repository changes; docs/development.md's "Bumping accelerate" says what to do with the table.
 """
 
 from __future__ import annotations
@@ -122,13 +123,13 @@ def short(outcome: str | None) -> str:
 def call_table(base: str, new: str, base_acc: dict[str, str], new_acc: dict[str, str],
                new_ours: dict[str, str], explained: frozenset[str] = frozenset()) -> list[str]:
     """The lines for every call that changed between the versions or passes under the new accelerate only; a
-    failure here that the README explains (``explained``: its ``script.py::call`` names) says so."""
+    failure here that the migration guide explains (``explained``: its ``script.py::call`` names) says so."""
     lines = [f"| call | accelerate {base} | accelerate {new} | notebook_accel, {new}'s scripts |",
              "| --- | --- | --- | --- |"]
     for call in dict.fromkeys([*base_acc, *new_acc]):
         b, n, o = base_acc.get(call), new_acc.get(call), new_ours.get(call)
         if short(b) != short(n) or (n == "ok" and o != "ok"):
-            mine = short(o) + (" (the README explains it)" if o != "ok" and call in explained else "")
+            mine = short(o) + (" (the migration guide explains it)" if o != "ok" and call in explained else "")
             lines.append(f"| `{call}` | {short(b)} | {short(n)} | {mine} |")
     return lines
 
@@ -143,13 +144,14 @@ def name_lines(base_report: dict[str, object], new_report: dict[str, object]) ->
         removed = sorted(set(old_names.get(module, [])) - set(new_names[module]))
         lines.append(f"{module}: added {', '.join(added) or 'nothing'}; removed {', '.join(removed) or 'nothing'}")
     unexplained = new_report["unexplained"]
-    lines.append(f"neither provided by notebook_accel nor explained in the README: {unexplained or 'none'}")
+    lines.append(f"neither provided by notebook_accel nor explained in the migration guide: {unexplained or 'none'}")
     return lines
 
 
 def main(argv: list[str], python: Path) -> int:
     """Measure, print the tables; 0 when nothing would need fixing here (every call that passes under the new
-    accelerate passes here or is one the README already explains, every name is provided or explained)."""
+    accelerate passes here or is one the migration guide already explains, every name is provided or
+    explained)."""
     parser = argparse.ArgumentParser(prog="python3 dev.py compat-latest", description=__doc__.splitlines()[0])
     parser.add_argument("--version", help="the accelerate to measure (default: the newest on the package index)")
     parser.add_argument("--base", help="the accelerate to compare with (default: constraints.txt's pin, in .venv)")
@@ -177,7 +179,8 @@ def main(argv: list[str], python: Path) -> int:
     print(f"calls to add to PASSING_UNDER_ACCELERATE: "
           f"{[c for c, o in new_acc.items() if o == 'ok' and base_acc.get(c) != 'ok'] or 'none'}")
     print(f"calls to take out of it: {[c for c, o in base_acc.items() if o == 'ok' and new_acc.get(c) != 'ok'] or 'none'}")
-    print(f"calls that pass under accelerate {new}, fail here and the README does not explain: {to_fix or 'none'}")
+    print(f"calls that pass under accelerate {new}, fail here and the migration guide does not explain: "
+          f"{to_fix or 'none'}")
     print("\n## public names\n")
     new_report = name_report(new_python)
     print("\n".join(name_lines(name_report(base_python), new_report)))

@@ -61,8 +61,8 @@ class ConfigPicker(w.VBox):
         cpu_count, gpus: the hardware to offer; detected (without initialising CUDA) when not given.
 
     Attributes:
-        device, gpus, processes, mixed_precision, accumulation, batch_size, port, machines, machine_rank,
-        main_ip, engine, path: the controls (ipywidgets), public so code and tests can set them.
+        controls: ``device gpus processes mixed_precision accumulation batch_size port machines machine_rank
+            main_ip engine path``: the controls (ipywidgets), public so code and tests can set them.
         process_limit: the most processes per machine the chosen devices allow.
         engines: ``distributed_type`` -> that engine's :class:`EngineSection` (its ``controls`` by file key).
         effective: the effective batch size line; message: the inline problems or the summary.

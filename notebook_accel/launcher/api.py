@@ -195,8 +195,8 @@ def notebook_launcher(
         CudaInitializedError: CUDA is already initialised in the kernel; restart the kernel.
         WorkerError: a worker raised or died; the others were stopped; names every failing rank.
         LaunchTimeoutError: the run took longer than ``timeout``.
-        KeyboardInterrupt: the stop button; every worker was stopped first.
-        With ``num_processes=1``, the function's own exception is raised unchanged.
+        KeyboardInterrupt: the stop button; every worker was stopped first. With ``num_processes=1``, the
+            function's own exception is raised unchanged.
 
     Example:
         >>> def train(lr):

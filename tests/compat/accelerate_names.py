@@ -1,8 +1,9 @@
-"""accelerate's public names against ours: which of them notebook_accel lacks and the README does not explain.
+"""accelerate's public names against ours: which of them notebook_accel lacks and the migration guide does not
+explain.
 
 A name counts as provided when ``notebook_accel`` (for ``accelerate.X``), ``notebook_accel.utils`` (for
 ``accelerate.utils.X``), ``notebook_accel.logging`` (for the functions ``accelerate.logging`` defines) or our
-``Accelerator`` (for ``Accelerator.X``) has it, and as explained when the README's
+``Accelerator`` (for ``Accelerator.X``) has it, and as explained when the migration guide's
 "not provided, and why" row or its "accelerate.utils names not provided" section names it (as a whole word).
 ``tests/test_accelerate_names.py`` fails on every name that is neither; ``tools/compat_latest.py`` runs
 :func:`main` under a newer accelerate to list what that release added.
@@ -19,27 +20,28 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+# the API table of the migration guide (docs/guides/migrating.md; it was the README's)
+README = Path(__file__).resolve().parents[2] / "docs" / "guides" / "migrating.md"
 ROW = "| **not provided, and why** |"
 SECTION = "### accelerate.utils names not provided"
 
 
 def public_names(module: ModuleType) -> list[str]:
     """The names ``module`` exports that are not private and not modules (accelerate's submodules are laid out
-    differently here; the README says so)."""
+    differently here; the migration guide says so)."""
     return sorted(n for n in dir(module) if not n.startswith("_") and not inspect.ismodule(getattr(module, n)))
 
 
 def explanations(readme: str | None = None) -> str:
-    """The README's "not provided" row and its section of accelerate.utils names not provided, as one text.
+    """The migration guide's "not provided" row and its section of accelerate.utils names not provided, as one text.
 
     Raises:
-        AssertionError: the README lost the row or the section.
+        AssertionError: the migration guide lost the row or the section.
     """
     text = README.read_text() if readme is None else readme
     rows = [line for line in text.splitlines() if line.startswith(ROW)]
-    assert len(rows) == 1, f"README.md must have exactly one line starting {ROW!r}"
-    assert SECTION in text, f"README.md lost its section {SECTION!r}"
+    assert len(rows) == 1, f"{README} must have exactly one line starting {ROW!r}"
+    assert SECTION in text, f"{README} lost its section {SECTION!r}"
     section = text.split(SECTION, 1)[1]
     section = re.split(r"^#{1,3} ", section, maxsplit=1, flags=re.M)[0]
     return rows[0] + "\n" + section

@@ -57,7 +57,7 @@ SCRIPTS: tuple[Script, ...] = (
     Script("external_deps/test_metrics.py"),
 )
 
-# ``from accelerate.utils.operations import x`` -> ``from notebook_accel.utils import x``: the README's rule
+# ``from accelerate.utils.operations import x`` -> ``from notebook_accel.utils import x``: the migration guide's rule
 # ("import the names from notebook_accel or notebook_accel.utils"), applied to the module path only.
 _IMPORT = re.compile(r"^(?P<indent>[ \t]*)(?P<kw>from|import)[ \t]+accelerate(?P<sub>(?:\.\w+)*)(?=[ \t]|$)", re.M)
 

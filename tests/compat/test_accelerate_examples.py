@@ -9,9 +9,9 @@ same loss and logits at every forward, the same metric results.
 
 A script that fails on CPU under accelerate too (``not_run`` in :data:`~tests.compat.accelerate_examples.EXAMPLES`)
 and one that trains differently on purpose (:data:`DIFFERENT_ON_PURPOSE`: it must finish, and still differ) are each
-named in the README with the reason. Skipped, saying how to get them, where the examples are absent (they are not in
-accelerate's wheel). The accelerate runs are cached, so only the first session pays for them (see the README for
-the measured cost).
+named in docs/development.md with the reason. Skipped, saying how to get them, where the examples are absent (they
+are not in accelerate's wheel). The accelerate runs are cached, so only the first session pays for them (see
+docs/development.md for the measured cost).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from tests.compat.accelerate_examples import (
     verdict,
 )
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+# the page that describes this test (docs/development.md, "Bumping accelerate"; it was docs/development.md's section)
+README = Path(__file__).resolve().parents[2] / "docs" / "development.md"
 
-# Scripts that finish here but train differently from accelerate, on purpose (the README's "different on purpose"),
-# with the reason. None today: a test fails as soon as one trains differently.
+# Scripts that finish here but train differently from accelerate, on purpose (the migration guide's "different on
+# purpose"), with the reason. None today: a test fails as soon as one trains differently.
 DIFFERENT_ON_PURPOSE: dict[str, str] = {}
 
 pytestmark = pytest.mark.skipif(examples_source() is None, reason=HOW_TO_GET)
@@ -68,7 +69,7 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path
 def test_every_script_left_out_is_named_in_the_readme_with_its_reason() -> None:
     text = README.read_text()
     left_out = [e.path for e in EXAMPLES if e.not_run] + list(DIFFERENT_ON_PURPOSE)
-    assert [p for p in left_out if f"`{p}`" not in text] == [], "name each script left out in the README"
+    assert [p for p in left_out if f"`{p}`" not in text] == [], "name each script left out in docs/development.md"
 
 
 @pytest.mark.timeout(1200)

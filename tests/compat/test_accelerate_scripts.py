@@ -6,9 +6,9 @@ folder), and it is run on 2 CPU processes through ``notebook-accel launch`` (tes
 
 Every call that passes under accelerate (:data:`PASSING_UNDER_ACCELERATE`, measured with
 ``python -m tests.compat.accelerate_scripts accelerate``) must pass here, or be named, with its reason, in the
-README's "different on purpose" or "not provided" row as ``script.py::call``. The test expects exactly that
-list: a new failure fails it, and so does a listed call that now passes (take it out of the README).
-``script.py::import`` in the README stands for every call of a script that cannot be imported here.
+migration guide's "different on purpose" or "not provided" row as ``script.py::call``. The test expects exactly that
+list: a new failure fails it, and so does a listed call that now passes (take it out of the migration guide).
+``script.py::import`` in the migration guide stands for every call of a script that cannot be imported here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import pytest
 
 from tests.compat.accelerate_scripts import SCRIPTS, Script, run_script, scripts_dir
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+# the API table of the migration guide (docs/guides/migrating.md; it was the README's)
+README = Path(__file__).resolve().parents[2] / "docs" / "guides" / "migrating.md"
 
 # The calls that pass under accelerate 1.16.0 (constraints.txt pins it) on 2 CPU processes (torchrun,
 # ACCELERATE_USE_CPU), 64 in all; `python3 dev.py compat-latest` measures them again under the newest release.
@@ -130,15 +131,15 @@ _CALL = re.compile(r"`([\w/]+\.py::[^`]+)`")
 
 
 def explained_in_readme() -> set[str]:
-    """Every ``script.py::call`` the README's "different on purpose" and "not provided" rows name."""
+    """Every ``script.py::call`` the migration guide's "different on purpose" and "not provided" rows name."""
     rows = [line for line in README.read_text().splitlines()
             if line.startswith(("| **different on purpose** |", "| **not provided, and why** |"))]
-    assert len(rows) == 2, "the README's API table lost its 'different on purpose' or 'not provided' row"
+    assert len(rows) == 2, "the migration guide's API table lost its 'different on purpose' or 'not provided' row"
     return {m for row in rows for m in _CALL.findall(row)}
 
 
 def expected_failures(script: str, explained: set[str]) -> set[str]:
-    """The calls of ``script`` the README explains (all of them when it explains the script's import)."""
+    """The calls of ``script`` the migration guide explains (all of them when it explains the script's import)."""
     calls = counted(script)
     if f"{script}::import" in explained:
         return set(calls)
@@ -147,7 +148,8 @@ def expected_failures(script: str, explained: set[str]) -> set[str]:
 
 def test_the_readme_names_only_calls_that_exist() -> None:
     known = {f"{s}::{c}" for s, calls in PASSING_UNDER_ACCELERATE.items() for c in (*calls, "import")}
-    assert explained_in_readme() <= known, f"README names unknown calls: {sorted(explained_in_readme() - known)}"
+    unknown = sorted(explained_in_readme() - known)
+    assert not unknown, f"the migration guide names unknown calls: {unknown}"
 
 
 @pytest.mark.timeout(240)
@@ -165,6 +167,7 @@ def test_accelerate_script_passes_with_only_the_imports_changed(script: Script, 
     fixed = sorted(expected - set(failing))
     assert not new and not fixed, (
         f"{script.path}: calls that pass under accelerate and now fail here (fix them, or explain them in the "
-        f"README): {new}\ncalls the README explains that now pass (take them out of the README): {fixed}\n"
+        f"migration guide): {new}\ncalls the migration guide explains that now pass (take them out of the migration "
+        f"guide): {fixed}\n"
         f"--- output (last 3000 characters) ---\n{output[-3000:]}"
     )

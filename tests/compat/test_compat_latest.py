@@ -50,8 +50,8 @@ def test_the_call_table_shows_changes_and_new_failures_only() -> None:
     rows = {line.split("`")[1]: line for line in table[2:]}
     assert set(rows) == {"a.py::fixed()", "a.py::gone()", "a.py::added()", "a.py::ours_fail()"}
     assert rows["a.py::gone()"] == "| `a.py::gone()` | PASS | - | - |"
-    assert rows["a.py::ours_fail()"].endswith(  # no stray '|'; a failure the README explains says so
-        "| - | PASS | FAIL: rank 1: ImportError / x (the README explains it) |")
+    assert rows["a.py::ours_fail()"].endswith(  # no stray '|'; a failure the migration guide explains says so
+        "| - | PASS | FAIL: rank 1: ImportError / x (the migration guide explains it) |")
 
 
 def test_the_name_lines_list_what_a_release_added_and_removed() -> None:
@@ -61,5 +61,5 @@ def test_the_name_lines_list_what_a_release_added_and_removed() -> None:
     assert compat_latest.name_lines(base, new) == [
         "accelerate.utils: added c; removed a",
         "accelerate.logging: added set_verbosity; removed nothing",
-        "neither provided by notebook_accel nor explained in the README: ['accelerate.utils.c']",
+        "neither provided by notebook_accel nor explained in the migration guide: ['accelerate.utils.c']",
     ]
