@@ -22,6 +22,7 @@ __all__ = [
     "Log",
     "Metrics",
     "Progress",
+    "epoch_label",
     "Finished",
     "Failed",
     "Exited",
@@ -104,6 +105,13 @@ class Progress:
     time: float
     epoch: int | None = None
     source: Literal["loader", "loop"] = "loop"
+
+
+def epoch_label(epoch: int) -> str:
+    """How the dashboard and the console name a :class:`Progress`'s 1-based ``epoch``: by the 0-based index that the
+    user's ``for epoch in range(...)`` loop, their ``tqdm`` and ``set_epoch`` show (``epoch_label(2)`` is
+    ``"epoch index 1"``), so the run's progress and the user's own lines never count the same epoch two ways."""
+    return f"epoch index {epoch - 1}"
 
 
 @dataclass(frozen=True)
