@@ -127,7 +127,7 @@ class Failed:
     """A worker's function raised: the exception's type name, message and the user's traceback text.
 
     ``call`` names the library function the user's code was in when it raised, with the user's line
-    (``"gather (your line 12)"``), or is empty when the user's own code raised.
+    (``"gather (Cell In[8], line 12)"``), or is empty when the user's own code raised.
     """
 
     rank: int

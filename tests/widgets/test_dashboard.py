@@ -157,7 +157,7 @@ def test_a_failure_waits_a_moment_for_the_launchers_verdict_then_shows() -> None
     dash, clock, shown = _dashboard()
     dash.handle(Failed(0, "RuntimeError", "[gloo] Connection closed by peer", "Traceback ...\nRuntimeError: gloo"))
     assert dash.parts["error"] == "" and "gloo" not in dash.view.top.value.split("nacc-loop")[1]  # not torch's words first
-    dash.finish(RunOutcome("failed", 1.0, "rank 0 called gather (your line 10) but rank 1 had already returned"))
+    dash.finish(RunOutcome("failed", 1.0, "rank 0 called gather (Cell In[8], line 10) but rank 1 had already returned"))
     page = shown.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
     assert "rank 1 had already returned" in page  # the verdict is the first error the user reads
     dash, clock, _ = _dashboard()
