@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from notebook_accel.events import epoch_label
 from notebook_accel.float8.facts import precision_label
 from notebook_accel.terminal import ansi_to_html
-from notebook_accel.widgets.log_style import line_kinds
+from notebook_accel.widgets.log_style import MONOSPACE, line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value, node_label
 from notebook_accel.widgets.log_buffer import LogLine
 from notebook_accel.widgets.progress_model import progress_column
@@ -293,7 +293,7 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
     return (
         f'{caption}<div style="height:{height_px}px;overflow-y:auto;display:flex;flex-direction:column-reverse;'
         'border:1px solid #e5e7eb;padding:4px">'
-        f'<pre style="margin:0;font-size:12px;white-space:pre-wrap">{body}</pre></div>'
+        f'<pre style="margin:0;font-size:12px;white-space:pre-wrap;{MONOSPACE}">{body}</pre></div>'
     )
 
 
@@ -312,5 +312,6 @@ def error_html(state: RunState) -> str:
     return (
         '<div style="border-left:4px solid #b42318;padding:4px 8px;background:#fef3f2">'
         f'<b style="color:#b42318;font-family:sans-serif">{title}</b>'
-        f'<pre style="font-size:11px;white-space:pre-wrap;max-height:260px;overflow:auto">{trace}</pre></div>'
+        '<pre style="font-size:11px;white-space:pre-wrap;max-height:260px;overflow:auto;'
+        f'{MONOSPACE}">{trace}</pre></div>'
     )
