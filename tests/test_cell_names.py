@@ -78,7 +78,8 @@ def test_a_hang_in_a_cell_names_the_cells_lines(shell: object) -> None:
 def test_build_machine_paths_leave_the_message_and_other_paths_stay() -> None:
     gloo = "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:16025"
     assert without_build_paths(gloo) == "Connection closed by peer [127.0.0.1]:16025"
-    assert without_build_paths("RuntimeError: [/gloo/transport/tcp/pair.cc:537] Read error") == "RuntimeError: Read error"
+    reset = "RuntimeError: [/gloo/transport/tcp/pair.cc:537] Read error"
+    assert without_build_paths(reset) == "RuntimeError: Read error"
     kept = "index [3] out of range; see [notes.md:4]"
     assert without_build_paths(kept) == kept
 
@@ -97,7 +98,8 @@ def test_a_collective_called_on_one_rank_names_the_cells_line(shell: object) -> 
             "        accelerator.gather(torch.ones(2))\n")
     assert shell.run_cell(code, store_history=True).success  # type: ignore[attr-defined]
     with pytest.raises(WorkerError) as caught:
-        notebook_launcher(shell.user_ns["partial"], num_processes=2, dashboard=False, timeout=60)  # type: ignore[attr-defined]
+        partial = shell.user_ns["partial"]  # type: ignore[attr-defined]
+        notebook_launcher(partial, num_processes=2, dashboard=False, timeout=60)
     message = str(caught.value)
     assert message.startswith("rank 0 called gather (Cell In[1], line 6) but rank 1"), message
     assert "your line" not in message and "pair.cc" not in message and "third_party" not in message, message
