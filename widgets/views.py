@@ -23,6 +23,7 @@ __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label
 
 STATUS_COLORS = {
     "starting": "#6b7280",
+    "not started": "#6b7280",
     "running": "#1d4ed8",
     "finished": "#1a7f37",
     "failed": "#b42318",
@@ -121,6 +122,8 @@ def progress_text(state: RunState, now: float = 0.0) -> tuple[float, str]:
         if state.worker_phase:  # busy with something slow before any loop (DeepSpeed compiling its op)
             return 0.0, state.worker_phase
         if not state.workers_spoke and state.outcome is None:
+            if any(rank.status == "running" for rank in state.ranks.values()):  # as the ranks table says
+                return 0.0, "running: no report from the workers yet (imports, rendezvous, engine setup)"
             return 0.0, "waiting for the workers (imports, rendezvous, engine setup)"
         return 0.0, "no progress yet: it shows a prepared DataLoader, progress() or accelerator.log(...)"
     parts = [position_text(state)]
