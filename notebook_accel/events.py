@@ -22,6 +22,7 @@ __all__ = [
     "Log",
     "Metrics",
     "Progress",
+    "epoch_label",
     "Finished",
     "Failed",
     "Exited",
@@ -106,6 +107,13 @@ class Progress:
     source: Literal["loader", "loop"] = "loop"
 
 
+def epoch_label(epoch: int) -> str:
+    """How the dashboard and the console name a :class:`Progress`'s 1-based ``epoch``: by the 0-based index that the
+    user's ``for epoch in range(...)`` loop, their ``tqdm`` and ``set_epoch`` show (``epoch_label(2)`` is
+    ``"epoch index 1"``), so the run's progress and the user's own lines never count the same epoch two ways."""
+    return f"epoch index {epoch - 1}"
+
+
 @dataclass(frozen=True)
 class Finished:
     """A worker's function returned ``value`` (only rank 0's value is sent; others send ``None``)."""
@@ -119,7 +127,7 @@ class Failed:
     """A worker's function raised: the exception's type name, message and the user's traceback text.
 
     ``call`` names the library function the user's code was in when it raised, with the user's line
-    (``"gather (your line 12)"``), or is empty when the user's own code raised.
+    (``"gather (Cell In[8], line 12)"``), or is empty when the user's own code raised.
     """
 
     rank: int

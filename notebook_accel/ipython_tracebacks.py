@@ -18,12 +18,12 @@ from types import TracebackType
 __all__ = ["IPythonTraceback", "without_launcher_frames"]
 
 _PACKAGE = Path(__file__).resolve().parent  # notebook_accel/
-_HIDDEN = tuple(str(_PACKAGE / name) + "/" for name in ("launcher", "config"))
+_HIDDEN = (str(_PACKAGE) + "/",)  # the whole package: an in-process run's Accelerator raising in load_state too
 _STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + "/"
 
 
 def _kind(filename: str) -> str:
-    """``"ours"`` for the launcher's and config's files, ``"stdlib"``, or ``"user"``."""
+    """``"ours"`` for this package's files, ``"stdlib"``, or ``"user"``."""
     if filename.startswith(_HIDDEN):
         return "ours"
     if filename.startswith(_STDLIB) and "site-packages" not in filename:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from notebook_accel.cell_names import cell_names, rename_cells
+from notebook_accel.cell_names import cell_names, rename_cells, short_locations, without_build_paths
 from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
 
 
@@ -73,3 +73,33 @@ def test_a_hang_in_a_cell_names_the_cells_lines(shell: object) -> None:
     message = str(caught.value)
     assert ("rank 0 waited in barrier (accelerator.wait_for_everyone at Cell In[1], line 6); rank 1 was not in a "
             "collective (time.sleep at Cell In[1], line 7)") in message, message
+
+
+def test_build_machine_paths_leave_the_message_and_other_paths_stay() -> None:
+    gloo = "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:16025"
+    assert without_build_paths(gloo) == "Connection closed by peer [127.0.0.1]:16025"
+    reset = "RuntimeError: [/gloo/transport/tcp/pair.cc:537] Read error"
+    assert without_build_paths(reset) == "RuntimeError: Read error"
+    kept = "index [3] out of range; see [notes.md:4]"
+    assert without_build_paths(kept) == kept
+
+
+def test_a_location_in_a_message_is_short_outside_ipython() -> None:
+    assert short_locations('gather (File "/home/me/train.py", line 5)') == "gather (train.py, line 5)"
+
+
+@pytest.mark.timeout(120)
+def test_a_collective_called_on_one_rank_names_the_cells_line(shell: object) -> None:
+    code = ("import torch\n"
+            "def partial():\n"
+            "    from notebook_accel import Accelerator\n"
+            "    accelerator = Accelerator()\n"
+            "    if accelerator.is_main_process:\n"
+            "        accelerator.gather(torch.ones(2))\n")
+    assert shell.run_cell(code, store_history=True).success  # type: ignore[attr-defined]
+    with pytest.raises(WorkerError) as caught:
+        partial = shell.user_ns["partial"]  # type: ignore[attr-defined]
+        notebook_launcher(partial, num_processes=2, dashboard=False, timeout=60)
+    message = str(caught.value)
+    assert message.startswith("rank 0 called gather (Cell In[1], line 6) but rank 1"), message
+    assert "your line" not in message and "pair.cc" not in message and "third_party" not in message, message

@@ -7,6 +7,7 @@ static dashboard snapshots show on a repository page), and that they were built 
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import re
 import sys
@@ -97,6 +98,48 @@ def test_checked_cells_have_output(path: Path) -> None:
     for number, cell in enumerate(_code_cells(path), start=1):
         if "# NBVAL_CHECK_OUTPUT" in cell.source:
             assert cell.get("outputs"), f"{path.name}, code cell {number} is checked by nbval but has no output"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_INLINE_IMAGE = re.compile(r"data:[\w/+.-]+;base64,[\w/+=]+")
+# an absolute path: a "/" that starts no word, URL, tag or relative path, then at least one folder
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/<~-])/(?:[\w.+-]+/)+[\w.+-]*")
+
+
+def _output_texts(out: dict[str, object]) -> list[str]:
+    """Every text a reader sees of one output (its images' base64 left out), without colour codes."""
+    found = [str(out.get("evalue", "")), "".join(out.get("text", "")),  # type: ignore[arg-type]
+             "\n".join(out.get("traceback", []))]  # type: ignore[arg-type]
+    for kind, value in dict(out.get("data", {})).items():  # type: ignore[call-overload]
+        if not kind.startswith("image/"):
+            found.append(value if isinstance(value, str) else "".join(value) if isinstance(value, list) else str(value))
+    return [_INLINE_IMAGE.sub("", html.unescape(_ANSI.sub("", text))) for text in found]
+
+
+def machine_paths(out: dict[str, object]) -> list[str]:
+    """The absolute paths in one output: a temporary folder, a checkout, a virtual environment, a build machine."""
+    return sorted({m for text in _output_texts(out) for m in _ABSOLUTE_PATH.findall(text)})
+
+
+def test_the_path_finder_sees_what_it_must_and_nothing_else() -> None:
+    out = {"output_type": "stream", "text": [
+        "saved to /tmp/notebook-accel-05-5_epho9i/picked.yaml\n",
+        '  File "/tmp/ipykernel_9610/3322873834.py", line 5\n',
+        "Failed to load /work/main/.venv/lib/python3.11/site-packages/torchao/_C.so\n",
+        "3.20 it/s · 12/30 batches · runs/20261127-080508-train/rank0.log · https://docs.ray.io/en/latest/x.html\n",
+        "<div>a</div> <br/> (.venv/bin/python) 1/23 steps/s\n"]}
+    assert machine_paths(out) == ["/tmp/ipykernel_9610/3322873834.py", "/tmp/notebook-accel-05-5_epho9i/picked.yaml",
+                                  "/work/main/.venv/lib/python3.11/site-packages/torchao/_C.so"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_outputs_show_no_path_of_the_machine_that_ran_them(path: Path) -> None:
+    """A temporary folder (a new name every run), a checkout, a virtual environment or a build machine's path in a
+    committed output is another reader's noise and this machine's detail; the tutorials use relative folders."""
+    for number, cell in enumerate(_code_cells(path), start=1):
+        for out in cell.get("outputs", []):
+            found = machine_paths(out)
+            assert not found, f"{path.name}, code cell {number} shows {found}; run tools/execute_notebooks.py"
 
 
 def test_notebooks_match_their_sources() -> None:

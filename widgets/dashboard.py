@@ -2,7 +2,7 @@
 
 Layout, top to bottom: a header (function, status, elapsed time), a table of ranks (status, device, pid,
 progress), the run's overall progress (training batches over all epochs) and the current loop's (train or
-eval loader, with the user's 1-based epoch), the error of the first failing rank (shown :data:`ERROR_GRACE`
+eval loader, with the epoch index the user's loop counts), the error of the first failing rank (shown :data:`ERROR_GRACE`
 seconds after it, unless the launcher's clearer verdict ends the run first), the live curves (inline SVG, one
 panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`), a table of the latest values,
 and the output of the workers (tabs "main process" and "all ranks" with several ranks), and from the first system

@@ -13,7 +13,11 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-__all__ = ["LineKind", "line_kinds"]
+__all__ = ["ERROR_RED", "MONOSPACE", "LineKind", "line_kinds"]
+
+ERROR_RED = "#b42318"  # an error line, live and in the saved result
+# logs and configs in a fixed-width font wherever they show (an HTML export's page gives a bare <pre> its text font)
+MONOSPACE = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,'Liberation Mono',monospace"
 
 LineKind = Literal["plain", "error"]
 

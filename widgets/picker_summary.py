@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from notebook_accel.config import Config
 from notebook_accel.config.io import config_to_yaml
+from notebook_accel.widgets.log_style import MONOSPACE
 
 __all__ = ["describe", "summary_text", "summary_html", "FORM_NOTE", "HIDE_DEAD_FORM"]
 
@@ -57,5 +58,6 @@ def summary_html(config: Config | None, problems: Sequence[str], engine: str = "
                 f'<ul style="margin:2px 0">{items}</ul></div>')
     where = f' &middot; Save writes <code>{esc(path)}</code>' if path else ""
     return (f'{head}<div style="color:#1a7f37">&#10003; {esc(describe(config, engine))}{where}</div>'
-            '<pre style="font-size:12px;background:#f6f8fa;padding:6px;margin:4px 0;white-space:pre-wrap">'
+            '<pre style="font-size:12px;background:#f6f8fa;padding:6px;margin:4px 0;white-space:pre-wrap;'
+            f'{MONOSPACE}">'
             f"{esc(config_to_yaml(config))}</pre></div>")

@@ -27,12 +27,12 @@ from notebook_accel.widgets.system_state import SystemState
 __all__ = ["RankState", "ProgressState", "LogLine", "RunState", "RankStatus", "RunStatus", "ShownStatus", "group_of",
            "label_of", "is_this_machine"]
 
-RankStatus = Literal["starting", "running", "finished", "failed", "stopped"]
+RankStatus = Literal["starting", "running", "finished", "failed", "stopped", "not started"]
 RunStatus = Literal["starting", "running", "finished", "failed", "timeout", "interrupted"]
 # what the dashboard says: one vocabulary with the ranks and BackgroundRun.status ("stopped", not "interrupted"),
 # and "finishing" while every worker has ended but the launcher has not closed the run yet
 ShownStatus = Literal["starting", "running", "finishing", "finished", "failed", "timeout", "stopped"]
-_ENDED = ("finished", "failed", "stopped")
+_ENDED = ("finished", "failed", "stopped", "not started")
 _STOP_SIGNALS = {signal.SIGTERM.name, signal.SIGKILL.name, signal.SIGINT.name}
 MAX_SERIES = 48  # metrics drawn (so at most this many panels and curves); later names are in the table only
 MAX_TABLE = 200  # metrics in the table of latest values; later names are only counted
@@ -232,7 +232,8 @@ class RunState:
     def finish(self, outcome: RunOutcome) -> None:
         """Record how the run ended. A timeout's ranks were stopped by it (the header says ``timeout``, their rows
         ``stopped``); after a failure, the named ranks failed, except those only stopped because another rank
-        failed first; ranks still marked running are marked stopped."""
+        failed first; ranks still marked running are marked stopped, and ranks that never started (no worker
+        process reported: a refused Ray reservation) ``not started``."""
         self.version += 1
         self.outcome = outcome
         self.status = outcome.status
@@ -248,7 +249,9 @@ class RunState:
             for state in real:
                 state.status = "failed"
         for state in self.ranks.values():
-            if state.status in ("starting", "running"):
+            if state.status == "starting" and state.pid is None and outcome.status != "finished":
+                state.status = "not started"  # no process ever ran: "stopped" (with no pid) would say one did
+            elif state.status in ("starting", "running"):
                 state.status = "finished" if outcome.status == "finished" else "stopped"
 
     def _rank(self, rank: int) -> RankState:

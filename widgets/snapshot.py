@@ -4,7 +4,8 @@ Widgets need a live kernel (or saved widget state) to render; a saved notebook, 
 nbval run see only plain outputs. So when the run ends the dashboard *replaces* its live widget view in place
 (its display id) with :class:`StaticResult`: one ``text/html`` output (the headline, the error once as one
 line, the curves as an inline SVG image, the final metric values, the main process's output in a collapsible
-``<details>`` block, the system panel's last frame with a line per rank: mean use, peak memory, the step-time
+``<details>`` block, in a fixed-width font with error lines red as live, the system panel's last frame with a
+line per rank: mean use, peak memory, the step-time
 split) with a ``text/plain`` twin for terminals and nbval. The full worker traceback is not
 repeated: the exception raised in the cell carries it.
 """
@@ -15,6 +16,8 @@ import base64
 import html
 
 from notebook_accel.durations import format_duration
+from notebook_accel.terminal import ansi_to_html
+from notebook_accel.widgets.log_style import ERROR_RED, MONOSPACE, line_kinds
 from notebook_accel.widgets.run_model import RankState, RunState
 from notebook_accel.widgets.system_panel import panel_html
 
@@ -49,6 +52,21 @@ def _last_output(state: RunState, count: int = SNAPSHOT_LOG_LINES) -> list[str]:
     """The main process's last ``count`` output lines."""
     lines = list(state.logs_main)[-count:]
     return [line.text for line in lines]
+
+
+def _output_html(state: RunState, count: int) -> str:
+    """The main process's last ``count`` lines as the live pane drew them: the worker's own colours, and error
+    lines (a traceback, an ERROR record: :func:`~.log_style.line_kinds`) red, so a saved notebook and its HTML
+    export keep the alarm the live view showed."""
+    lines = list(state.logs_main)[-count:]
+    out = []
+    for line, kind in zip(lines, line_kinds([line.text for line in lines])):
+        if line.styled:
+            out.append(ansi_to_html(line.styled))
+        else:
+            text = html.escape(line.text, quote=False)
+            out.append(f'<span style="color:{ERROR_RED}">{text}</span>' if kind == "error" else text)
+    return "\n".join(out)
 
 
 def _error(state: RunState) -> str:
@@ -129,8 +147,8 @@ def summary_html(state: RunState, elapsed: float, image: bytes | None = None, wh
     else:
         # open, at the live pane's height: the cell keeps the size it had while the run was live
         parts.append(f"<details open><summary>output of rank {state.main_rank} ({len(output)} lines)</summary>"
-                     f'<pre style="white-space:pre-wrap;max-height:180px;overflow:auto;font-size:12px">'
-                     f"{esc(chr(10).join(output))}</pre></details>")
+                     f'<pre style="white-space:pre-wrap;max-height:180px;overflow:auto;font-size:12px;{MONOSPACE}">'
+                     f"{_output_html(state, SNAPSHOT_HTML_LINES)}</pre></details>")
     if state.system is not None:  # where the live view had the panel: its last frame (the whole run's sparklines,
         # the verdict), then each rank's means and peaks
         lines = state.system.rank_lines()

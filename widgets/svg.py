@@ -70,8 +70,10 @@ def _panel(title: str, lines: list[tuple[str, str, list[float], list[float]]]) -
     """One ``<svg>``: axes, ticks, grid, a polyline and a last-point dot per line, and the legend."""
     xs_all = [x for _, _, xs, _ in lines for x in xs]
     ys_all = [y for _, _, _, ys in lines for y in ys]
-    out = [f'{_SVG_HEAD}width="{_W}" height="{_H}" '
-           f'style="font:10px sans-serif;background:#fff">',
+    # a viewBox and a flex item that may shrink: in a narrow output (1,000 px with Lab's side panel open) the
+    # panels of the row scale down together, at their height, instead of the last one being cut
+    out = [f'{_SVG_HEAD}width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+           f'style="font:10px sans-serif;background:#fff;flex:0 1 auto;min-width:0">',
            f'<text x="{_W / 2:.0f}" y="11" text-anchor="middle" font-weight="bold" font-size="11">'
            f'{html.escape(title)}</text>']
     x0, x1, y0, y1 = _L, _W - _R, _H - _B, _T
@@ -143,8 +145,8 @@ def curves_svg(series: Mapping[str, Series], cache: dict[str, tuple[tuple[object
         if hit[2] is not None and (last is None or hit[2] > last):
             last = hit[2]
     step = "" if last is None else f' data-last-step="{last:.15g}"'  # the newest plotted step, for tests and tools
-    # one row that scrolls sideways when the panels outgrow the cell: a new group never adds a row (the page
-    # below would jump)
+    # one row whose panels shrink (at their height) when they outgrow the cell: a new group never adds a row (the
+    # page below would jump) and no panel is cut
     return (f'<div style="display:flex;flex-wrap:nowrap;gap:{_GAP}px;overflow-x:auto;overflow-y:hidden"{step}>'
             f'{"".join(panels)}</div>')
 

@@ -13,7 +13,8 @@ samples: the sparklines keep a fixed number of points); :class:`SystemPanel` cre
 the first sample or step report arrives (a run without them costs no widget), appends it at the bottom of the
 dashboard in the room kept free for it from the first frame (so its arrival moves nothing), and redraws it only
 when the state changed. Its lines have fixed heights, so step reports and a verdict arriving later do not make
-it grow; a row wider than the cell scrolls sideways instead of wrapping.
+it grow (the verdict's box is a minimum: a verdict longer than its two lines wraps on rather than ending
+mid-phrase); a row wider than the cell scrolls sideways instead of wrapping.
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ def panel_html(state: SystemState, final: bool = False) -> str:
             f'margin-top:{_TOP}px"><div style="display:flex;justify-content:space-between;gap:12px;{line}">'
             f'<span><b>System</b> <span style="{_NOTE}">{machine}</span></span>'
             f'<span style="font-size:11px">{_legend()}</span></div>{"".join(rows)}'
-            f'<div class="nacc-verdict" style="height:{_VERDICT_H}px;overflow-y:auto">{verdict}</div></div>')
+            f'<div class="nacc-verdict" style="min-height:{_VERDICT_H}px">{verdict}</div></div>')
 
 
 class SystemPanel:

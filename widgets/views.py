@@ -8,9 +8,10 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping
 
+from notebook_accel.events import epoch_label
 from notebook_accel.float8.facts import precision_label
 from notebook_accel.terminal import ansi_to_html
-from notebook_accel.widgets.log_style import line_kinds
+from notebook_accel.widgets.log_style import MONOSPACE, line_kinds
 from notebook_accel.widgets.snapshot import format_duration, format_value, node_label
 from notebook_accel.widgets.log_buffer import LogLine
 from notebook_accel.widgets.progress_model import progress_column
@@ -22,6 +23,7 @@ __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label
 
 STATUS_COLORS = {
     "starting": "#6b7280",
+    "not started": "#6b7280",
     "running": "#1d4ed8",
     "finished": "#1a7f37",
     "failed": "#b42318",
@@ -109,7 +111,7 @@ def ranks_html(state: RunState, with_detail: bool = True) -> str:
 def progress_text(state: RunState, now: float = 0.0) -> tuple[float, str]:
     """The current loop's bar: its fraction (0..1; 0 when the total is unknown) and label.
 
-    ``train · epoch 2 · 9/23 · 4.10 it/s · ETA 3.4s`` (the ETA counts down to ``now``, the dashboard clock).
+    ``train · epoch index 1 · 9/23 · 4.10 it/s · ETA 3.4s`` (the ETA counts down to ``now``, the dashboard clock).
     """
     p = state.run_progress.current
     if p is None:
@@ -120,11 +122,13 @@ def progress_text(state: RunState, now: float = 0.0) -> tuple[float, str]:
         if state.worker_phase:  # busy with something slow before any loop (DeepSpeed compiling its op)
             return 0.0, state.worker_phase
         if not state.workers_spoke and state.outcome is None:
+            if any(rank.status == "running" for rank in state.ranks.values()):  # as the ranks table says
+                return 0.0, "running: no report from the workers yet (imports, rendezvous, engine setup)"
             return 0.0, "waiting for the workers (imports, rendezvous, engine setup)"
         return 0.0, "no progress yet: it shows a prepared DataLoader, progress() or accelerator.log(...)"
     parts = [position_text(state)]
-    rate = p.rate
-    parts.append(f"{rate:.2f} it/s" if rate is not None else "? it/s")
+    it_rate = p.rate
+    parts.append(f"{it_rate:.2f} it/s" if it_rate is not None else "? it/s")
     if p.total is not None:
         parts.append(f"ETA {format_duration(p.eta_at(now))}")
     fraction = min(p.n / p.total, 1.0) if p.total else 0.0
@@ -132,13 +136,13 @@ def progress_text(state: RunState, now: float = 0.0) -> tuple[float, str]:
 
 
 def position_text(state: RunState) -> str:
-    """Where the last loop stopped, without rate or ETA (for the static result): ``train · epoch 3 · 16/16``."""
+    """Where the last loop stopped, without rate or ETA (for the static result): ``train · epoch index 2 · 16/16``."""
     p = state.run_progress.current
     if p is None:
         return ""
     parts = [p.desc] if p.desc else []
     if p.epoch is not None:
-        parts.append(f"epoch {p.epoch}")
+        parts.append(epoch_label(p.epoch))
     parts.append(f"{p.n}/{p.total}" if p.total is not None else f"{p.n}")
     return " · ".join(parts)
 
@@ -151,7 +155,8 @@ def label_html(text: str) -> str:
 def overall_text(state: RunState, now: float = 0.0) -> tuple[float | None, str]:
     """The whole run's bar: fraction (``None`` when the run's length is unknown) and label.
 
-    ``all epochs · epoch 2/3 · 32/69 batches · ETA 8.0s``; without the epoch count ``epoch 2 · 32 batches``.
+    ``run · epoch index 1 of 3 · 32/69 batches · ETA 8.0s``; without the epoch count
+    ``run · epoch index 1 · 32 batches`` (:func:`~notebook_accel.events.epoch_label`).
     """
     rp = state.run_progress
     o = rp.overall(now)
@@ -159,7 +164,7 @@ def overall_text(state: RunState, now: float = 0.0) -> tuple[float | None, str]:
         return None, ""
     parts = ["run"]
     if o.epoch is not None:
-        parts.append(f"epoch {o.epoch}/{o.epochs}" if o.epochs is not None else f"epoch {o.epoch}")
+        parts.append(f"{epoch_label(o.epoch)} of {o.epochs}" if o.epochs is not None else epoch_label(o.epoch))
     parts.append(f"{o.done}/{o.total} batches" if o.total is not None else f"{o.done} batches")
     if o.total is not None:
         parts.append(f"ETA {format_duration(o.eta)}")
@@ -291,7 +296,7 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
     return (
         f'{caption}<div style="height:{height_px}px;overflow-y:auto;display:flex;flex-direction:column-reverse;'
         'border:1px solid #e5e7eb;padding:4px">'
-        f'<pre style="margin:0;font-size:12px;white-space:pre-wrap">{body}</pre></div>'
+        f'<pre style="margin:0;font-size:12px;white-space:pre-wrap;{MONOSPACE}">{body}</pre></div>'
     )
 
 
@@ -310,5 +315,6 @@ def error_html(state: RunState) -> str:
     return (
         '<div style="border-left:4px solid #b42318;padding:4px 8px;background:#fef3f2">'
         f'<b style="color:#b42318;font-family:sans-serif">{title}</b>'
-        f'<pre style="font-size:11px;white-space:pre-wrap;max-height:260px;overflow:auto">{trace}</pre></div>'
+        '<pre style="font-size:11px;white-space:pre-wrap;max-height:260px;overflow:auto;'
+        f'{MONOSPACE}">{trace}</pre></div>'
     )

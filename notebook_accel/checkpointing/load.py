@@ -50,6 +50,13 @@ def _source(accelerator: Any, input_dir: str | os.PathLike[str] | None) -> str:
     return newest_checkpoint(checkpoints_root(project_dir_of(accelerator)))[1]
 
 
+def _named(path: str) -> str:
+    """``path`` as an error names it: relative to the working directory when inside it (a notebook's own folder, not
+    the machine's absolute path), else as it is."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
 def _describe(types: list[str]) -> str:
     """``2 (SGD, Adam)``."""
     return f"{len(types)} ({', '.join(types)})" if types else "0"
@@ -172,14 +179,14 @@ def _read_all(path: str, manifest: Manifest, objects: list[Saved], rank: int,
     if not problems:
         problems = manifest.verify_files(path, [name for name in owed if name not in later])
     if problems:
-        raise CheckpointError(f"checkpoint {path!r} is damaged: " + "; ".join(problems))
+        raise CheckpointError(f"checkpoint {_named(path)!r} is damaged: " + "; ".join(problems))
     # collective readers (FSDP shards) read later, once every rank has validated its files
     payloads = [None if s.read is not None else read_torch(os.path.join(path, s.entry.file.format(rank=rank)))
                 for s in objects]
     for saved, payload in zip(objects, payloads, strict=True):
         problems += saved.check(payload)  # a collective reader checks its state while reading
     if problems:
-        raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
+        raise CheckpointError(f"checkpoint {_named(path)!r} does not match this Accelerator: " + "; ".join(problems))
     return payloads, {os.path.join(path, name): manifest.expected(name) for name in owed if name in later}
 
 
@@ -236,12 +243,12 @@ def _validate(accelerator: Any, input_dir: str | os.PathLike[str] | None,
     objects = [s for s in objects if s.entry.kind not in skipped]
     if manifest.ranks is not None and state.process_index not in manifest.ranks and not skipped:
         raise CheckpointError(
-            f"{path!r} holds the states of ranks {manifest.ranks} only (the ranks saved into different folders); "
+            f"{_named(path)!r} holds the states of ranks {manifest.ranks} only (the ranks saved into different folders); "
             f"rank {state.process_index} loads the folder it saved into: pass each rank the path its save_state() "
             "returned")
     problems = compare(manifest, objects, state.num_processes, skipped)
     if problems:
-        raise CheckpointError(f"checkpoint {path!r} does not match this Accelerator: " + "; ".join(problems))
+        raise CheckpointError(f"checkpoint {_named(path)!r} does not match this Accelerator: " + "; ".join(problems))
     return path, manifest, objects, *_read_all(path, manifest, objects, state.process_index, state.num_processes)
 
 
@@ -300,7 +307,7 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     manifest = cast(Manifest, manifest)  # no rank failed, so this rank validated
     payloads = read_collective(objects, payloads, manifest, path, world, owed)  # FSDP shards: every rank validated
     error = _apply(objects, payloads)
-    agree(error, world, f"load checkpoint {path!r}")
+    agree(error, world, f"load checkpoint {_named(path)!r}")
     if hasattr(accelerator, "step"):
         accelerator.step = manifest.step
     if manifest.iteration is not None and automatic_naming(accelerator):
@@ -324,7 +331,7 @@ def _note_left_aside(path: str) -> None:
     """Say that the loaded checkpoint lies where a killed commit left it, and what puts it back."""
     target = temp_target(os.path.basename(path))
     name = target[0] if target is not None else "its name"
-    warnings.warn(f"loaded {path!r}: a save killed while committing left this complete checkpoint under a temporary "
+    warnings.warn(f"loaded {_named(path)!r}: a save killed while committing left this complete checkpoint under a temporary "
                   f"name; it stays there (beside any other leftovers of that save) until the next save to {name!r} "
                   "(or, with automatic naming, the next save_state()) puts it back under its name", UserWarning,
                   stacklevel=4)

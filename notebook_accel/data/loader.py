@@ -347,13 +347,17 @@ class PreparedDataLoader(DataLoader):
     def progress_name(self) -> str:
         """What the dashboard calls this loader's progress: ``name`` when set, else ``"train"`` or ``"eval"``.
 
-        The guess, at the start of each iteration: the mode of the models prepared by the same Accelerator
-        (any in ``model.train()`` -> ``"train"``, all in ``model.eval()`` -> ``"eval"``); without a prepared
-        model, the first prepared loader is ``"train"`` and later ones ``"eval"`` (accelerate's usual
+        The guess, at the start of each iteration: a loop under ``torch.no_grad()`` or ``torch.inference_mode()``
+        is ``"eval"`` (an evaluation that leaves the model in ``train()`` mode must not take the training loader's
+        place on the dashboard); else the mode of the models prepared by the same Accelerator (any in
+        ``model.train()`` -> ``"train"``, all in ``model.eval()`` -> ``"eval"``); without a prepared model, the
+        first prepared loader is ``"train"`` and later ones ``"eval"`` (accelerate's usual
         ``prepare(model, optimizer, train_loader, eval_loader)`` order). Set ``loader.name = "valid"`` to choose.
         """
         if self.name:
             return self.name
+        if not torch.is_grad_enabled():
+            return "eval"
         training = self.training_probe() if self.training_probe is not None else None
         if training is None:
             training = self.loader_index == 0

@@ -36,6 +36,7 @@ from notebook_accel.events import (
     Stalled,
     StepTimes,
     SystemSample,
+    epoch_label,
 )
 from notebook_accel.float8.facts import precision_label
 from notebook_accel.metrics_batch import MetricsBatch
@@ -274,7 +275,7 @@ class ConsoleSink(BaseSink):
         now = self._clock()
         name = event.desc or "progress"
         if event.epoch is not None:
-            name += f" epoch {event.epoch}"
+            name += f" {epoch_label(event.epoch)}"
         start = self._progress_start.get(name)
         if start is None or event.n < start[2] or event.n == start[2] == 1:  # a fresh loader, same name: anew
             start = (event.time, event.n, event.n)

@@ -8,6 +8,7 @@ the first/last rule; the alignment rule always holds.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -62,10 +63,11 @@ def convert_model(model: torch.nn.Module, config: Any, module_filter_fn: ModuleF
 
 
 def is_float8_module(module: torch.nn.Module) -> bool:
-    """True for a layer torchao converted to float8 training."""
-    from torchao.float8.float8_linear import Float8Linear
-
-    return isinstance(module, Float8Linear)
+    """True for a layer torchao converted to float8 training (without importing torchao: when it is not loaded, no
+    layer can be one, and its import would log "Failed to load" lines with the paths of this machine's
+    ``site-packages`` into a bf16 run's output)."""
+    float8_linear = sys.modules.get("torchao.float8.float8_linear")
+    return float8_linear is not None and isinstance(module, float8_linear.Float8Linear)
 
 
 def plain_tensor(tensor: torch.Tensor) -> torch.Tensor:

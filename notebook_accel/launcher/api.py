@@ -21,6 +21,7 @@ from notebook_accel.engines.registry import launch_value
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.events import RunInfo, Sink
 from notebook_accel.launcher import accelerate_args, preflight
+from notebook_accel.launcher.kernel.busy import kernel_stays_busy
 from notebook_accel.launcher.kernel.warmup import warm_kernel, warming_needed
 from notebook_accel.launcher.placement.inprocess import run_in_process
 from notebook_accel.launcher.placement.local import LocalFork
@@ -283,8 +284,9 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None, restart
     """One run of the plan: open its resources (node 0 holds the store), show the run (and, after a failure, which
     restart this is, from where and why: ``restart``), then run in this process, or start the workers and watch them
     (here, or in a background thread with ``block=False``, which then owns the resources). Whatever happens, the
-    resources are closed once, in reverse (:mod:`.run_resources`)."""
-    with open_resources(plan, attempt, resume) as resources:
+    resources are closed once, in reverse (:mod:`.run_resources`). A blocking run keeps the kernel's reported state
+    busy (:mod:`.kernel.busy`)."""
+    with open_resources(plan, attempt, resume) as resources, kernel_stays_busy() if plan.block else nullcontext():
         main_rank = plan.node * len(plan.devices)
         sink = GuardedSink(choose_sink(plan.dashboard, plan.show_all_ranks, main_rank=main_rank,
                                        prefix_template=plan.prefix))

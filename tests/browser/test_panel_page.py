@@ -61,3 +61,42 @@ def render_and_check(page_html: str, width: int, shot: str, measure: str = "r =>
         finally:
             browser.close()
     return list(problems), measured
+
+
+# Past the text check: an element (a chart too) that reaches beyond the right edge of ``root``, a box scrolled
+# sideways, or a box that hides lines below its height. One line per problem.
+CUT_JS = """(root) => {
+  const bad = [];
+  const right = root.getBoundingClientRect().right;
+  for (const el of root.querySelectorAll('*')) {
+    if (!el.getClientRects().length) continue;
+    const box = el.getBoundingClientRect();
+    if (box.right > right + 1) bad.push(`${el.tagName} ends at ${box.right | 0}px, past ${right | 0}px`);
+    if (el.tagName === 'DIV' && el.scrollWidth > el.clientWidth + 1)
+      bad.push(`a box scrolls ${el.scrollWidth}px in ${el.clientWidth}px`);
+    if (el.tagName === 'DIV' && el.scrollHeight > el.clientHeight + 1 && getComputedStyle(el).overflowY !== 'visible')
+      bad.push(`"${el.innerText.trim().slice(0, 60)}" hides ${el.scrollHeight - el.clientHeight}px`);
+  }
+  return bad;
+}"""
+
+
+def test_curves_and_a_long_verdict_fit_a_narrow_output() -> None:
+    # JupyterLab at 1,000 px with its file browser open leaves 568 px: two charts and a long verdict must fit
+    from notebook_accel.widgets.series import Series
+    from notebook_accel.widgets.svg import curves_svg
+
+    series = {name: Series() for name in ("train/loss", "eval/accuracy")}
+    for step in range(50):
+        for name, s in series.items():
+            s.append(step, 1.0 / (step + 1))
+    state = _state()
+    long = ("communication-bound: rank 0 waits 61% of each step for its peers in all_reduce (accelerator.backward "
+            "at Cell In[12], line 18) while rank 1 waits 46% for its DataLoader; raise num_workers (now 2) or make "
+            "loading cheaper, then look at the slower rank's data")
+    state.verdict = lambda: long  # type: ignore[method-assign]  # three lines at this width
+    width = 568
+    page_html = (f'<div id="root" style="width:{width}px;font-family:sans-serif">{curves_svg(series)}'
+                 f'{panel_html(state, final=True)}</div>')
+    _, cut = render_and_check(page_html, width, "curves-568.png", CUT_JS)
+    assert cut == [], cut

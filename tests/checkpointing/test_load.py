@@ -214,3 +214,12 @@ def test_a_huge_manifest_is_not_read_whole(saved) -> None:
     with open(os.path.join(saved, MANIFEST_NAME), "w") as f:
         f.write(" " * (17 << 20))
     _refused(make_accelerator(seed=2), saved, "larger than")
+
+
+def test_an_error_names_a_checkpoint_inside_the_working_directory_relatively(tmp_path, monkeypatch) -> None:
+    # tutorial 04's refusal showed the machine's absolute path of a folder beside the notebook
+    from notebook_accel.checkpointing.load import _named
+
+    monkeypatch.chdir(tmp_path)
+    assert _named(str(tmp_path / "ckpt" / "step_40")) == os.path.join("ckpt", "step_40")
+    assert _named("/elsewhere/step_40") == "/elsewhere/step_40"

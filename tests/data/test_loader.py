@@ -283,12 +283,15 @@ def test_progress_names_the_loader_by_the_models_mode_order_or_explicit_name() -
         list(valid)
         model.train()
         list(valid)  # the model's mode wins over the order of preparation
+        with torch.no_grad():  # an evaluation that leaves the model in train(): not the training loop (tutorial 09)
+            list(valid)
         valid.name = "holdout"
-        list(valid)
+        with torch.no_grad():
+            list(valid)  # the explicit name wins over everything
     finally:
         channel.uninstall()
     seen = [(e.desc, e.epoch) for e in writer.events if e.n == e.total]
-    assert seen == [("train", 1), ("train", 2), ("eval", 1), ("train", 2), ("holdout", 3)]
+    assert seen == [("train", 1), ("train", 2), ("eval", 1), ("train", 2), ("eval", 3), ("holdout", 4)]
     bare = _prepare(DataLoader(range(2), batch_size=2))  # no Accelerator, no model: the first loader is "train"
     assert bare.progress_name() == "train"
     bare.loader_index = 1

@@ -72,7 +72,7 @@ def test_a_loader_progress_line_names_its_epoch_and_each_epoch_has_its_own_rate(
     sink.handle(Progress(0, 0, 4, "train", 10.0, 2, "loader"))
     sink.handle(Progress(0, 4, 4, "train", 11.0, 2, "loader"))
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1] == "train epoch 1: 4/4 [100%] 2.0 it/s" and lines[-1] == "train epoch 2: 4/4 [100%] 4.0 it/s"
+    assert lines[1] == "train epoch index 0: 4/4 [100%] 2.0 it/s" and lines[-1] == "train epoch index 1: 4/4 [100%] 4.0 it/s"
 
 
 def test_a_fresh_loader_under_the_same_name_has_its_own_rate(capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,7 +82,7 @@ def test_a_fresh_loader_under_the_same_name_has_its_own_rate(capsys: pytest.Capt
     sink.handle(Progress(0, 1, 4, "eval", 100.0, 1, "loader"))  # the next evaluation's loader, epoch 1 again
     sink.handle(Progress(0, 4, 4, "eval", 106.0, 1, "loader"))
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1] == "eval epoch 1: 4/4 [100%] 1.0 it/s" and lines[-1] == "eval epoch 1: 4/4 [100%] 2.0 s/it"
+    assert lines[1] == "eval epoch index 0: 4/4 [100%] 1.0 it/s" and lines[-1] == "eval epoch index 0: 4/4 [100%] 2.0 s/it"
 
 
 def test_metrics_line_at_most_every_interval(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -67,3 +72,15 @@ def test_converted_layers_compute_close_to_the_originals() -> None:
     torch.testing.assert_close(model(x), expected, rtol=0.1, atol=0.05)  # e4m3: about 2 significant digits
     with pytest.raises(AssertionError):
         torch.testing.assert_close(model(x), expected, rtol=0, atol=1e-6)  # it really is float8 arithmetic
+
+
+def test_naming_the_float8_layers_of_a_plain_model_does_not_import_torchao() -> None:
+    # importing torchao logs "Failed to load <this machine's site-packages>/torchao/..." on a CPU-only torch: a bf16
+    # run that only asks which layers are float8 (tutorial 03) must not show it
+    code = ("import sys, torch\nfrom notebook_accel.float8.convert import float8_module_names\n"
+            "assert float8_module_names(torch.nn.Sequential(torch.nn.Linear(2, 2))) == []\n"
+            "print('torchao' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False" and "Failed to load" not in done.stderr, done.stderr

@@ -17,7 +17,8 @@ def test_gather_on_the_main_process_only_names_the_call_and_the_returned_rank() 
         notebook_launcher(partial_workers.gather_on_main_only, num_processes=2, timeout=60, dashboard=sink,
                           use_cpu=True)
     text = str(caught.value)
-    assert text.startswith(f"rank 0 called gather (your line {partial_workers.GATHER_LINE}) but rank 1 had already "
+    assert text.startswith(f"rank 0 called gather (partial_workers.py, line {partial_workers.GATHER_LINE}) but rank 1 "
+                           "had already "
                            "returned from the training function: a collective must be called on every rank")
     assert caught.value.returned == (1,)
     mine = text.split("rank 0, your code only:", 1)[1]

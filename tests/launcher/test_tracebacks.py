@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import traceback
 from pathlib import Path
 
@@ -70,3 +71,22 @@ def test_the_ipython_renderer_pickles_and_fails_over_outside_ipython() -> None:
 
 def test_without_launcher_frames_of_nothing() -> None:
     assert without_launcher_frames(None) is None
+
+
+def user_code_that_resumes_a_missing_checkpoint(path: str) -> None:
+    from notebook_accel import Accelerator
+
+    Accelerator().load_state(path)
+
+
+def test_an_in_process_error_of_the_accelerator_shows_the_users_frames_only(shell: object, tmp_path: Path) -> None:
+    # tutorial 04: load_state refused a checkpoint in a 1-process run, and the cell showed the Accelerator's and the
+    # checkpointing modules' frames, with the paths of the checkout they were installed from
+    from notebook_accel.errors import NotebookAccelError
+
+    with pytest.raises(NotebookAccelError) as info:
+        notebook_launcher(user_code_that_resumes_a_missing_checkpoint, args=(str(tmp_path / "none"),),
+                          num_processes=1, dashboard=False)
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(info.value._render_traceback_()))  # type: ignore[attr-defined]
+    assert "user_code_that_resumes_a_missing_checkpoint" in shown and "load_state(path)" in shown, shown
+    assert "notebook_accel/" not in shown, shown

@@ -377,3 +377,11 @@ def test_long_labels_are_split_into_a_name_and_a_hint() -> None:
     names = [c.description for c in fsdp.controls.values()] + [picker.batch_size.description]
     assert "Layer classes to wrap" in names and "CPU offload" in names and "Batch size per device" in names
     assert all(len(n) <= 33 for n in names), [n for n in names if len(n) > 33]  # fits the 230 px label column
+
+
+def test_the_summarys_yaml_is_in_a_fixed_width_font_in_an_html_export() -> None:
+    from notebook_accel.widgets.picker_summary import summary_html
+
+    page = summary_html(Config(num_processes=2, use_cpu=True), [])
+    pre_style = page.split("<pre", 1)[1].split(">", 1)[0]
+    assert "monospace" in pre_style, pre_style  # nbconvert's page gives a bare <pre> its proportional text font

@@ -72,7 +72,7 @@ def test_widget_values_follow_the_run() -> None:
     assert "progress" not in dash.parts["ranks"]  # only the main process reports: no column of empty cells
     assert dash.fractions["bar"] == pytest.approx(0.5) and "width:50.0%" in dash.view.top.value  # type: ignore[union-attr]
     # ETA 25 s at the last report, counted down by the 10 s since it arrived
-    assert ">train · epoch 1 · 50/100 · 2.00 it/s · ETA 15.0s<" in dash.parts["bar"]
+    assert ">train · epoch index 0 · 50/100 · 2.00 it/s · ETA 15.0s<" in dash.parts["bar"]
     assert "train/loss" in dash.parts["metrics"] and "0.02" in dash.parts["metrics"]
     main_pane = dash.view.log_main.value  # type: ignore[union-attr]
     assert "hello from rank 0" in main_pane and "rank 1" not in main_pane
@@ -157,7 +157,7 @@ def test_a_failure_waits_a_moment_for_the_launchers_verdict_then_shows() -> None
     dash, clock, shown = _dashboard()
     dash.handle(Failed(0, "RuntimeError", "[gloo] Connection closed by peer", "Traceback ...\nRuntimeError: gloo"))
     assert dash.parts["error"] == "" and "gloo" not in dash.view.top.value.split("nacc-loop")[1]  # not torch's words first
-    dash.finish(RunOutcome("failed", 1.0, "rank 0 called gather (your line 10) but rank 1 had already returned"))
+    dash.finish(RunOutcome("failed", 1.0, "rank 0 called gather (Cell In[8], line 10) but rank 1 had already returned"))
     page = shown.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
     assert "rank 1 had already returned" in page  # the verdict is the first error the user reads
     dash, clock, _ = _dashboard()
@@ -194,7 +194,7 @@ def test_finish_replaces_the_live_view_in_place_and_closes_the_widgets() -> None
     dash2.handle(Progress(0, 16, 16, "train", 1.0, 3, "loader"))
     dash2.finish(RunOutcome("finished", 1.0))
     final = shown2.updates[-1]._repr_mimebundle_()["text/html"]  # type: ignore[attr-defined]
-    assert ">train · epoch 3 · 16/16<" in final and "ETA" not in final  # where it stopped; no rate or ETA
+    assert ">train · epoch index 2 · 16/16<" in final and "ETA" not in final  # where it stopped; no rate or ETA
     # closed, layouts too: no model left for the front end
     assert dash.view.root.comm is None and dash.view.body.comm is None and dash.view.body.layout.comm is None  # type: ignore[union-attr]
     dash.handle(Metrics(0, 99, {"train/loss": 9.0}, 0.0))
@@ -376,7 +376,7 @@ def test_a_run_of_unknown_length_shows_its_label_without_an_empty_bar() -> None:
     dash.handle(Progress(0, 5, 16, "train", 1.0, 1, "loader"))
     clock.now += 1
     dash.tick(clock.now)
-    assert "run · epoch 1 · 5 batches" in dash.parts["overall"]
+    assert "run · epoch index 0 · 5 batches" in dash.parts["overall"]
     assert dash.fractions["overall"] is None and "260px" not in dash.parts["overall"]  # no invisible bar
 
 

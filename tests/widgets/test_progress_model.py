@@ -20,11 +20,11 @@ def _loader(n: int, total: int, name: str, t: float, epoch: int) -> Progress:
 def test_current_loop_is_named_and_numbered_as_the_user_counts() -> None:
     s = _state()
     s.apply(_loader(9, 23, "train", 1.0, 1))
-    assert views.progress_text(s)[1].startswith("train · epoch 1 · 9/23")
+    assert views.progress_text(s)[1].startswith("train · epoch index 0 · 9/23")
     s.apply(_loader(3, 5, "eval", 2.0, 1))
-    assert views.progress_text(s)[1].startswith("eval · epoch 1 · 3/5")
+    assert views.progress_text(s)[1].startswith("eval · epoch index 0 · 3/5")
     # the overall bar still follows training, not the eval loader that ran last
-    assert views.overall_text(s)[1] == "run · epoch 1 · 9 batches"
+    assert views.overall_text(s)[1] == "run · epoch index 0 · 9 batches"
 
 
 def test_overall_progress_spans_epochs_when_a_progress_loop_gives_their_number() -> None:
@@ -35,8 +35,8 @@ def test_overall_progress_spans_epochs_when_a_progress_loop_gives_their_number()
     s.apply(_loader(2, 10, "train", 1.2, 2))
     fraction, label = views.overall_text(s, now=0.0)
     assert fraction == pytest.approx(12 / 30)
-    assert label.startswith("run · epoch 2/3 · 12/30 batches · ETA")
-    assert views.progress_text(s)[1].startswith("train · epoch 2 · 2/10")  # the epoch loop is not "current"
+    assert label.startswith("run · epoch index 1 of 3 · 12/30 batches · ETA")
+    assert views.progress_text(s)[1].startswith("train · epoch index 1 · 2/10")  # the epoch loop is not "current"
 
 
 def test_without_any_loop_the_logged_steps_are_the_progress() -> None:

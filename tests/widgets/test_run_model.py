@@ -320,3 +320,16 @@ def test_a_rank_the_launcher_found_dead_of_its_own_shows_failed_and_its_peer_sto
     stopped.apply(Failed(0, "ValueError", "bad", ""))
     stopped.apply(Exited(1, -9, "SIGKILL"))
     assert stopped.ranks[1].status == "stopped"
+
+
+def test_ranks_that_never_started_are_not_started_not_stopped() -> None:
+    # a refused Ray reservation: no worker process ever ran, and "stopped" with no pid said one had
+    from notebook_accel.widgets import views
+
+    state = RunState(RunInfo(3, ("cpu",) * 3, "gloo", "train"))
+    assert views.progress_text(state)[1].startswith("waiting for the workers")
+    state.apply(Started(0, 4242, "cpu"))
+    assert views.progress_text(state)[1].startswith("running: no report from the workers yet")  # as the table says
+    state.finish(RunOutcome("failed", 4.7, "Ray could not reserve 3 workers"))
+    assert [state.ranks[r].status for r in range(3)] == ["stopped", "not started", "not started"]
+    assert ">not started<" in views.ranks_html(state)

@@ -111,3 +111,19 @@ def test_a_restart_is_said_live_and_in_the_saved_result() -> None:
     assert summary_text(state, 2.0).splitlines()[1] == line and line in summary_html(state, 2.0)
     first = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "train"))
     assert "restart" not in header_html(first, 1.0) and "restart" not in summary_text(first, 1.0)
+
+
+def test_the_saved_result_keeps_error_lines_red_and_logs_in_a_fixed_width_font() -> None:
+    # the live pane drew these red; the saved result and its HTML export showed them plain, in the page's text font
+    s = RunState(RunInfo(1, ("cpu",), "gloo", "fit"))
+    for text in ("INFO:train:epoch 1 starts", "ERROR:train:the loss is nan", "Traceback (most recent call last):",
+                 '  File "x.py", line 1, in f', "ValueError: boom", "epoch 1 done"):
+        s.apply(Log(0, "stderr", text))
+    s.finish(RunOutcome("failed", 1.0, "ValueError: boom"))
+    page = summary_html(s, 1.0)
+    pre = page.split("<pre", 1)[1].split("</pre>", 1)[0]
+    assert "monospace" in pre.split(">", 1)[0]
+    red = '<span style="color:#b42318">'
+    for text in ("ERROR:train:the loss is nan", "Traceback (most recent call last):", "ValueError: boom"):
+        assert f"{red}{text}</span>" in pre, pre
+    assert f"{red}INFO" not in pre and f"{red}epoch 1 done" not in pre and "INFO:train:epoch 1 starts" in pre

@@ -14,7 +14,6 @@
 # %%
 import os
 import shutil
-import tempfile
 
 import torch
 from safetensors.torch import load_file
@@ -24,7 +23,9 @@ from sklearn.datasets import load_digits
 
 from notebook_accel import Accelerator, ProjectConfiguration, notebook_launcher, set_seed
 
-workdir = tempfile.mkdtemp(prefix="notebook-accel-04-")  # checkpoints go here; removed at the end
+workdir = "tutorial-04-files"  # checkpoints go here, beside the notebook (removed at the end); a relative name
+shutil.rmtree(workdir, ignore_errors=True)  # what an interrupted earlier run left
+os.makedirs(workdir)
 
 # %% [markdown]
 # The data is scikit-learn's digits dataset (shipped inside scikit-learn, no download): 1,797 8x8 images.

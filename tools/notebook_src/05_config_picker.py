@@ -11,15 +11,17 @@
 # %%
 import os
 import re
+import shutil
 import subprocess
 import sys
-import tempfile
 
 from notebook_accel import Accelerator, Config, load_config, notebook_launcher
 from notebook_accel.config import save_config
 from notebook_accel.widgets import ConfigPicker
 
-workdir = tempfile.mkdtemp(prefix="notebook-accel-05-")  # config files go here
+workdir = "tutorial-05-files"  # config files go here, beside the notebook (removed at the end); a relative name
+shutil.rmtree(workdir, ignore_errors=True)  # what an interrupted earlier run left
+os.makedirs(workdir)
 
 # %% [markdown]
 # ## The config picker
@@ -181,6 +183,4 @@ print(subprocess.run([cli, "--help"], capture_output=True, text=True).stdout)
 print(subprocess.run([cli, "env", "--config_file", saved_path], capture_output=True, text=True).stdout)
 
 # %%
-import shutil
-
 shutil.rmtree(workdir)

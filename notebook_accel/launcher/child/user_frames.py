@@ -7,7 +7,7 @@ from, so what remains is the user's code and the other libraries they called (a 
 every frame is a library's, the traceback is kept whole rather than shown empty.
 
 :func:`library_call` names the library function the user's code was inside when it failed, with the user's
-line, e.g. ``"gather (your line 10)"``: the launcher uses it to say which collective a rank was in when its peer had
+line, e.g. ``gather (Cell In[8], line 10)``: the launcher uses it to say which collective a rank was in when its peer had
 already returned.
 """
 
@@ -81,9 +81,11 @@ def is_user_file(filename: str) -> bool:
 
 
 def library_call(tb: TracebackType | None) -> str:
-    """``"gather (your line 10)"``: the library function the user's innermost frame called when the exception was
-    raised below it (``"all_gather (trainer.py line 4300)"`` when that frame is another installed library's); ``""``
-    when the exception was raised in the user's own code or no frame is the user's."""
+    """``'gather (File "/tmp/ipykernel_1/42.py", line 10)'``: the library function the user's innermost frame called
+    when the exception was raised below it, and where (the kernel shows it as ``gather (Cell In[8], line 10)``:
+    :func:`~notebook_accel.cell_names.short_locations`; ``"all_gather (trainer.py, line 4300)"`` when that frame is
+    another installed library's); ``""`` when the exception was raised in the user's own code or no frame is the
+    user's."""
     dirs = _library_dirs()
     entries: list[TracebackType] = []
     while tb is not None:
@@ -97,6 +99,6 @@ def library_call(tb: TracebackType | None) -> str:
              if _is_library(entry.tb_frame.f_code.co_filename, dirs)]
     name = next((n for n in below if n not in _WRAPPERS and not n.startswith("_")), below[0])
     filename = caller.tb_frame.f_code.co_filename
-    where = (f"{os.path.basename(filename)} line {caller.tb_lineno}" if "site-packages" in filename
-             else f"your line {caller.tb_lineno}")
+    where = (f"{os.path.basename(filename)}, line {caller.tb_lineno}" if "site-packages" in filename
+             else f'File "{filename}", line {caller.tb_lineno}')  # the kernel names it: Cell In[8], line 10
     return f"{name} ({where})"

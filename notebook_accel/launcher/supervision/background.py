@@ -42,6 +42,7 @@ from notebook_accel.events import Event, Log, Metrics, RunInfo, RunOutcome
 from notebook_accel.launcher.placement.spawn import interrupts_held
 from notebook_accel.launcher.run_resources import RunResources
 from notebook_accel.launcher.supervision.supervisor import StopRequested
+from notebook_accel.launcher.tracebacks import user_facing
 from notebook_accel.metrics_batch import MetricsBatch
 
 __all__ = ["BackgroundRun", "RunStoppedError", "RunArgumentError", "RunStatus", "check_can_start", "RecordingTee"]
@@ -271,6 +272,7 @@ class BackgroundRun:
         done, _ = concurrent.futures.wait([self._future], _seconds("wait", timeout))
         return bool(done)
 
+    @user_facing  # the error reaches the cell without the launcher's and concurrent.futures' frames
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's return value, waiting for it; raises what a blocking launch raises (``WorkerError``,
         ``LaunchTimeoutError``), :class:`RunStoppedError` after :meth:`stop`, or ``TimeoutError`` when

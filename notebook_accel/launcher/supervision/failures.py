@@ -26,7 +26,7 @@ class WorkerFailure:
         exc_type: the exception's type name (``"ValueError"``), empty when it died without one.
         message: the exception's message, or a description of how the process ended.
         traceback: the user's frames as text (empty when it died without an exception).
-        call: the library call the user's code was in (``"gather (your line 12)"``), else empty.
+        call: the library call the user's code was in (``"gather (Cell In[8], line 12)"``), else empty.
     """
 
     rank: int

@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from notebook_accel.cell_names import cell_label, cell_names
+from notebook_accel.cell_names import cell_label, cell_names, short_locations, without_build_paths
 from notebook_accel.channel import decode
 from notebook_accel.display.base import BaseSink
 from notebook_accel.events import TICK_SECONDS, Event, Exited, Failed, Finished, Saved, Stalled, Started, StepTimes
@@ -132,7 +132,9 @@ class _Supervisor:
             event = replace(event, file=cell_label(event.file))  # Cell In[6], as IPython names it
             self.stalls.add(event)
         elif isinstance(event, Failed) and event.rank not in self.failures:
-            event = replace(event, traceback=cell_names(event.traceback))  # Cell In[6], as IPython names it
+            # Cell In[6], as IPython names it; torch's build-machine paths left out of the message
+            event = replace(event, message=without_build_paths(event.message), call=short_locations(event.call),
+                            traceback=cell_names(without_build_paths(event.traceback)))
             node = next((h.node for h in self.handles if h.rank == event.rank), "")
             self.failures[event.rank] = reported_failure(event, self.sampler.last if self.sampler else None, node)
             self.begin_stop()

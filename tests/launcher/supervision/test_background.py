@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 
 import pytest
@@ -57,7 +58,7 @@ def test_result_waits_with_a_timeout_and_the_run_goes_on() -> None:
     assert run.result(timeout=60) == "trained"
 
 
-def test_stop_ends_the_run_and_result_says_so() -> None:
+def test_stop_ends_the_run_and_result_says_so(shell: object) -> None:
     sink = RecordingSink()
     run = notebook_launcher(train, args=(10_000, 0.05), num_processes=2, block=False, dashboard=sink)
     deadline = time.monotonic() + 60
@@ -65,8 +66,12 @@ def test_stop_ends_the_run_and_result_says_so() -> None:
         time.sleep(0.05)
     run.stop()
     assert run.status == "stopped"
-    with pytest.raises(RunStoppedError, match="stopped with stop()"):
+    with pytest.raises(RunStoppedError, match="stopped with stop()") as caught:
         run.result()
+    # what the cell shows leaves the library's own frames out, as for every other error: only this test's line
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(caught.value._render_traceback_()))  # type: ignore[attr-defined]
+    assert "run.result()" in shown and "stopped with stop()" in shown, shown
+    assert "notebook_accel" not in shown and "concurrent" not in shown, shown
     assert sink.outcome is not None and sink.outcome.status == "interrupted"
     assert child_pids() == []
     run.stop()  # idempotent

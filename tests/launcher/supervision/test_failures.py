@@ -67,12 +67,12 @@ def test_timeout_error_types() -> None:
     assert isinstance(error, TimeoutError) and isinstance(error, NotebookAccelError)
 
 
-IN_GATHER = WorkerFailure(0, 1, None, LOST_PEER.exc_type, LOST_PEER.message, "tb", "gather (your line 12)")
+IN_GATHER = WorkerFailure(0, 1, None, LOST_PEER.exc_type, LOST_PEER.message, "tb", "gather (Cell In[8], line 12)")
 
 
 def test_a_lost_peer_that_had_returned_is_named_as_a_partial_collective() -> None:
     text = str(WorkerError([IN_GATHER], returned=(1,)))
-    assert text.startswith("rank 0 called gather (your line 12) but rank 1 had already returned from the training "
+    assert text.startswith("rank 0 called gather (Cell In[8], line 12) but rank 1 had already returned from the training "
                            "function: a collective must be called on every rank\n")
     assert "rank 0: RuntimeError: [../gloo" in text and "lost the connection to the failed worker" not in text
     several = str(WorkerError([WorkerFailure(0, 1, None, "RuntimeError", LOST_PEER.message, "tb")], returned=(3, 1)))
