@@ -24,6 +24,9 @@ RAY = RAY_SPEC.title
 _PLACEMENTS = [("pack: as few nodes as possible", "pack"), ("spread: as many nodes as possible", "spread"),
                ("strict pack: one node, or fail", "strict_pack"), ("strict spread: one node each, or fail",
                                                                    "strict_spread")]
+_BACK_CHANNELS = [("auto: direct when the workers reach this kernel", "auto"), ("direct to this kernel", "direct"),
+                  ("relay through the cluster's head", "relay")]
+_DEFAULT = RayCluster()
 
 
 def cluster_html(ray: Any) -> str:
@@ -48,7 +51,8 @@ class RaySection(w.VBox):
     """A Ray cluster's settings as controls; :meth:`section` gives the config's ``cluster:`` value.
 
     Attributes:
-        address, cpus, gpu, placement: the cluster's settings; nodes: what "Look at the cluster" found;
+        address, cpus, gpu, placement, keep_warm, back_channel: the cluster's settings; nodes: what "Look at the
+        cluster" found;
         controls: the controls whose changes change the config; hint: the words beside the "Where it runs" choice.
     """
 
@@ -60,14 +64,23 @@ class RaySection(w.VBox):
         self.cpus = w.FloatText(value=1.0, description="CPUs per worker", style=STYLE)
         self.gpu = w.Checkbox(value=False, description="one GPU per worker", style=STYLE, indent=True)
         self.placement = w.Dropdown(options=_PLACEMENTS, value="pack", description="Placement", style=STYLE)
+        self.keep_warm = w.BoundedFloatText(value=_DEFAULT.keep_warm, min=0.0, max=86400.0, description="Keep warm (s)",
+                                            style=STYLE)
+        self.back_channel = w.Dropdown(options=_BACK_CHANNELS, value=_DEFAULT.back_channel, description="Way back",
+                                       style=STYLE)
         self.look = w.Button(description="Look at the cluster", icon="search", layout=w.Layout(width="auto"))
         self.nodes = w.HTML()
         self.look.on_click(lambda _: self.show_nodes())
-        self.controls: list[w.Widget] = [self.address, self.cpus, self.gpu, self.placement]
+        self.controls: list[w.Widget] = [self.address, self.cpus, self.gpu, self.placement, self.keep_warm,
+                                         self.back_channel]
         super().__init__([labelled(self.address, "the cluster this kernel joins"),
                           labelled(self.cpus, "Ray reserves them for each worker"),
                           labelled(self.gpu, "nccl on GPU workers, gloo on CPU ones"),
-                          labelled(self.placement, ""), w.HBox([self.look]), self.nodes])
+                          labelled(self.placement, ""),
+                          labelled(self.keep_warm, "the workers wait this long for the next launch (0: not at all)"),
+                          labelled(self.back_channel, "how output and stop signals travel (relay: notebook off "
+                                                      "the cluster)"),
+                          w.HBox([self.look]), self.nodes])
 
     @property
     def uses_gpu(self) -> bool:
@@ -80,6 +93,8 @@ class RaySection(w.VBox):
         self.cpus.value = float(cluster.resources_per_worker.get("CPU", 1.0))
         self.gpu.value = cluster.uses_gpu
         self.placement.value = cluster.placement
+        self.keep_warm.value = float(cluster.keep_warm)
+        self.back_channel.value = cluster.back_channel
 
     def section(self, kept: Mapping[str, Any] | None) -> dict[str, Any]:
         """The ``cluster:`` section the controls describe (keys the form does not show are kept from ``kept``).
@@ -89,8 +104,13 @@ class RaySection(w.VBox):
         resources: dict[str, float] = {"CPU": float(self.cpus.value)}
         if self.gpu.value:
             resources["GPU"] = 1.0
-        return {**dict(kept or {}), "kind": "ray", "address": self.address.value.strip(),
-                "resources_per_worker": resources, "placement": self.placement.value}  # the Config checks it
+        section = {**dict(kept or {}), "kind": "ray", "address": self.address.value.strip(),
+                   "resources_per_worker": resources, "placement": self.placement.value}  # the Config checks it
+        for name, control in (("keep_warm", self.keep_warm), ("back_channel", self.back_channel)):
+            section.pop(name, None)
+            if control.value != getattr(_DEFAULT, name):  # a default is left out of the config
+                section[name] = control.value
+        return section
 
     def show_nodes(self) -> None:
         """Show the live nodes of the cluster this kernel joined (never joins one itself)."""

@@ -27,6 +27,21 @@ def test_a_ray_cluster_in_the_form_is_the_configs_cluster_section_and_back() -> 
     assert again.device.layout.display == "none" and again.machines.layout.display == "none"
 
 
+def test_keep_warm_and_the_way_back_are_in_the_form_and_only_a_change_reaches_the_config() -> None:
+    picker = ConfigPicker(cpu_count=2, gpus=[])
+    picker.cluster.where.value = RAY
+    ray = picker.cluster.sections["ray"]
+    assert picker.config.cluster == RayCluster()
+    assert "keep_warm" not in ray.section(None) and "back_channel" not in ray.section(None)  # defaults stay out
+    ray.keep_warm.value = 0.0
+    ray.back_channel.value = "relay"
+    config = picker.config
+    assert config.cluster == RayCluster(keep_warm=0.0, back_channel="relay")
+    again = ConfigPicker(config, cpu_count=2, gpus=[])
+    assert again.cluster.sections["ray"].keep_warm.value == 0.0
+    assert again.cluster.sections["ray"].back_channel.value == "relay"
+
+
 def test_back_on_this_machine_the_section_goes_and_the_bounds_return() -> None:
     picker = ConfigPicker(cpu_count=2, gpus=[])
     picker.cluster.where.value = RAY
