@@ -6,6 +6,8 @@
     python3 dev.py docs [mkdocs build args]
                                         # make .venv, build the documentation site (mkdocs.yml, docs/) into build/site
     python3 dev.py bench                # also install the bench extra, run every benchmark in benchmarks/, print ratios
+    python3 dev.py bench --quick        # the headline figures in one command, a few minutes (benchmarks/summary.py)
+    python3 dev.py bench --smoke        # its smallest form, without installing the peers (the test suite runs it)
     python3 dev.py compat-latest [--version V] [--base V]
                                         # before bumping accelerate's pin: its newest release (or V) in a scratch
                                         # environment, its scripts and names against the pinned one's, as tables
@@ -133,12 +135,22 @@ def main(argv: list[str]) -> int:
         if code == 0:
             print(f"[dev] the site is in {ROOT / 'build' / 'site'} (open index.html)", flush=True)
         return code
-    ensure_bench_extra()
+    if "--smoke" not in rest:  # the smallest form runs with what is installed (the test suite runs it)
+        ensure_bench_extra()
     code = 0
-    for script in sorted((ROOT / "benchmarks").glob("*.py")):
-        print(f"[dev] {script.relative_to(ROOT)}", flush=True)
-        code |= subprocess.run([python, str(script), *rest], cwd=ROOT, env=env).returncode
+    for command_line in bench_commands(python, rest):
+        print(f"[dev] {' '.join(command_line[1:])}", flush=True)
+        code |= subprocess.run(command_line, cwd=ROOT, env=env).returncode
     return code
+
+
+def bench_commands(python: str, rest: list[str]) -> list[list[str]]:
+    """What ``dev.py bench`` runs: with ``--quick`` or ``--smoke``, ``benchmarks/summary.py`` (the figures in one
+    command, a few minutes; ``--smoke``: the smallest form); otherwise every benchmark in full, with ``rest``."""
+    if "--quick" in rest or "--smoke" in rest:
+        return [[python, str(ROOT / "benchmarks" / "summary.py"), *rest]]
+    return [[python, str(script), *rest] for script in sorted((ROOT / "benchmarks").glob("*.py"))
+            if script.name != "summary.py"]
 
 
 if __name__ == "__main__":

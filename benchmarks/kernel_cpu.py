@@ -107,6 +107,11 @@ class Sampler(threading.Thread):
         raise ValueError(f"no kernel CPU samples around {t}")
 
 
+def _ratio(a: float, b: float) -> str:
+    """``a / b`` as ``x1.23``; ``n/a`` when ``b`` read zero (a short run on an idle kernel)."""
+    return f"x{a / b:.2f}" if b > 0 else "n/a"
+
+
 def execute(client: Any, code: str, timeout: float) -> tuple[str, float, float]:
     """Run ``code`` in the kernel; return its stdout and when it was sent and ended (raise when it failed)."""
     sent = time.time()
@@ -187,7 +192,7 @@ def main() -> None:
         goal = 0.03 if rate <= 1000 else 0.06
         first, other = ("Ray", "local") if args.cluster else ("dashboard", "dashboard=False")
         print(f"[kernel-cpu] {rate:>6} calls/s per rank: {first} {a * 100:5.1f}%  {other} {off * 100:5.1f}%  "
-              f"ratio {first}/{other} x{a / off:.2f}  A/A x{a / a2:.2f}  "
+              f"ratio {first}/{other} {_ratio(a, off)}  A/A {_ratio(a, a2)}  "
               f"goal <= {goal * 100:.0f}% {'ok' if a <= goal else 'MISSED'}")
         print(f"[kernel-cpu] {rate:>6} calls/s per rank, launch and end counted over the logging time: {first} "
               f"{wa * 100:5.1f}%  {other} {woff * 100:5.1f}%")

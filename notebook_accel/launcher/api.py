@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -34,7 +35,7 @@ from notebook_accel.launcher.sink_choice import choose_sink
 from notebook_accel.launcher.supervision.background import BackgroundRun, RecordingTee, check_can_start
 from notebook_accel.launcher.supervision.failures import WorkerError
 from notebook_accel.launcher.supervision.outcome import finish_aborted
-from notebook_accel.launcher.supervision.runlogs import create_run_folder, display_path, prune_runs
+from notebook_accel.launcher.supervision.runlogs import create_run_folder, display_path, prune_runs_aside
 from notebook_accel.launcher.supervision.supervisor import supervise
 from notebook_accel.launcher.tracebacks import user_facing
 
@@ -343,5 +344,7 @@ def _start_workers(plan: Plan, resources: RunResources, placement: Placement, si
         finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")
         raise
     resources.guard_workers(handles)
-    prune_runs(folder)  # while the workers start: old run folders cost the launch nothing
+    pruning = prune_runs_aside(folder)  # while the run goes: old run folders cost the launch nothing
+    if pruning is not None:
+        resources.enter(pruning, threading.Thread.join)  # done before the run's end
     return handles

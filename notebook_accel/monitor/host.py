@@ -17,7 +17,7 @@ import psutil
 
 from notebook_accel.monitor.compiler import is_compiler
 
-__all__ = ["TreeMeter", "TreeReading", "cgroup_memory", "machine_memory"]
+__all__ = ["TreeMeter", "TreeReading", "cgroup_memory", "child_pids", "machine_memory"]
 
 
 class TreeReading(NamedTuple):
@@ -49,6 +49,7 @@ class TreeMeter:
         self._process: psutil.Process | None = None
         self._cpu: dict[int, float] = {}  # CPU seconds per member at the previous read
         self._last = time.monotonic()
+        self._members: dict[int, psutil.Process] = {}  # the descendants found at the previous read
         try:
             self._process = psutil.Process(pid)
         except psutil.Error:
@@ -65,7 +66,7 @@ class TreeMeter:
         if self._process is None:
             return TreeReading(0.0, 0)
         try:
-            members = [self._process, *self._process.children(recursive=True)]  # a parent before its children
+            members = [self._process, *self._descendants()]  # a parent before its children
         except psutil.Error:
             return TreeReading(0.0, 0)
         cpu: dict[int, float] = {}
@@ -92,6 +93,64 @@ class TreeMeter:
         first = not self._cpu
         self._cpu = cpu
         return TreeReading(0.0 if first else max(0.0, 100.0 * busy / elapsed), rss, compiler_rss)
+
+
+    def _descendants(self) -> list[psutil.Process]:
+        """The tree below the process, parents first: from its threads' ``children`` files (a few reads for a
+        worker's tree), where psutil's ``children()`` reads every process of the machine, each sample, which on a
+        busy machine cost the kernel a few percent of a core while nothing else happened. Where those files do not
+        exist (a kernel without ``CONFIG_PROC_CHILDREN``, not Linux), psutil's walk."""
+        assert self._process is not None
+        pids = child_pids(self._process.pid)
+        if pids is None:
+            return list(self._process.children(recursive=True))
+        known, self._members = self._members, {}
+        for pid in pids:  # a member's Process object is kept from one read to the next (making one reads /proc)
+            member = known.get(pid)
+            if member is None:
+                try:
+                    member = psutil.Process(pid)
+                except psutil.Error:
+                    continue
+            self._members[pid] = member
+        return list(self._members.values())
+
+
+def child_pids(pid: int) -> list[int] | None:
+    """The pids below ``pid`` (children, then theirs), from ``/proc/<pid>/task/<tid>/children``; ``None`` where the
+    system has no such files. A process that ends meanwhile is skipped.
+
+    Example:
+        >>> import os, subprocess, sys
+        >>> child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+        >>> found = child_pids(os.getpid())
+        >>> found is None or child.pid in found
+        True
+        >>> child.kill(); _ = child.wait()
+    """
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        parent = queue.pop(0)
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            if parent == pid and not os.path.isdir("/proc/self/task"):
+                return None  # no /proc (not Linux)
+            continue  # ended meanwhile
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children", "rb") as file:
+                    kids = [int(k) for k in file.read().split()]
+            except FileNotFoundError:
+                if not os.path.exists(f"/proc/self/task/{os.getpid()}/children"):
+                    return None  # a kernel without CONFIG_PROC_CHILDREN
+                continue  # the thread ended meanwhile
+            except OSError:
+                continue
+            found.extend(kids)
+            queue.extend(kids)
+    return found
 
 
 def machine_memory() -> tuple[int, int]:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from notebook_accel.events import TICK_SECONDS, Sink
+from notebook_accel.events import TICK_SECONDS, RunInfo, Sink
 from notebook_accel.launcher import notebook_launcher
 from tests.launcher.recording import RecordingSink
 
@@ -41,3 +41,19 @@ def test_a_silent_run_still_ticks_the_sink_every_tick_interval() -> None:
 def test_tick_is_optional_for_a_sink() -> None:
     assert isinstance(RecordingSink(), Sink) and not hasattr(RecordingSink(), "tick")
     assert notebook_launcher(quiet_for_a_second, num_processes=1, dashboard=RecordingSink()) == 7
+
+
+class StartTimeSink(TickingSink):
+    """Also records when the run was shown (``start``), on the launcher's clock."""
+
+    def start(self, info: RunInfo) -> None:
+        self.shown_at = time.monotonic()
+        super().start(info)
+
+
+def test_the_first_tick_comes_one_interval_after_the_start_not_at_once() -> None:
+    # A tick at once would update the display (and flush the kernel's streams) while a short run's workers start.
+    assert notebook_launcher(quiet_for_a_second, num_processes=2, dashboard=False) == 7  # warm: no warm-up ticks
+    sink = StartTimeSink()
+    assert notebook_launcher(quiet_for_a_second, num_processes=2, dashboard=sink) == 7
+    assert sink.ticks and sink.ticks[0] >= sink.shown_at + TICK_SECONDS - 0.05  # the launch began just before

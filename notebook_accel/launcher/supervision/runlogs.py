@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 import time
 import warnings
 from pathlib import Path
 
 from notebook_accel import environment
 
-__all__ = ["create_run_folder", "rank_log", "display_path", "KEEP_RUNS"]
+__all__ = ["create_run_folder", "rank_log", "display_path", "prune_runs", "prune_runs_aside", "KEEP_RUNS"]
 
 KEEP_RUNS = 50
 _OURS = re.compile(r"^\d{8}-\d{6}-[\w.-]+$")
@@ -91,6 +92,17 @@ def prune_runs(current: Path | None, keep: int = KEEP_RUNS) -> None:
     """Remove our oldest run folders beside ``current`` beyond ``keep`` (``None``: nothing to do)."""
     if current is not None:
         _prune(current.parent, keep, current)
+
+
+def prune_runs_aside(current: Path | None, keep: int = KEEP_RUNS) -> threading.Thread | None:
+    """:func:`prune_runs` in a daemon thread (``None``: nothing to do), so that a launch never waits for the disk: a
+    folder's removal is a few system calls per file, milliseconds on a slow disk. The caller joins the thread
+    before the run's end."""
+    if current is None:
+        return None
+    thread = threading.Thread(target=prune_runs, args=(current, keep), name="notebook-accel prune runs", daemon=True)
+    thread.start()
+    return thread
 
 
 def _prune(root: Path, keep: int, current: Path) -> None:

@@ -375,6 +375,9 @@ def supervise(
                         placement, board)
     for handle in handles:  # the launcher knows these at the fork: no message from the worker needed
         sink.handle(Started(handle.rank, handle.pid, handle.device, node=handle.node))
+    # The first tick one period after the launch began, not at once: the sink showed the run a moment ago, and a
+    # display update now (with its flush of the kernel's streams) would cost a short launch its time for nothing.
+    state.next_tick = start_time + TICK_SECONDS
     try:
         if before is not None:
             before()
