@@ -24,7 +24,12 @@ from tests.launcher.slurm import procs
 
 Node = Literal["n1", "n2"]
 NODES: tuple[Node, Node] = ("n1", "n2")
-SLURMD_TIMEOUT = 5  # seconds without an answer before slurmctld marks a node DOWN (slurm.conf SlurmdTimeout)
+SLURMD_TIMEOUT = 5  # slurm.conf SlurmdTimeout: seconds without an answer before slurmctld may mark a node DOWN
+# slurm.conf MessageTimeout (Slurm's default is 10 s): it sets how soon a dead node is noticed -- its slurmd killed,
+# NOT_RESPONDING after ~5.5 s and DOWN after ~11 s with 3 s, ~13 s and ~26 s with 10 s
+MESSAGE_TIMEOUT = 3
+CPUS_PER_NODE = 2  # as many as this 2-core machine has (slurmd would run more tasks than cores all the same)
+GPUS_PER_NODE = 2  # stand-ins (see bringup._fake_gpus): a job has them only when it asks (--gpus-per-node...)
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class SlurmTestCluster:
     partition: str
     keeper: subprocess.Popen[str]
     bringup_s: float = 0.0
+    gpus_per_node: int = 0
     _daemon_argv: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -121,19 +127,23 @@ class SlurmTestCluster:
 
     # -- allocations, queue ----------------------------------------------------------------------------------------
 
-    def allocate(self, nodes: int = 2, *, exclusive: bool = True, args: Sequence[str] = (),
-                 timeout: float = 60.0) -> Allocation:
-        """Hold an allocation of ``nodes`` nodes (a batch job that sleeps; all their CPUs when ``exclusive``) and
-        return it once it runs, with the environment of its batch step on n1. :meth:`release` gives it back."""
+    def allocate(self, nodes: int = 2, *, tasks_per_node: int = CPUS_PER_NODE, gpus_per_node: int = 0,
+                 args: Sequence[str] = (), timeout: float = 60.0) -> Allocation:
+        """Hold an allocation of ``nodes`` nodes with room for ``tasks_per_node`` one-CPU tasks (and
+        ``gpus_per_node`` stand-in GPUs) on each: a batch job whose script sleeps. Return it once it runs, with
+        the environment of its batch step on n1 (where a kernel inside it would run). ``args``: more sbatch
+        options (``--no-kill``...). :meth:`release` gives it back."""
         marker = f"hold-{time.monotonic_ns()}"
         env_file = Path(self.folder) / f"{marker}.env"
         script = f"env -0 > {env_file}.part && mv {env_file}.part {env_file} && exec sleep infinity"
-        job_id = self.slurm("sbatch", "--parsable", f"-N{nodes}", *(["--exclusive"] if exclusive else []),
+        gpus = [f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []
+        job_id = self.slurm("sbatch", "--parsable", f"-N{nodes}", f"--ntasks-per-node={tasks_per_node}", *gpus,
                             "-J", marker, "-o", f"{self.folder}/{marker}.out", *args,
                             "--wrap", script).stdout.strip().split(";")[0]
-        wait_for(env_file.exists, timeout, f"allocation {job_id} to start", self.logs)
+        wait_for(env_file.exists, timeout, f"allocation {job_id} to start",
+                 lambda: f"squeue: {self.jobs()}\n{self.logs()}")
         pairs = (item.partition("=") for item in env_file.read_text().split("\0"))
-        env = {k: v for k, _, v in pairs if k.startswith(("SLURM", "SLURMD"))}
+        env = {k: v for k, _, v in pairs if k.startswith("SLURM") or k in _DEVICE_VARS}
         return Allocation(job_id, tuple(self.expand(env["SLURM_JOB_NODELIST"])), env)
 
     @contextmanager
@@ -299,6 +309,7 @@ class SlurmTestCluster:
         return left + procs.network_left(self.tag)
 
 
+_DEVICE_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"})
 _CLIENTS = frozenset({"srun", "salloc", "sbatch", "scancel", "squeue", "scontrol", "sinfo"})
 _LIVE_JOB_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
                     "SIGNALING", "STAGE_OUT", "STOPPED"}
