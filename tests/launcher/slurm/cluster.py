@@ -23,6 +23,7 @@ from typing import Literal
 from tests.launcher.slurm import procs
 
 Node = Literal["n1", "n2"]
+Hold = Literal["batch", "salloc"]
 NODES: tuple[Node, Node] = ("n1", "n2")
 SLURMD_TIMEOUT = 5  # slurm.conf SlurmdTimeout: seconds without an answer before slurmctld may mark a node DOWN
 # slurm.conf MessageTimeout (Slurm's default is 10 s): it sets how soon a dead node is noticed -- its slurmd killed,
@@ -34,13 +35,13 @@ GPUS_PER_NODE = 2  # stand-ins (see bringup._fake_gpus): a job has them only whe
 
 @dataclass(frozen=True)
 class Allocation:
-    """A held allocation: its job id, its nodes, and the environment of its batch step on n1 (``SLURM_JOB_ID``,
-    ``SLURM_JOB_NODELIST``, ``SLURM_NNODES``, ... and ``SLURM_CONF``): what a kernel running inside it sees."""
+    """A held allocation: its job id, its nodes, and the environment a kernel running inside it sees
+    (``SLURM_JOB_ID``, ``SLURM_JOB_NODELIST``, ``SLURM_NNODES``, ... and ``SLURM_CONF``); ``how`` it is held."""
 
     job_id: str
     nodes: tuple[str, ...]
     env: dict[str, str]
-
+    how: Hold = "batch"
 
 @dataclass(frozen=True)
 class TaskProcess:
@@ -128,28 +129,38 @@ class SlurmTestCluster:
     # -- allocations, queue ----------------------------------------------------------------------------------------
 
     def allocate(self, nodes: int = 2, *, tasks_per_node: int = CPUS_PER_NODE, gpus_per_node: int = 0,
-                 args: Sequence[str] = (), timeout: float = 60.0) -> Allocation:
+                 how: Hold = "batch", args: Sequence[str] = (), timeout: float = 60.0) -> Allocation:
         """Hold an allocation of ``nodes`` nodes with room for ``tasks_per_node`` one-CPU tasks (and
-        ``gpus_per_node`` stand-in GPUs) on each: a batch job whose script sleeps. Return it once it runs, with
-        the environment of its batch step on n1 (where a kernel inside it would run). ``args``: more sbatch
-        options (``--no-kill``...). :meth:`release` gives it back."""
+        ``gpus_per_node`` stand-in GPUs) on each, and return it once it runs, with the environment of the process
+        that holds it (a kernel inside the allocation sees the same):
+
+        - ``how="batch"``: an sbatch job whose script sleeps on n1, as Open OnDemand or batchspawner run a notebook
+          server (``SLURMD_NODENAME=n1``, ``SLURM_PROCID``... are set);
+        - ``how="salloc"``: ``salloc <options> sleep`` on this host, as ``salloc`` then a notebook server in its
+          shell (no ``SLURMD_NODENAME``: the process is in no step).
+
+        ``args``: more sbatch/salloc options (``--no-kill``...). :meth:`release` gives it back."""
         marker = f"hold-{time.monotonic_ns()}"
         env_file = Path(self.folder) / f"{marker}.env"
         script = f"env -0 > {env_file}.part && mv {env_file}.part {env_file} && exec sleep infinity"
-        gpus = [f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []
-        job_id = self.slurm("sbatch", "--parsable", f"-N{nodes}", f"--ntasks-per-node={tasks_per_node}", *gpus,
-                            "-J", marker, "-o", f"{self.folder}/{marker}.out", *args,
-                            "--wrap", script).stdout.strip().split(";")[0]
-        wait_for(env_file.exists, timeout, f"allocation {job_id} to start",
+        options = [f"-N{nodes}", f"--ntasks-per-node={tasks_per_node}", "-J", marker,
+                   *([f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []), *args]
+        if how == "batch":
+            self.slurm("sbatch", "-o", f"{self.folder}/{marker}.out", *options, "--wrap", script)
+        else:  # the keeper holds salloc: it runs as long as the allocation, and no test may leave a child behind
+            self._keeper({"start": marker, "argv": ["salloc", *options, "sh", "-c", script],
+                          "env": self.client_env()})
+        wait_for(env_file.exists, timeout, f"allocation {marker} to start",
                  lambda: f"squeue: {self.jobs()}\n{self.logs()}")
         pairs = (item.partition("=") for item in env_file.read_text().split("\0"))
         env = {k: v for k, _, v in pairs if k.startswith("SLURM") or k in _DEVICE_VARS}
-        return Allocation(job_id, tuple(self.expand(env["SLURM_JOB_NODELIST"])), env)
+        return Allocation(env["SLURM_JOB_ID"], tuple(self.expand(env["SLURM_JOB_NODELIST"])), env, how)
 
     @contextmanager
-    def allocation(self, nodes: int = 2, **kwargs: object) -> Iterator[Allocation]:
+    def allocation(self, nodes: int = 2, *, tasks_per_node: int = CPUS_PER_NODE, gpus_per_node: int = 0,
+                   how: Hold = "batch", args: Sequence[str] = ()) -> Iterator[Allocation]:
         """:meth:`allocate`, released on leaving the block."""
-        held = self.allocate(nodes, **kwargs)  # type: ignore[arg-type]
+        held = self.allocate(nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, how=how, args=args)
         try:
             yield held
         finally:
@@ -160,6 +171,11 @@ class SlurmTestCluster:
         job = allocation.job_id if isinstance(allocation, Allocation) else allocation
         self.slurm("scancel", job, check=False)
         wait_for(lambda: job not in self.squeue(), timeout, f"job {job} to leave the queue", self.logs)
+        if isinstance(allocation, Allocation) and allocation.how == "salloc":
+            self._keeper({"kill": allocation.env["SLURM_JOB_NAME"]})
+            for proc in procs.cluster_procs(self.folder):  # the command salloc ran outlives a killed salloc
+                if proc.environ.get("SLURM_JOB_ID") == job and "SLURM_STEP_ID" not in proc.environ:
+                    procs.kill(proc.pid)
 
     def squeue(self) -> list[str]:
         """Every job id and step id squeue lists now (``"7"``, ``"7.batch"``, ``"7.0"``), pending and completing

@@ -85,6 +85,18 @@ def test_an_allocation_gives_a_kernel_its_env_and_steps_number_ranks_node_by_nod
     assert held.job_id not in slurm_cluster.squeue()
 
 
+def test_an_salloc_allocation_gives_the_env_of_its_shell_and_ends_with_its_release(
+        slurm_cluster: SlurmTestCluster) -> None:
+    with slurm_cluster.allocation(2, how="salloc") as held:
+        assert (held.env["SLURM_JOB_NODELIST"], held.env["SLURM_NNODES"]) == ("n[1-2]", "2")
+        assert "SLURMD_NODENAME" not in held.env and held.env["SLURM_CONF"] == slurm_cluster.conf
+        assert slurm_cluster.squeue() == [held.job_id]
+        out = slurm_cluster.srun("-n4", "sh", "-c", "echo $SLURM_PROCID $SLURMD_NODENAME", allocation=held).stdout
+        assert sorted(out.splitlines()) == ["0 n1", "1 n1", "2 n2", "3 n2"]
+    assert held.job_id not in slurm_cluster.squeue()
+    assert not [p for p in procs.cluster_procs(slurm_cluster.folder) if p.comm in {"salloc", "sleep"}]
+
+
 def test_tasks_get_the_stand_in_gpus_slurm_gives_them_and_none_unasked(slurm_cluster: SlurmTestCluster) -> None:
     if slurm_cluster.gpus_per_node < 2:
         pytest.skip("this machine does not let the test cluster make stand-in GPU device files (mknod)")
@@ -225,3 +237,12 @@ def test_leftovers_of_a_killed_keeper_are_cleaned_at_the_next_start() -> None:
     assert {p.comm for p in left} >= {"slurmstepd", "sleep"} and procs.network_left(tag) and Path(folder).exists()
     assert folder in procs.clean_stale()
     assert _nothing_left(folder, tag) == []
+
+
+def test_without_root_or_the_packages_the_tests_skip_saying_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "need root" in str(missing())
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr("shutil.which", lambda name: None if name in {"slurmd", "munged"} else f"/usr/bin/{name}")
+    reason = str(missing())
+    assert "['munge', 'slurmd']" in reason and "apt-get install" in reason and "dev.py test" in reason
