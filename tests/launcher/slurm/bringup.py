@@ -132,7 +132,7 @@ def _start_daemons(cluster: SlurmTestCluster) -> None:
     key = Path(folder, "munge.key")
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
-    env = dict(os.environ)
+    env = cluster.client_env()
     cluster._keeper({"start": "munged", "env": env, "argv": [
         "munged", "-F", "--force", f"--key-file={key}", f"--socket={folder}/munge.sock",
         f"--pid-file={folder}/munged.pid", f"--log-file={folder}/munged.log", f"--seed-file={folder}/munged.seed"]})
@@ -143,8 +143,11 @@ def _start_daemons(cluster: SlurmTestCluster) -> None:
     cluster._keeper({"start": "slurmctld", "env": env, "argv": ["slurmctld", "-D", "-f", conf]})
     for node in NODES:
         cluster.start_slurmd(node)
-    idle = lambda: cluster.slurm("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout.split() == [
-        "n1", "idle", "n2", "idle"]
+
+    def idle() -> bool:
+        out = cluster.slurm("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
+        return out.split() == ["n1", "idle", "n2", "idle"]
+
     wait_for(idle, 30.0, "both nodes to be idle", cluster.logs)
 
 

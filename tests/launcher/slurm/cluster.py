@@ -96,8 +96,10 @@ class SlurmTestCluster:
     # -- commands ------------------------------------------------------------------------------------------------
 
     def client_env(self, allocation: Allocation | None = None) -> dict[str, str]:
-        """This process's environment plus :attr:`env` (and the allocation's, when given)."""
-        return {**os.environ, **self.env, **(allocation.env if allocation else {})}
+        """This process's environment less any ``SLURM_*`` (a suite run inside a real Slurm job must not reach
+        it), plus :attr:`env` and the allocation's, when given."""
+        outside = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+        return {**outside, **self.env, **(allocation.env if allocation else {})}
 
     def slurm(self, *args: str, timeout: float = 30.0, check: bool = True,
               allocation: Allocation | None = None) -> subprocess.CompletedProcess[str]:
@@ -173,7 +175,7 @@ class SlurmTestCluster:
         wait_for(lambda: job not in self.squeue(), timeout, f"job {job} to leave the queue", self.logs)
         if isinstance(allocation, Allocation) and allocation.how == "salloc":
             self._keeper({"kill": allocation.env["SLURM_JOB_NAME"]})
-            for proc in procs.cluster_procs(self.folder):  # the command salloc ran outlives a killed salloc
+            for proc in procs.cluster_procs(self.folder):  # the command salloc ran outlives a SIGKILLed salloc
                 if proc.environ.get("SLURM_JOB_ID") == job and "SLURM_STEP_ID" not in proc.environ:
                     procs.kill(proc.pid)
 
@@ -234,7 +236,7 @@ class SlurmTestCluster:
     def start_slurmd(self, node: str) -> None:
         """Start the node's slurmd (no wait)."""
         self._keeper({"start": f"slurmd-{node}", "argv": self._daemon_argv[f"slurmd-{node}"],
-                      "env": dict(os.environ)})
+                      "env": self.client_env()})
 
     def cut_link(self) -> None:
         """Cut n2 off: the veth down, so packets between n1 and n2 are lost (no error, as with a pulled cable)."""

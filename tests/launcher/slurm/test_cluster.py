@@ -211,15 +211,18 @@ def _orphan() -> tuple[subprocess.Popen[str], dict[str, object]]:
     return proc, json.loads(line[len("READY "):])
 
 
-def test_a_killed_test_process_leaves_nothing_behind() -> None:
+def test_a_killed_test_process_leaves_nothing_behind(capsys: pytest.CaptureFixture[str]) -> None:
     """SIGKILL of the process that owns a cluster: its keeper ends everything, detached step tasks included."""
     _skip_unless_possible()
     proc, info = _orphan()
     folder, tag = str(info["folder"]), int(str(info["tag"]))
+    start = time.monotonic()
     proc.kill()
     proc.communicate()
     wait_for(lambda: _nothing_left(folder, tag) == [], 30.0, f"the keeper to end the cluster in {folder}",
              lambda: str(_nothing_left(folder, tag)))
+    with capsys.disabled():
+        print(f"\n[slurm] test process SIGKILLed: its cluster gone {time.monotonic() - start:.2f} s later")
 
 
 def test_leftovers_of_a_killed_keeper_are_cleaned_at_the_next_start() -> None:
