@@ -192,6 +192,11 @@ class SlurmTestCluster:
         out = self.slurm("squeue", "-h", "-o", "%i %T").stdout.split()
         return dict(zip(out[::2], out[1::2]))
 
+    def pending_reason(self, job_id: str) -> str:
+        """Why squeue says the job waits (``Resources``, ``Priority``...; ``None`` once it runs, ``""`` when it
+        is not listed)."""
+        return self.slurm("squeue", "-h", "-j", job_id, "-o", "%r", check=False).stdout.strip()
+
     def expand(self, hostlist: str) -> list[str]:
         """``n[1-2]`` -> ``["n1", "n2"]`` (scontrol show hostnames)."""
         return self.slurm("scontrol", "show", "hostnames", hostlist).stdout.split()

@@ -93,6 +93,10 @@ def test_an_salloc_allocation_gives_the_env_of_its_shell_and_ends_with_its_relea
         assert slurm_cluster.squeue() == [held.job_id]
         out = slurm_cluster.srun("-n4", "sh", "-c", "echo $SLURM_PROCID $SLURMD_NODENAME", allocation=held).stdout
         assert sorted(out.splitlines()) == ["0 n1", "1 n1", "2 n2", "3 n2"]
+        queued = slurm_cluster.slurm("sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "true").stdout.strip()
+        wait_for(lambda: slurm_cluster.pending_reason(queued) == "Resources", 30.0, "a second job to queue")
+        assert slurm_cluster.jobs()[queued] == "PENDING"
+    wait_for(lambda: queued not in slurm_cluster.squeue(), 30.0, "the queued job to run once there is room")
     assert held.job_id not in slurm_cluster.squeue()
     assert not [p for p in procs.cluster_procs(slurm_cluster.folder) if p.comm in {"salloc", "sleep"}]
 
