@@ -133,14 +133,14 @@ def _start_daemons(cluster: SlurmTestCluster) -> None:
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
     env = cluster.client_env()
-    cluster._keeper({"start": "munged", "env": env, "argv": [
+    cluster.keeper_call({"start": "munged", "env": env, "argv": [
         "munged", "-F", "--force", f"--key-file={key}", f"--socket={folder}/munge.sock",
         f"--pid-file={folder}/munged.pid", f"--log-file={folder}/munged.log", f"--seed-file={folder}/munged.seed"]})
     wait_for(lambda: os.path.exists(f"{folder}/munge.sock"), 10.0, "munged's socket", cluster.logs)
     cluster._daemon_argv["slurmd-n1"] = ["slurmd", "-D", "-N", "n1", "-f", conf]
     cluster._daemon_argv["slurmd-n2"] = ["nsenter", f"--net=/run/netns/{cluster.namespace}", "slurmd", "-D", "-N",
                                          "n2", "-f", conf]
-    cluster._keeper({"start": "slurmctld", "env": env, "argv": ["slurmctld", "-D", "-f", conf]})
+    cluster.keeper_call({"start": "slurmctld", "env": env, "argv": ["slurmctld", "-D", "-f", conf]})
     for node in NODES:
         cluster.start_slurmd(node)
 

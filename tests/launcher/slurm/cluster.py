@@ -150,7 +150,7 @@ class SlurmTestCluster:
         if how == "batch":
             self.slurm("sbatch", "-o", f"{self.folder}/{marker}.out", *options, "--wrap", script)
         else:  # the keeper holds salloc: it runs as long as the allocation, and no test may leave a child behind
-            self._keeper({"start": marker, "argv": ["salloc", *options, "sh", "-c", script],
+            self.keeper_call({"start": marker, "argv": ["salloc", *options, "sh", "-c", script],
                           "env": self.client_env()})
         wait_for(env_file.exists, timeout, f"allocation {marker} to start",
                  lambda: f"squeue: {self.jobs()}\n{self.logs()}")
@@ -174,7 +174,7 @@ class SlurmTestCluster:
         self.slurm("scancel", job, check=False)
         wait_for(lambda: job not in self.squeue(), timeout, f"job {job} to leave the queue", self.logs)
         if isinstance(allocation, Allocation) and allocation.how == "salloc":
-            self._keeper({"kill": allocation.env["SLURM_JOB_NAME"]})
+            self.keeper_call({"kill": allocation.env["SLURM_JOB_NAME"]})
             for proc in procs.cluster_procs(self.folder):  # the command salloc ran outlives a SIGKILLed salloc
                 if proc.environ.get("SLURM_JOB_ID") == job and "SLURM_STEP_ID" not in proc.environ:
                     procs.kill(proc.pid)
@@ -227,7 +227,7 @@ class SlurmTestCluster:
     def kill_slurmd(self, node: str) -> int:
         """SIGKILL the node's slurmd (its running steps' slurmstepd and tasks stay, as on a real crash); return
         its pid."""
-        killed = self._keeper({"kill": f"slurmd-{_node(node)}"})["killed"]
+        killed = self.keeper_call({"kill": f"slurmd-{_node(node)}"})["killed"]
         if not isinstance(killed, int):
             raise RuntimeError(f"slurmd of {node} is not running")
         return killed
@@ -240,7 +240,7 @@ class SlurmTestCluster:
 
     def start_slurmd(self, node: str) -> None:
         """Start the node's slurmd (no wait)."""
-        self._keeper({"start": f"slurmd-{node}", "argv": self._daemon_argv[f"slurmd-{node}"],
+        self.keeper_call({"start": f"slurmd-{node}", "argv": self._daemon_argv[f"slurmd-{node}"],
                       "env": self.client_env()})
 
     def cut_link(self) -> None:
@@ -306,7 +306,8 @@ class SlurmTestCluster:
             parts.append(f"--- {name}\n" + "\n".join(text))
         return "\n".join(parts)
 
-    def _keeper(self, command: dict[str, object]) -> dict[str, object]:
+    def keeper_call(self, command: dict[str, object]) -> dict[str, object]:
+        """Send the keeper one command (see keeper.py) and return its answer."""
         assert self.keeper.stdin is not None and self.keeper.stdout is not None
         self.keeper.stdin.write(json.dumps(command) + "\n")
         self.keeper.stdin.flush()
@@ -320,7 +321,7 @@ class SlurmTestCluster:
         what is left (empty when all went)."""
         if self.keeper.poll() is None:
             try:
-                answer = self._keeper({"stop": True})
+                answer = self.keeper_call({"stop": True})
             except (BrokenPipeError, RuntimeError):
                 answer = {"left": []}
             self.keeper.wait(timeout)
