@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -19,7 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.launcher.slurm import procs
-from tests.launcher.slurm.cluster import NODES, SLURMD_TIMEOUT, SlurmTestCluster, wait_for
+from tests.launcher.slurm.cluster import (CPUS_PER_NODE, GPUS_PER_NODE, MESSAGE_TIMEOUT, NODES, SLURMD_TIMEOUT,
+                                          SlurmTestCluster, wait_for)
 
 ROOT = Path(__file__).resolve().parents[3]
 BINARIES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "srun": "slurm-client", "sbatch": "slurm-client",
@@ -76,8 +78,10 @@ def _two_free_ports() -> tuple[int, int]:
         return int(first.getsockname()[1]), int(second.getsockname()[1])
 
 
-def slurm_conf(folder: str, tag: int, ctld_port: int, slurmd_port: int) -> str:
-    """The cluster's slurm.conf: private munge socket, everything in ``folder``, two 2-CPU nodes."""
+def slurm_conf(folder: str, tag: int, ctld_port: int, slurmd_port: int, gpus: int) -> str:
+    """The cluster's slurm.conf: private munge socket, everything in ``folder``, two 2-CPU nodes with ``gpus``
+    GPUs each (``gres.conf``)."""
+    gres = f" Gres=gpu:{gpus}" if gpus else ""
     return "\n".join([
         f"ClusterName={procs.PREFIX}{tag}",
         f"SlurmctldHost={socket.gethostname().split('.')[0]}(10.67.{tag}.1)",
@@ -90,13 +94,29 @@ def slurm_conf(folder: str, tag: int, ctld_port: int, slurmd_port: int) -> str:
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
         "SchedulerType=sched/builtin", "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
-        f"SlurmdTimeout={SLURMD_TIMEOUT}", "KillWait=2", "ReturnToService=2", "MinJobAge=2",
+        f"SlurmdTimeout={SLURMD_TIMEOUT}", f"MessageTimeout={MESSAGE_TIMEOUT}", "KillWait=2", "ReturnToService=2",
+        "MinJobAge=2", "JobRequeue=0",  # a job that loses a node ends (NODE_FAIL) rather than queueing again
         "MpiDefault=none", "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
-        "SlurmdParameters=config_overrides",
-        *(f"NodeName={node} NodeAddr=10.67.{tag}.{i + 1} CPUs=2 State=UNKNOWN" for i, node in enumerate(NODES)),
+        "SlurmdParameters=config_overrides", *(["GresTypes=gpu"] if gpus else []),
+        *(f"NodeName={node} NodeAddr=10.67.{tag}.{i + 1} CPUs={CPUS_PER_NODE}{gres} State=UNKNOWN"
+          for i, node in enumerate(NODES)),
         f"PartitionName={PARTITION} Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP",
         "",
     ])
+
+
+def _fake_gpus(folder: str, count: int) -> int:
+    """``count`` stand-in GPU device files (character devices like /dev/null: Slurm only checks their kind) and a
+    gres.conf naming them, so ``--gpus-per-task`` sets ``CUDA_VISIBLE_DEVICES`` as on a GPU node. Return how many
+    could be made (0 where mknod is not allowed)."""
+    try:
+        for index in range(count):
+            os.mknod(f"{folder}/nvidia{index}", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError:
+        return 0
+    if count:
+        Path(folder, "gres.conf").write_text(f"Name=gpu File={folder}/nvidia[0-{count - 1}]\n")
+    return count
 
 
 def _start_keeper(folder: str, tag: int) -> subprocess.Popen[str]:
@@ -112,19 +132,22 @@ def _start_daemons(cluster: SlurmTestCluster) -> None:
     key = Path(folder, "munge.key")
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
-    env = dict(os.environ)
-    cluster._keeper({"start": "munged", "env": env, "argv": [
+    env = cluster.client_env()
+    cluster.keeper_call({"start": "munged", "env": env, "argv": [
         "munged", "-F", "--force", f"--key-file={key}", f"--socket={folder}/munge.sock",
         f"--pid-file={folder}/munged.pid", f"--log-file={folder}/munged.log", f"--seed-file={folder}/munged.seed"]})
     wait_for(lambda: os.path.exists(f"{folder}/munge.sock"), 10.0, "munged's socket", cluster.logs)
     cluster._daemon_argv["slurmd-n1"] = ["slurmd", "-D", "-N", "n1", "-f", conf]
     cluster._daemon_argv["slurmd-n2"] = ["nsenter", f"--net=/run/netns/{cluster.namespace}", "slurmd", "-D", "-N",
                                          "n2", "-f", conf]
-    cluster._keeper({"start": "slurmctld", "env": env, "argv": ["slurmctld", "-D", "-f", conf]})
+    cluster.keeper_call({"start": "slurmctld", "env": env, "argv": ["slurmctld", "-D", "-f", conf]})
     for node in NODES:
         cluster.start_slurmd(node)
-    idle = lambda: cluster.slurm("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout.split() == [
-        "n1", "idle", "n2", "idle"]
+
+    def idle() -> bool:
+        out = cluster.slurm("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
+        return out.split() == ["n1", "idle", "n2", "idle"]
+
     wait_for(idle, 30.0, "both nodes to be idle", cluster.logs)
 
 
@@ -140,7 +163,8 @@ def start_cluster() -> Iterator[SlurmTestCluster]:
             _network(tag)
             for sub in ("state", "spool/n1", "spool/n2"):
                 os.makedirs(f"{folder}/{sub}")
-            Path(cluster.conf).write_text(slurm_conf(folder, tag, *_two_free_ports()))
+            cluster.gpus_per_node = _fake_gpus(folder, GPUS_PER_NODE)
+            Path(cluster.conf).write_text(slurm_conf(folder, tag, *_two_free_ports(), cluster.gpus_per_node))
             _start_daemons(cluster)
         except (TimeoutError, RuntimeError):
             cluster.stop()

@@ -23,19 +23,25 @@ from typing import Literal
 from tests.launcher.slurm import procs
 
 Node = Literal["n1", "n2"]
+Hold = Literal["batch", "salloc"]
 NODES: tuple[Node, Node] = ("n1", "n2")
-SLURMD_TIMEOUT = 5  # seconds without an answer before slurmctld marks a node DOWN (slurm.conf SlurmdTimeout)
+SLURMD_TIMEOUT = 5  # slurm.conf SlurmdTimeout: seconds without an answer before slurmctld may mark a node DOWN
+# slurm.conf MessageTimeout (Slurm's default is 10 s): it sets how soon a dead node is noticed -- its slurmd killed,
+# NOT_RESPONDING after ~5.5 s and DOWN after ~11 s with 3 s, ~13 s and ~26 s with 10 s
+MESSAGE_TIMEOUT = 3
+CPUS_PER_NODE = 2  # as many as this 2-core machine has (slurmd would run more tasks than cores all the same)
+GPUS_PER_NODE = 2  # stand-ins (see bringup._fake_gpus): a job has them only when it asks (--gpus-per-node...)
 
 
 @dataclass(frozen=True)
 class Allocation:
-    """A held allocation: its job id, its nodes, and the environment of its batch step on n1 (``SLURM_JOB_ID``,
-    ``SLURM_JOB_NODELIST``, ``SLURM_NNODES``, ... and ``SLURM_CONF``): what a kernel running inside it sees."""
+    """A held allocation: its job id, its nodes, and the environment a kernel running inside it sees
+    (``SLURM_JOB_ID``, ``SLURM_JOB_NODELIST``, ``SLURM_NNODES``, ... and ``SLURM_CONF``); ``how`` it is held."""
 
     job_id: str
     nodes: tuple[str, ...]
     env: dict[str, str]
-
+    how: Hold = "batch"
 
 @dataclass(frozen=True)
 class TaskProcess:
@@ -56,6 +62,7 @@ class SlurmTestCluster:
     partition: str
     keeper: subprocess.Popen[str]
     bringup_s: float = 0.0
+    gpus_per_node: int = 0
     _daemon_argv: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -89,8 +96,10 @@ class SlurmTestCluster:
     # -- commands ------------------------------------------------------------------------------------------------
 
     def client_env(self, allocation: Allocation | None = None) -> dict[str, str]:
-        """This process's environment plus :attr:`env` (and the allocation's, when given)."""
-        return {**os.environ, **self.env, **(allocation.env if allocation else {})}
+        """This process's environment less any ``SLURM_*`` (a suite run inside a real Slurm job must not reach
+        it), plus :attr:`env` and the allocation's, when given."""
+        outside = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+        return {**outside, **self.env, **(allocation.env if allocation else {})}
 
     def slurm(self, *args: str, timeout: float = 30.0, check: bool = True,
               allocation: Allocation | None = None) -> subprocess.CompletedProcess[str]:
@@ -121,25 +130,39 @@ class SlurmTestCluster:
 
     # -- allocations, queue ----------------------------------------------------------------------------------------
 
-    def allocate(self, nodes: int = 2, *, exclusive: bool = True, args: Sequence[str] = (),
-                 timeout: float = 60.0) -> Allocation:
-        """Hold an allocation of ``nodes`` nodes (a batch job that sleeps; all their CPUs when ``exclusive``) and
-        return it once it runs, with the environment of its batch step on n1. :meth:`release` gives it back."""
+    def allocate(self, nodes: int = 2, *, tasks_per_node: int = CPUS_PER_NODE, gpus_per_node: int = 0,
+                 how: Hold = "batch", args: Sequence[str] = (), timeout: float = 60.0) -> Allocation:
+        """Hold an allocation of ``nodes`` nodes with room for ``tasks_per_node`` one-CPU tasks (and
+        ``gpus_per_node`` stand-in GPUs) on each, and return it once it runs, with the environment of the process
+        that holds it (a kernel inside the allocation sees the same):
+
+        - ``how="batch"``: an sbatch job whose script sleeps on n1, as Open OnDemand or batchspawner run a notebook
+          server (``SLURMD_NODENAME=n1``, ``SLURM_PROCID``... are set);
+        - ``how="salloc"``: ``salloc <options> sleep`` on this host, as ``salloc`` then a notebook server in its
+          shell (no ``SLURMD_NODENAME``: the process is in no step).
+
+        ``args``: more sbatch/salloc options (``--no-kill``...). :meth:`release` gives it back."""
         marker = f"hold-{time.monotonic_ns()}"
         env_file = Path(self.folder) / f"{marker}.env"
         script = f"env -0 > {env_file}.part && mv {env_file}.part {env_file} && exec sleep infinity"
-        job_id = self.slurm("sbatch", "--parsable", f"-N{nodes}", *(["--exclusive"] if exclusive else []),
-                            "-J", marker, "-o", f"{self.folder}/{marker}.out", *args,
-                            "--wrap", script).stdout.strip().split(";")[0]
-        wait_for(env_file.exists, timeout, f"allocation {job_id} to start", self.logs)
+        options = [f"-N{nodes}", f"--ntasks-per-node={tasks_per_node}", "-J", marker,
+                   *([f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []), *args]
+        if how == "batch":
+            self.slurm("sbatch", "-o", f"{self.folder}/{marker}.out", *options, "--wrap", script)
+        else:  # the keeper holds salloc: it runs as long as the allocation, and no test may leave a child behind
+            self.keeper_call({"start": marker, "argv": ["salloc", *options, "sh", "-c", script],
+                          "env": self.client_env()})
+        wait_for(env_file.exists, timeout, f"allocation {marker} to start",
+                 lambda: f"squeue: {self.jobs()}\n{self.logs()}")
         pairs = (item.partition("=") for item in env_file.read_text().split("\0"))
-        env = {k: v for k, _, v in pairs if k.startswith(("SLURM", "SLURMD"))}
-        return Allocation(job_id, tuple(self.expand(env["SLURM_JOB_NODELIST"])), env)
+        env = {k: v for k, _, v in pairs if k.startswith("SLURM") or k in _DEVICE_VARS}
+        return Allocation(env["SLURM_JOB_ID"], tuple(self.expand(env["SLURM_JOB_NODELIST"])), env, how)
 
     @contextmanager
-    def allocation(self, nodes: int = 2, **kwargs: object) -> Iterator[Allocation]:
+    def allocation(self, nodes: int = 2, *, tasks_per_node: int = CPUS_PER_NODE, gpus_per_node: int = 0,
+                   how: Hold = "batch", args: Sequence[str] = ()) -> Iterator[Allocation]:
         """:meth:`allocate`, released on leaving the block."""
-        held = self.allocate(nodes, **kwargs)  # type: ignore[arg-type]
+        held = self.allocate(nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, how=how, args=args)
         try:
             yield held
         finally:
@@ -150,6 +173,11 @@ class SlurmTestCluster:
         job = allocation.job_id if isinstance(allocation, Allocation) else allocation
         self.slurm("scancel", job, check=False)
         wait_for(lambda: job not in self.squeue(), timeout, f"job {job} to leave the queue", self.logs)
+        if isinstance(allocation, Allocation) and allocation.how == "salloc":
+            self.keeper_call({"kill": allocation.env["SLURM_JOB_NAME"]})
+            for proc in procs.cluster_procs(self.folder):  # the command salloc ran outlives a SIGKILLed salloc
+                if proc.environ.get("SLURM_JOB_ID") == job and "SLURM_STEP_ID" not in proc.environ:
+                    procs.kill(proc.pid)
 
     def squeue(self) -> list[str]:
         """Every job id and step id squeue lists now (``"7"``, ``"7.batch"``, ``"7.0"``), pending and completing
@@ -163,6 +191,11 @@ class SlurmTestCluster:
         """Job id -> state (``RUNNING``, ``PENDING``, ``COMPLETING``, ...) of the jobs squeue lists now."""
         out = self.slurm("squeue", "-h", "-o", "%i %T").stdout.split()
         return dict(zip(out[::2], out[1::2]))
+
+    def pending_reason(self, job_id: str) -> str:
+        """Why squeue says the job waits (``Resources``, ``Priority``...; ``None`` once it runs, ``""`` when it
+        is not listed)."""
+        return self.slurm("squeue", "-h", "-j", job_id, "-o", "%r", check=False).stdout.strip()
 
     def expand(self, hostlist: str) -> list[str]:
         """``n[1-2]`` -> ``["n1", "n2"]`` (scontrol show hostnames)."""
@@ -194,7 +227,7 @@ class SlurmTestCluster:
     def kill_slurmd(self, node: str) -> int:
         """SIGKILL the node's slurmd (its running steps' slurmstepd and tasks stay, as on a real crash); return
         its pid."""
-        killed = self._keeper({"kill": f"slurmd-{_node(node)}"})["killed"]
+        killed = self.keeper_call({"kill": f"slurmd-{_node(node)}"})["killed"]
         if not isinstance(killed, int):
             raise RuntimeError(f"slurmd of {node} is not running")
         return killed
@@ -207,8 +240,8 @@ class SlurmTestCluster:
 
     def start_slurmd(self, node: str) -> None:
         """Start the node's slurmd (no wait)."""
-        self._keeper({"start": f"slurmd-{node}", "argv": self._daemon_argv[f"slurmd-{node}"],
-                      "env": dict(os.environ)})
+        self.keeper_call({"start": f"slurmd-{node}", "argv": self._daemon_argv[f"slurmd-{node}"],
+                      "env": self.client_env()})
 
     def cut_link(self) -> None:
         """Cut n2 off: the veth down, so packets between n1 and n2 are lost (no error, as with a pulled cable)."""
@@ -273,7 +306,8 @@ class SlurmTestCluster:
             parts.append(f"--- {name}\n" + "\n".join(text))
         return "\n".join(parts)
 
-    def _keeper(self, command: dict[str, object]) -> dict[str, object]:
+    def keeper_call(self, command: dict[str, object]) -> dict[str, object]:
+        """Send the keeper one command (see keeper.py) and return its answer."""
         assert self.keeper.stdin is not None and self.keeper.stdout is not None
         self.keeper.stdin.write(json.dumps(command) + "\n")
         self.keeper.stdin.flush()
@@ -287,7 +321,7 @@ class SlurmTestCluster:
         what is left (empty when all went)."""
         if self.keeper.poll() is None:
             try:
-                answer = self._keeper({"stop": True})
+                answer = self.keeper_call({"stop": True})
             except (BrokenPipeError, RuntimeError):
                 answer = {"left": []}
             self.keeper.wait(timeout)
@@ -299,6 +333,7 @@ class SlurmTestCluster:
         return left + procs.network_left(self.tag)
 
 
+_DEVICE_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"})
 _CLIENTS = frozenset({"srun", "salloc", "sbatch", "scancel", "squeue", "scontrol", "sinfo"})
 _LIVE_JOB_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
                     "SIGNALING", "STAGE_OUT", "STOPPED"}

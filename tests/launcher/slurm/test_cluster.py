@@ -20,7 +20,7 @@ import pytest
 
 from tests.launcher.slurm import procs
 from tests.launcher.slurm.bringup import ROOT, missing, start_cluster
-from tests.launcher.slurm.cluster import NODES, SLURMD_TIMEOUT, SlurmTestCluster, wait_for
+from tests.launcher.slurm.cluster import MESSAGE_TIMEOUT, NODES, SLURMD_TIMEOUT, SlurmTestCluster, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -85,6 +85,36 @@ def test_an_allocation_gives_a_kernel_its_env_and_steps_number_ranks_node_by_nod
     assert held.job_id not in slurm_cluster.squeue()
 
 
+def test_an_salloc_allocation_gives_the_env_of_its_shell_and_ends_with_its_release(
+        slurm_cluster: SlurmTestCluster) -> None:
+    with slurm_cluster.allocation(2, how="salloc") as held:
+        assert (held.env["SLURM_JOB_NODELIST"], held.env["SLURM_NNODES"]) == ("n[1-2]", "2")
+        assert "SLURMD_NODENAME" not in held.env and held.env["SLURM_CONF"] == slurm_cluster.conf
+        assert slurm_cluster.squeue() == [held.job_id]
+        out = slurm_cluster.srun("-n4", "sh", "-c", "echo $SLURM_PROCID $SLURMD_NODENAME", allocation=held).stdout
+        assert sorted(out.splitlines()) == ["0 n1", "1 n1", "2 n2", "3 n2"]
+        queued = slurm_cluster.slurm("sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "true").stdout.strip()
+        wait_for(lambda: slurm_cluster.pending_reason(queued) == "Resources", 30.0, "a second job to queue")
+        assert slurm_cluster.jobs()[queued] == "PENDING"
+    wait_for(lambda: queued not in slurm_cluster.squeue(), 30.0, "the queued job to run once there is room")
+    assert held.job_id not in slurm_cluster.squeue()
+    assert not [p for p in procs.cluster_procs(slurm_cluster.folder) if p.comm in {"salloc", "sleep"}]
+
+
+def test_tasks_get_the_stand_in_gpus_slurm_gives_them_and_none_unasked(slurm_cluster: SlurmTestCluster) -> None:
+    if slurm_cluster.gpus_per_node < 2:
+        pytest.skip("this machine does not let the test cluster make stand-in GPU device files (mknod)")
+    show = ("sh", "-c", "echo $SLURM_PROCID $SLURMD_NODENAME ${CUDA_VISIBLE_DEVICES:-none}")
+    with slurm_cluster.allocation(2, gpus_per_node=2) as held:
+        assert held.env["SLURM_GPUS_ON_NODE"] == "2" and held.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+        out = slurm_cluster.srun("-n4", "--gpus-per-task=1", *show, allocation=held).stdout
+        assert sorted(out.splitlines()) == ["0 n1 0", "1 n1 1", "2 n2 0", "3 n2 1"]
+    with slurm_cluster.allocation(2) as held:
+        assert "CUDA_VISIBLE_DEVICES" not in held.env
+        assert sorted(slurm_cluster.srun("-n2", "--ntasks-per-node=1", *show, allocation=held).stdout.splitlines()) \
+            == ["0 n1 none", "1 n2 none"]
+
+
 def test_scancel_of_a_step_ends_its_tasks_on_both_nodes(slurm_cluster: SlurmTestCluster) -> None:
     with slurm_cluster.allocation(2) as held:
         step = slurm_cluster.start_srun("-n4", "sleep", "1000", allocation=held, env={"NAS_SMOKE_TASK": "1"})
@@ -104,16 +134,34 @@ def test_scancel_of_a_step_ends_its_tasks_on_both_nodes(slurm_cluster: SlurmTest
         assert slurm_cluster.squeue() == [held.job_id, f"{held.job_id}.batch"]  # the allocation holds
 
 
-def test_a_killed_slurmd_marks_its_node_lost_and_a_restart_brings_it_back(slurm_cluster: SlurmTestCluster,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    slurm_cluster.kill_slurmd("n2")
-    lost = slurm_cluster.wait_node("n2", up=False, timeout=60.0)
-    state = slurm_cluster.node_state("n2")
-    start = time.monotonic()
-    slurm_cluster.restart_slurmd("n2")
-    back = time.monotonic() - start
+def test_a_killed_slurmd_marks_its_node_lost_ends_its_job_and_a_restart_brings_it_back(
+        slurm_cluster: SlurmTestCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """What a lost node looks like from Slurm: NOT_RESPONDING, then DOWN, the step's srun ending and the job ended
+    (JobRequeue=0); the tasks on the lost node run on until its slurmd comes back and ends them."""
+    with slurm_cluster.allocation(2) as held:
+        step = slurm_cluster.start_srun("-n4", "sleep", "1000", allocation=held)
+        try:
+            wait_for(lambda: all(len(slurm_cluster.processes_on(n)) == 2 for n in NODES), 30.0, "4 tasks",
+                     slurm_cluster.logs)
+            start = time.monotonic()
+            slurm_cluster.kill_slurmd("n2")
+            lost = slurm_cluster.wait_node("n2", up=False, timeout=60.0)
+            state = slurm_cluster.node_state("n2")
+            code = step.wait(60)
+            ended = time.monotonic() - start
+            wait_for(lambda: held.job_id not in slurm_cluster.squeue(), 60.0, "the job to end", slurm_cluster.logs)
+        finally:
+            step.kill()
+            step.communicate()
+        assert code != 0 and slurm_cluster.processes_on("n1") == []
+        assert len(slurm_cluster.processes_on("n2")) == 2  # orphans of the dead slurmd, until it comes back
+        start = time.monotonic()
+        slurm_cluster.restart_slurmd("n2")
+        back = time.monotonic() - start
+        wait_for(lambda: not slurm_cluster.task_processes(), 30.0, "the restarted slurmd to end the lost job's tasks")
     with capsys.disabled():
-        print(f"\n[slurm] slurmd of n2 killed: node {state} after {lost:.1f} s (SlurmdTimeout={SLURMD_TIMEOUT}); "
+        print(f"\n[slurm] slurmd of n2 killed: node {state} after {lost:.1f} s, the step's srun ended (exit {code}) "
+              f"after {ended:.1f} s (SlurmdTimeout={SLURMD_TIMEOUT} s, MessageTimeout={MESSAGE_TIMEOUT} s); "
               f"up again {back:.1f} s after the restart")
     assert slurm_cluster.srun("-N2", "-n2", "-l", "hostname").returncode == 0
 
@@ -167,15 +215,18 @@ def _orphan() -> tuple[subprocess.Popen[str], dict[str, object]]:
     return proc, json.loads(line[len("READY "):])
 
 
-def test_a_killed_test_process_leaves_nothing_behind() -> None:
+def test_a_killed_test_process_leaves_nothing_behind(capsys: pytest.CaptureFixture[str]) -> None:
     """SIGKILL of the process that owns a cluster: its keeper ends everything, detached step tasks included."""
     _skip_unless_possible()
     proc, info = _orphan()
     folder, tag = str(info["folder"]), int(str(info["tag"]))
+    start = time.monotonic()
     proc.kill()
     proc.communicate()
     wait_for(lambda: _nothing_left(folder, tag) == [], 30.0, f"the keeper to end the cluster in {folder}",
              lambda: str(_nothing_left(folder, tag)))
+    with capsys.disabled():
+        print(f"\n[slurm] test process SIGKILLed: its cluster gone {time.monotonic() - start:.2f} s later")
 
 
 def test_leftovers_of_a_killed_keeper_are_cleaned_at_the_next_start() -> None:
@@ -193,3 +244,12 @@ def test_leftovers_of_a_killed_keeper_are_cleaned_at_the_next_start() -> None:
     assert {p.comm for p in left} >= {"slurmstepd", "sleep"} and procs.network_left(tag) and Path(folder).exists()
     assert folder in procs.clean_stale()
     assert _nothing_left(folder, tag) == []
+
+
+def test_without_root_or_the_packages_the_tests_skip_saying_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "need root" in str(missing())
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr("shutil.which", lambda name: None if name in {"slurmd", "munged"} else f"/usr/bin/{name}")
+    reason = str(missing())
+    assert "['munge', 'slurmd']" in reason and "apt-get install" in reason and "dev.py test" in reason

@@ -70,7 +70,7 @@ def test_a_tasks_lines_and_srun_s_own_are_told_apart() -> None:
                               "SLURM_TASKS_PER_NODE": "1(x2)", "SLURMD_NODENAME": "n2", "SLURM_JOB_ID": "7",
                               "SLURM_STEP_ID": "0"})
     assert parse_line(start_line(identity, 4242)) == ("start", 1, ["n2", "4242", "7.0"])
-    assert parse_line(exit_line(1, -9)) == ("exit", 1, ["-9"])
+    assert parse_line(exit_line(1, -9, "n2")) == ("exit", 1, ["-9", "n2"])
     assert parse_line("srun: error: n2: task 1: Exited with exit code 1") is None
 
 

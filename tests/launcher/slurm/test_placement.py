@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -134,21 +134,35 @@ def test_run_stop_cancels_the_step_and_leaves_nothing(slurm_cluster: SlurmTestCl
         run.result()
 
 
-def test_a_node_cut_off_ends_the_run_naming_it(slurm_cluster: SlurmTestCluster, inside: Allocation) -> None:
-    run = notebook_launcher(_sleep, num_processes=2, cluster=SlurmCluster(node_timeout=4), block=False,
-                            dashboard=RecordingSink())
-    wait_for(lambda: _both_running(slurm_cluster), 60, "tasks on both nodes")
+def _lose_node(cluster: SlurmTestCluster, request: SlurmCluster, lose: Callable[[], object],
+               restore: Callable[[], object]) -> tuple[str, float]:
+    """Start a sleeping run on both nodes, lose n2 with ``lose``; the run's error and how long it took to come."""
+    run = notebook_launcher(_sleep, num_processes=2, cluster=request, block=False, dashboard=RecordingSink())
+    wait_for(lambda: _both_running(cluster), 60, "tasks on both nodes")
     started = time.monotonic()
-    slurm_cluster.cut_link()
+    lose()
     try:
         with pytest.raises(WorkerError) as caught:
             run.result(timeout=120)
-        took = time.monotonic() - started
+        return str(caught.value), time.monotonic() - started
     finally:
-        slurm_cluster.restore_link()
-    text = str(caught.value)
+        run.stop()
+        restore()
+
+
+def test_a_node_cut_off_ends_the_run_naming_it(slurm_cluster: SlurmTestCluster, inside: Allocation) -> None:
+    text, took = _lose_node(slurm_cluster, SlurmCluster(node_timeout=4), slurm_cluster.cut_link,
+                            slurm_cluster.restore_link)
     assert "node n2" in text and "has not answered" in text, text
     assert took < 60, took  # bounded: node_timeout plus the stop's grace (a generous hang guard)
+
+
+def test_a_node_whose_slurmd_is_killed_ends_the_run_naming_it(slurm_cluster: SlurmTestCluster,
+                                                              inside: Allocation) -> None:
+    text, took = _lose_node(slurm_cluster, SlurmCluster(), lambda: slurm_cluster.kill_slurmd("n2"),
+                            lambda: slurm_cluster.restart_slurmd("n2"))
+    assert "Slurm lost node n2" in text, text
+    assert took < 90, took  # bounded: Slurm's SlurmdTimeout and its cancel (a generous hang guard)
 
 
 _KERNEL = """
@@ -170,21 +184,3 @@ def test_a_kernel_killed_mid_run_leaves_no_step_and_no_task(slurm_cluster: Slurm
     wait_for(lambda: [e for e in slurm_cluster.squeue() if e not in (inside.job_id, f"{inside.job_id}.batch")] == [],
              30, "the step to leave the queue")
 
-
-def test_a_node_whose_slurmd_is_killed_ends_the_run_naming_it(slurm_cluster: SlurmTestCluster,
-                                                              inside: Allocation) -> None:
-    run = notebook_launcher(_sleep, num_processes=2, cluster="slurm", block=False, dashboard=RecordingSink())
-    wait_for(lambda: _both_running(slurm_cluster), 60, "tasks on both nodes")
-    started = time.monotonic()
-    slurm_cluster.kill_slurmd("n2")
-    try:
-        with pytest.raises(WorkerError) as caught:
-            run.result(timeout=120)
-        took = time.monotonic() - started
-    finally:
-        run.stop()
-        slurm_cluster.restart_slurmd("n2")
-    text = str(caught.value)
-    print(f"slurmd killed: {took:.1f} s: {text}")
-    assert "Slurm lost node n2" in text, text
-    assert took < 90, took  # bounded (a generous hang guard)

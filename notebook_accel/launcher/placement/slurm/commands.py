@@ -72,7 +72,7 @@ def srun_command(cluster: SlurmCluster, job_id: str, tasks: int, name: str, prog
     """The ``srun`` that starts ``tasks`` tasks of ``program`` in job ``job_id``: block distribution (ranks node by
     node), one CPU each (or one GPU each), stdin to every task, Slurm's own messages only, and no retries."""
     command = ["srun", f"--jobid={job_id}", f"--ntasks={tasks}", "--distribution=block", "--input=all",
-               f"--job-name={name}", "--kill-on-bad-exit=0", "--quiet", "--unbuffered", "--overlap"]
+               f"--job-name={name}", "--kill-on-bad-exit=0", "--quiet", "--overlap"]
     if cluster.nodes is not None:
         command.append(f"--nodes={cluster.nodes}")
     if cluster.uses_gpu:
@@ -85,13 +85,13 @@ def start_line(identity: TaskIdentity, pid: int) -> str:
     return f"{MARK} start {identity.rank} {identity.node} {pid} {identity.step}"
 
 
-def exit_line(rank: int, code: int) -> str:
-    """The line a task prints when its rank's process ended, with its exit code (negative: the signal)."""
-    return f"{MARK} exit {rank} {code}"
+def exit_line(rank: int, code: int, node: str) -> str:
+    """The line a task prints when its rank's process ended, with its exit code (negative: the signal) and node."""
+    return f"{MARK} exit {rank} {code} {node}"
 
 
 def parse_line(line: str) -> tuple[str, int, list[str]] | None:
-    """``("start", rank, [node, pid, step])`` or ``("exit", rank, [code])`` from a task's line, else ``None`` (a
+    """``("start", rank, [node, pid, step])`` or ``("exit", rank, [code, node])`` from a task's line, else ``None`` (a
     line of srun's own)."""
     parts = line.split()
     if len(parts) < 3 or parts[0] != MARK or parts[1] not in ("start", "exit") or not parts[2].isdigit():

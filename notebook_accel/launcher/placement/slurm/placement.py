@@ -169,9 +169,12 @@ class SlurmPlacement:
                     lambda: [*(fd for h in self.handles for fd in h.open_fds()), *(self.step.fds() if self.step else [])])
             self._make_handles(envs)
             self._accept(len(envs))  # while the tasks start: each says where it runs before it dials
-            self.step.wait_started(len(envs), time.monotonic() + CONNECT_SECONDS)
+            try:
+                self.step.wait_started(len(envs), time.monotonic() + CONNECT_SECONDS)
+            except RuntimeError:
+                pass  # srun ended with every rank connected (a rank that failed at once): its node is told below
             for handle in self.handles:
-                handle.node, handle.pid = self.step.started[handle.rank]
+                handle.node, handle.pid = self.step.started.get(handle.rank, ("?", -1))
                 handle.node_id = handle.node
         except (RuntimeError, TimeoutError) as e:
             self.release(self.handles)

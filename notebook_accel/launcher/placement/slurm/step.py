@@ -68,6 +68,8 @@ class Step:
                     self.step_id = parsed[2][2]
                 elif parsed[0] == "exit" and parsed[2]:
                     self.codes[parsed[1]] = int(parsed[2][0])
+                    if len(parsed[2]) > 1:
+                        self.started.setdefault(parsed[1], (parsed[2][1], -1))
                 self.changed.notify_all()
         with self.changed:
             self.changed.notify_all()

@@ -89,7 +89,7 @@ def main() -> int:
     except Exception as e:  # noqa: BLE001 - told to the kernel through srun's stderr, with the exit line
         print(f"rank {rank} on node {identity.node} could not read the run: {type(e).__name__}: {e}",
               file=sys.stderr, flush=True)
-        print(exit_line(rank, _SETUP_FAILED), flush=True)
+        print(exit_line(rank, _SETUP_FAILED, identity.node), flush=True)
         return _SETUP_FAILED
     kernel: tuple[str, int] = tuple(payload["kernel"])
     env = replace(payload["env"], rank=rank, local_rank=identity.local_rank, world_size=identity.world_size,
@@ -114,7 +114,7 @@ def main() -> int:
     code = os.waitstatus_to_exitcode(status)
     if error:
         print(f"rank {rank} on node {identity.node} could not start: {error}", file=sys.stderr, flush=True)
-    print(exit_line(rank, code), flush=True)
+    print(exit_line(rank, code, identity.node), flush=True)
     return 0
 
 
