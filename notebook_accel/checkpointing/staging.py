@@ -1,0 +1,133 @@
+"""The snapshot a background save writes from: one CPU copy of a checkpoint's states, taken before training goes on.
+
+:func:`stage` copies every tensor of a state (nested dicts, lists, tuples, as ``state_dict`` returns them) into CPU
+memory that nothing else holds, so the training loop may change its parameters, optimizer buffers and RNG the
+moment the copy is done. The copy is made storage by storage, not tensor by tensor: two tensors that share a storage
+(tied weights, views) share the copied one, with the same offsets and strides, so ``torch.save`` of the snapshot
+writes the very bytes ``torch.save`` of the live state would (a background checkpoint equals a blocking one, bit for
+bit). Everything else (numbers, strings, a module state dict's ``_metadata``) is deep-copied.
+
+On a GPU the copy goes into pinned (page-locked) host memory with non-blocking copies, and one synchronisation at
+the end: the device copies overlap, and the snapshot is complete when :func:`stage` returns. An FSDP ``DTensor``
+keeps its mesh and placements around a staged local shard, so DCP plans the same write from it.
+
+:func:`state_bytes` measures what a snapshot will take (each storage once) before anything is copied, so a save can
+fall back to blocking when the machine lacks that much free memory.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["stage", "state_bytes", "pinned_staging"]
+
+_Key = tuple[str, int]  # (device, data pointer) of a storage
+
+
+def _local(tensor: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """The plain tensor to copy and how to wrap its copy again (a DTensor's local shard, rewrapped)."""
+    local = getattr(tensor, "_local_tensor", None)
+    if local is None or not hasattr(tensor, "device_mesh"):
+        return tensor, lambda copied: copied
+    from torch.distributed.tensor import DTensor
+
+    mesh, placements = tensor.device_mesh, tensor.placements  # type: ignore[attr-defined]
+    shape, stride = tensor.shape, tensor.stride()
+    return local, lambda copied: DTensor.from_local(copied, mesh, placements, run_check=False, shape=shape,
+                                                    stride=stride)
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    """Every plain tensor in a nested state (a DTensor's local shard in its place)."""
+    if isinstance(obj, torch.Tensor):
+        return [_local(obj)[0]]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _tensors(v)]
+    return []
+
+
+def _key(tensor: torch.Tensor) -> _Key:
+    storage = tensor.untyped_storage()
+    return str(tensor.device), storage.data_ptr()
+
+
+def state_bytes(obj: Any) -> int:
+    """Bytes of host memory a snapshot of ``obj`` takes: each distinct storage once (views and tied weights are not
+    counted twice)."""
+    seen: dict[_Key, int] = {}
+    for tensor in _tensors(obj):
+        seen.setdefault(_key(tensor), tensor.untyped_storage().nbytes())
+    return sum(seen.values())
+
+
+def pinned_staging(obj: Any) -> bool:
+    """True when ``obj`` holds a tensor on a CUDA device: its snapshot goes into pinned host memory."""
+    return any(t.device.type == "cuda" for t in _tensors(obj))
+
+
+class _Stager:
+    """One snapshot's copies: a copied storage per source storage."""
+
+    def __init__(self, pin: bool) -> None:
+        self.pin = pin
+        self.storages: dict[_Key, torch.UntypedStorage] = {}
+
+    def storage(self, tensor: torch.Tensor) -> torch.UntypedStorage:
+        """The CPU copy of ``tensor``'s whole storage (made on first use)."""
+        key = _key(tensor)
+        if key not in self.storages:
+            source = tensor.untyped_storage()
+            raw = torch.empty(source.nbytes(), dtype=torch.uint8, pin_memory=self.pin and tensor.device.type == "cuda")
+            view = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(source)
+            raw.copy_(view, non_blocking=raw.is_pinned())
+            self.storages[key] = raw.untyped_storage()
+        return self.storages[key]
+
+    def tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A CPU tensor over the copied storage with ``tensor``'s dtype, offset, shape and stride."""
+        local, wrap = _local(tensor)
+        copied = torch.empty(0, dtype=local.dtype).set_(
+            self.storage(local), local.storage_offset(), local.size(), local.stride())
+        return wrap(copied)
+
+    def copy(self, obj: Any) -> Any:
+        """``obj`` with every tensor copied (containers keep their type and attributes)."""
+        if isinstance(obj, torch.Tensor):
+            return self.tensor(obj)
+        if isinstance(obj, dict):
+            out = copy.copy(obj)  # an OrderedDict keeps its class and its ``_metadata``
+            for k, v in obj.items():
+                out[k] = self.copy(v)
+            if hasattr(out, "__dict__"):
+                out.__dict__ = copy.deepcopy(out.__dict__)
+            return out
+        if isinstance(obj, list):
+            return [self.copy(v) for v in obj]
+        if isinstance(obj, tuple):
+            items = [self.copy(v) for v in obj]
+            return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+        return copy.deepcopy(obj)
+
+
+def stage(states: dict[int, Any], pin: bool | None = None) -> dict[int, Any]:
+    """A CPU copy of every state in ``states`` (see the module docstring); storages shared between them are copied
+    once.
+
+    Args:
+        states: the states to copy, by object index.
+        pin: copy into pinned host memory; ``None``: when any tensor is on a CUDA device.
+
+    Returns:
+        The copies, by the same indices; complete (device copies synchronised) when it returns.
+    """
+    stager = _Stager(pinned_staging(list(states.values())) if pin is None else pin)
+    out = {i: stager.copy(state) for i, state in states.items()}
+    if stager.pin and torch.cuda.is_available():
+        torch.cuda.synchronize()  # the non-blocking copies into pinned memory are done
+    return out
