@@ -66,9 +66,14 @@ def state_bytes(obj: Any) -> int:
     return sum(seen.values())
 
 
+def _on_gpu(tensor: torch.Tensor) -> bool:
+    """True for a tensor on a CUDA device (its copy goes into pinned memory, without blocking)."""
+    return tensor.device.type == "cuda"
+
+
 def pinned_staging(obj: Any) -> bool:
     """True when ``obj`` holds a tensor on a CUDA device: its snapshot goes into pinned host memory."""
-    return any(t.device.type == "cuda" for t in _tensors(obj))
+    return any(_on_gpu(t) for t in _tensors(obj))
 
 
 class _Stager:
@@ -83,9 +88,10 @@ class _Stager:
         key = _key(tensor)
         if key not in self.storages:
             source = tensor.untyped_storage()
-            raw = torch.empty(source.nbytes(), dtype=torch.uint8, pin_memory=self.pin and tensor.device.type == "cuda")
+            pinned = self.pin and _on_gpu(tensor)
+            raw = torch.empty(source.nbytes(), dtype=torch.uint8, pin_memory=pinned)
             view = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(source)
-            raw.copy_(view, non_blocking=raw.is_pinned())
+            raw.copy_(view, non_blocking=pinned)  # from the device into page-locked memory: asynchronous
             self.storages[key] = raw.untyped_storage()
         return self.storages[key]
 
