@@ -17,8 +17,10 @@ issuing collectives on one group would interleave them differently on each rank 
 choice, agreeing at the next wait point, would leave each checkpoint uncommitted until the next save: a run that
 ends or dies in between would lose it. gloo runs on the CPU, so the writer never touches a CUDA stream.
 
-Memory: the snapshot is one extra copy of the state in host memory. When any rank lacks that much available memory,
-every rank falls back to a blocking save (a warning says so once per process).
+Memory: the snapshot is one extra copy of the state in host memory, kept from one save to the next (a fresh buffer's
+first touch costs more than the copy, see :class:`~.staging.StagingPool`) and let go when the launched function
+ends. When any rank lacks the memory a new copy needs, every rank falls back to a blocking save (a warning says so
+once per process).
 """
 
 from __future__ import annotations
@@ -48,9 +50,9 @@ from notebook_accel.checkpointing.save import (
     save_state,
     write_and_commit,
 )
-from notebook_accel.checkpointing.staging import stage, state_bytes
+from notebook_accel.checkpointing.staging import StagingPool, stage, state_bytes
 
-__all__ = ["save_state_in_background", "wait_for_checkpoint", "in_flight", "memory_margin"]
+__all__ = ["save_state_in_background", "wait_for_checkpoint", "in_flight", "release_buffers", "memory_margin"]
 
 
 @dataclass
@@ -76,6 +78,7 @@ _LOCK = threading.Lock()
 _CURRENT: list[_Write] = []
 _GROUP: dict[str, Any] = {}
 _SAID: set[str] = set()
+_POOL = StagingPool()  # the snapshot's host buffers, kept for the next save until the run ends
 
 memory_margin = 0.9  # a snapshot may use at most this share of the memory available now
 
@@ -134,6 +137,11 @@ def wait_for_checkpoint(reason: str = "") -> str | None:
     return write.path
 
 
+def release_buffers() -> None:
+    """Let go of the host buffers kept for the next snapshot (the end of the launched function calls it)."""
+    _POOL.clear()
+
+
 def _writer_group(world: int) -> Any:
     """The gloo group the writer threads agree on (made once per default group, by every rank together)."""
     if not is_distributed(world):
@@ -143,6 +151,19 @@ def _writer_group(world: int) -> Any:
         _GROUP["group"] = dist.new_group(backend="gloo")
         _GROUP["world"] = world_group
     return _GROUP["group"]
+
+
+WRITER_NICENESS = 10  # how much lower the writer thread's CPU priority is than the training loop's
+
+
+def _yield_to_training() -> None:
+    """Lower the calling (writer) thread's CPU priority, so that where cores are short the training loop runs first
+    and the writer takes what is left (Linux: a thread has its own nice value; elsewhere nothing changes)."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICENESS))
+    except (AttributeError, OSError):  # no per-thread priority here; the write goes on at the usual one
+        pass
 
 
 def _say_once(key: str, message: str) -> None:
@@ -207,7 +228,7 @@ def save_state_in_background(accelerator: Any, output_dir: str | os.PathLike[str
     except Exception as e:  # any failure must reach the other ranks, or they would wait forever
         error = error_text(e)
     size = state_bytes(list(states.values()))
-    if not all(agree(error, world, action, payload=_fits(size))):
+    if not all(agree(error, world, action, payload=_fits(max(0, size - _POOL.free_bytes())))):
         _say_once("memory", f"save_state(async_save=True): a rank lacks the free host memory for the snapshot of "
                   f"its state ({_size(size)} here); saving blocking instead. Free memory, or save with "
                   "async_save=False.")
@@ -216,7 +237,7 @@ def save_state_in_background(accelerator: Any, output_dir: str | os.PathLike[str
             on_commit(path)
         return path
     group = _writer_group(world)
-    snapshot = stage(states)
+    snapshot = stage(states, pool=_POOL)
     # the writer reads the step, the folder and total_limit as they are now, not as the loop changes them later
     frozen = SimpleNamespace(state=accelerator.state, step=int(getattr(accelerator, "step", 0) or 0),
                              project_dir=project_dir_of(accelerator),
@@ -226,6 +247,7 @@ def save_state_in_background(accelerator: Any, output_dir: str | os.PathLike[str
         accelerator.project_configuration.iteration = iteration + 1
 
     def run() -> None:
+        _yield_to_training()
         _phase(rank, f"writing {write.label()} in the background")
         try:
             with writer_group.using(group):
@@ -235,7 +257,8 @@ def save_state_in_background(accelerator: Any, output_dir: str | os.PathLike[str
         except BaseException as e:  # noqa: BLE001 - raised at the next wait point
             write.error = error_text(e)
         finally:
-            snapshot.clear()  # the copy's memory goes back now, not at the next save
+            snapshot.clear()
+            _POOL.give_back()  # the next snapshot copies into these buffers, already mapped
             write.done.set()
             _phase(rank, "")
 

@@ -7,6 +7,9 @@ moment the copy is done. The copy is made storage by storage, not tensor by tens
 writes the very bytes ``torch.save`` of the live state would (a background checkpoint equals a blocking one, bit for
 bit). Everything else (numbers, strings, a module state dict's ``_metadata``) is deep-copied.
 
+The host buffers can be kept from one save to the next (:class:`StagingPool`): a fresh buffer's first touch costs
+more than the copy.
+
 On a GPU the copy goes into pinned (page-locked) host memory with non-blocking copies, and one synchronisation at
 the end: the device copies overlap, and the snapshot is complete when :func:`stage` returns. An FSDP ``DTensor``
 keeps its mesh and placements around a staged local shard, so DCP plans the same write from it.
@@ -23,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["stage", "state_bytes", "pinned_staging"]
+__all__ = ["StagingPool", "stage", "state_bytes", "pinned_staging"]
 
 _Key = tuple[str, int]  # (device, data pointer) of a storage
 
@@ -76,11 +79,49 @@ def pinned_staging(obj: Any) -> bool:
     return any(_on_gpu(t) for t in _tensors(obj))
 
 
+class StagingPool:
+    """Host buffers kept from one snapshot to the next.
+
+    A fresh buffer costs more than the copy into it: the kernel maps and zeroes every page on first touch (577 MiB
+    took 1.4 s here against 0.4 s for the copy into a buffer already touched; pinning costs more again). A
+    background save takes its buffers from the pool and :meth:`give_back` returns them once the checkpoint is
+    written, so the next save of the same state copies into memory already mapped. The pool therefore holds one
+    copy of the state between saves; :meth:`clear` lets it go (the end of the run does).
+    """
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[int, bool], list[torch.UntypedStorage]] = {}
+        self._lent: list[tuple[int, bool, torch.UntypedStorage]] = []
+
+    def storage(self, nbytes: int, pinned: bool) -> torch.UntypedStorage:
+        """A host buffer of ``nbytes`` (``pinned``: page-locked), from the pool when one fits, lent until
+        :meth:`give_back`."""
+        stack = self._free.get((nbytes, pinned))
+        buffer = stack.pop() if stack else torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned).untyped_storage()
+        self._lent.append((nbytes, pinned, buffer))
+        return buffer
+
+    def give_back(self) -> None:
+        """Every buffer lent since the last call is free again (its snapshot is no longer read)."""
+        for nbytes, pinned, buffer in self._lent:
+            self._free.setdefault((nbytes, pinned), []).append(buffer)
+        self._lent.clear()
+
+    def free_bytes(self) -> int:
+        """Bytes held by buffers ready for the next snapshot."""
+        return sum(nbytes * len(stack) for (nbytes, _), stack in self._free.items())
+
+    def clear(self) -> None:
+        """Let go of the free buffers (the lent ones go with their snapshot)."""
+        self._free.clear()
+
+
 class _Stager:
     """One snapshot's copies: a copied storage per source storage."""
 
-    def __init__(self, pin: bool) -> None:
+    def __init__(self, pin: bool, pool: StagingPool) -> None:
         self.pin = pin
+        self.pool = pool
         self.storages: dict[_Key, torch.UntypedStorage] = {}
 
     def storage(self, tensor: torch.Tensor) -> torch.UntypedStorage:
@@ -89,10 +130,11 @@ class _Stager:
         if key not in self.storages:
             source = tensor.untyped_storage()
             pinned = self.pin and _on_gpu(tensor)
-            raw = torch.empty(source.nbytes(), dtype=torch.uint8, pin_memory=pinned)
+            buffer = self.pool.storage(source.nbytes(), pinned)
+            raw = torch.empty(0, dtype=torch.uint8).set_(buffer)
             view = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(source)
             raw.copy_(view, non_blocking=pinned)  # from the device into page-locked memory: asynchronous
-            self.storages[key] = raw.untyped_storage()
+            self.storages[key] = buffer
         return self.storages[key]
 
     def tensor(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -121,18 +163,19 @@ class _Stager:
         return copy.deepcopy(obj)
 
 
-def stage(states: dict[int, Any], pin: bool | None = None) -> dict[int, Any]:
+def stage(states: dict[int, Any], pin: bool | None = None, pool: StagingPool | None = None) -> dict[int, Any]:
     """A CPU copy of every state in ``states`` (see the module docstring); storages shared between them are copied
     once.
 
     Args:
         states: the states to copy, by object index.
         pin: copy into pinned host memory; ``None``: when any tensor is on a CUDA device.
+        pool: where the host buffers come from (and go back to, see :class:`StagingPool`); ``None``: fresh ones.
 
     Returns:
         The copies, by the same indices; complete (device copies synchronised) when it returns.
     """
-    stager = _Stager(pinned_staging(list(states.values())) if pin is None else pin)
+    stager = _Stager(pinned_staging(list(states.values())) if pin is None else pin, pool or StagingPool())
     out = {i: stager.copy(state) for i, state in states.items()}
     if stager.pin and torch.cuda.is_available():
         torch.cuda.synchronize()  # the non-blocking copies into pinned memory are done

@@ -26,6 +26,7 @@ def _nothing_left_in_flight():
         background.wait_for_checkpoint()
     except CheckpointError:
         pass
+    background.release_buffers()
 
 
 def _files(path: str) -> dict[str, Any]:
@@ -117,6 +118,7 @@ def test_the_manifest_records_the_step_of_the_snapshot(tmp_path: Path, monkeypat
 
 
 def test_too_little_memory_falls_back_to_a_blocking_save_saying_so_once(tmp_path: Path, monkeypatch) -> None:
+    background.release_buffers()  # nothing kept from an earlier save: the copy needs new memory
     monkeypatch.setattr(background, "memory_margin", 0.0)
     monkeypatch.setattr(background, "_SAID", set())
     acc = make_accelerator(seed=1)
@@ -157,3 +159,54 @@ def test_the_snapshot_is_taken_before_the_call_returns(tmp_path: Path, monkeypat
 
     load_state(reader, path)
     assert fingerprint(reader)["weights"] == before["weights"]
+
+
+class _Recorder:
+    """A channel writer that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def send(self, event: Any) -> None:
+        self.events.append(event)
+
+
+def test_the_dashboard_hears_what_the_writer_is_writing_and_when_it_is_done(tmp_path: Path, monkeypatch) -> None:
+    from notebook_accel import channel
+    from notebook_accel.events import Phase
+
+    recorder = _Recorder()
+    previous = channel.uninstall()
+    channel.install(recorder)  # type: ignore[arg-type]  # the same send() as an EventWriter
+    try:
+        acc = make_accelerator(project_dir=str(tmp_path))
+        release = _held_writer(monkeypatch)
+        background.save_state_in_background(acc)
+        release.set()
+        background.wait_for_checkpoint()
+        background.save_state_in_background(acc)
+        background.wait_for_checkpoint("the training function returned")
+    finally:
+        channel.uninstall()
+        if previous is not None:
+            channel.install(previous)
+    texts = [e.text for e in recorder.events if isinstance(e, Phase)]
+    assert texts[0].startswith("writing checkpoint_0 (") and texts[0].endswith(" KiB) in the background"), texts
+    assert texts[1] == "" and texts[2].startswith("writing checkpoint_1 ("), texts
+    assert texts[-1] == "", texts  # the rank's status is cleared once the checkpoint is committed
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority") or not hasattr(threading, "get_native_id"),
+                    reason="no per-thread CPU priority on this platform")
+def test_the_writer_thread_runs_at_a_lower_cpu_priority_than_the_loop() -> None:
+    seen: list[int] = []
+
+    def writer() -> None:
+        background._yield_to_training()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    thread.join()
+    loop = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert seen == [min(19, loop + background.WRITER_NICENESS)] and seen[0] > loop

@@ -76,3 +76,21 @@ def test_gpu_tensors_are_copied_into_pinned_memory_without_blocking_then_synchro
     copied = staging.stage({0: state})[0]
     assert torch.equal(copied["w"], state["w"]) and torch.equal(copied["b"], state["b"])
     assert True in calls["pin"] and calls["non_blocking"] == [True, True] and len(calls["sync"]) == 1
+
+
+def test_a_pool_lends_the_same_buffers_to_the_next_snapshot_once_given_back() -> None:
+    pool = staging.StagingPool()
+    model = torch.nn.Linear(8, 8)
+    first = staging.stage({0: model.state_dict()}, pool=pool)[0]
+    pointer = first["weight"].untyped_storage().data_ptr()
+    assert pool.free_bytes() == 0  # lent while the first snapshot is written
+    pool.give_back()
+    assert pool.free_bytes() == (64 + 8) * 4
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    second = staging.stage({0: model.state_dict()}, pool=pool)[0]
+    assert second["weight"].untyped_storage().data_ptr() == pointer  # no new buffer, no first touch
+    assert torch.equal(second["weight"], model.weight) and pool.free_bytes() == 0
+    pool.give_back()
+    pool.clear()
+    assert pool.free_bytes() == 0

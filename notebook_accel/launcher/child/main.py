@@ -235,7 +235,10 @@ def wait_for_background_save(reason: str) -> None:
     ends with a checkpoint half written; free when no background save was ever made (the module is not loaded)."""
     background = sys.modules.get("notebook_accel.checkpointing.background")
     if background is not None:
-        background.wait_for_checkpoint(reason)
+        try:
+            background.wait_for_checkpoint(reason)
+        finally:
+            background.release_buffers()
 
 
 def run_and_report(writer: channel.EventWriter, rank: int, function: Callable[..., Any], args: tuple[Any, ...],
