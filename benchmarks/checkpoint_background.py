@@ -35,7 +35,7 @@ from notebook_accel import Accelerator
 from notebook_accel.checkpointing import background
 from notebook_accel.engines.fsdp import FullyShardedDataParallelPlugin
 
-BATCH = 32
+BATCH = 8
 
 
 def _prepared(engine: str, params: int, model: Callable[[int], torch.nn.Module]) -> tuple[Accelerator, Any, Any]:
