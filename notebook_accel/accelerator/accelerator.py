@@ -345,7 +345,7 @@ class Accelerator(AccelerateMethods, ProcessFacade):
 
         return checkpointing.save_model(self, model, save_directory, max_shard_size, safe_serialization)
 
-    def save_state(self, output_dir: str | None = None, async_save: bool | None = None, **kwargs: Any) -> str:
+    def save_state(self, output_dir: str | None = None, *, async_save: bool | None = None, **kwargs: Any) -> str:
         """Save models, optimizers, schedulers, loaders, scaler, RNGs and registered objects; returns the path.
         ``async_save`` (default: ``project_configuration.async_save``): snapshot, return, write in the background."""
         self._run_save_hooks(output_dir)

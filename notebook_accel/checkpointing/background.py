@@ -237,7 +237,11 @@ def save_state_in_background(accelerator: Any, output_dir: str | os.PathLike[str
             on_commit(path)
         return path
     group = _writer_group(world)
-    snapshot = stage(states, pool=_POOL)
+    snapshot: dict[int, Any] = {}
+    try:
+        snapshot = stage(states, pool=_POOL)
+    except Exception as e:  # the writer's first agreement fails the save on every rank; raised at the next call
+        error = error_text(e)
     # the writer reads the step, the folder and total_limit as they are now, not as the loop changes them later
     frozen = SimpleNamespace(state=accelerator.state, step=int(getattr(accelerator, "step", 0) or 0),
                              project_dir=project_dir_of(accelerator),
@@ -251,7 +255,7 @@ def save_state_in_background(accelerator: Any, output_dir: str | os.PathLike[str
         _phase(rank, f"writing {write.label()} in the background")
         try:
             with writer_group.using(group):
-                write_and_commit(frozen, objects, snapshot, path, iteration, folders, None)
+                write_and_commit(frozen, objects, snapshot, path, iteration, folders, error)
             if on_commit is not None:
                 on_commit(path)
         except BaseException as e:  # noqa: BLE001 - raised at the next wait point

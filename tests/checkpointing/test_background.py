@@ -210,3 +210,15 @@ def test_the_writer_thread_runs_at_a_lower_cpu_priority_than_the_loop() -> None:
     thread.join()
     loop = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     assert seen == [min(19, loop + background.WRITER_NICENESS)] and seen[0] > loop
+
+
+def test_a_snapshot_that_cannot_be_taken_fails_the_save_at_the_next_call(tmp_path: Path, monkeypatch) -> None:
+    def no_memory(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("could not allocate pinned memory")
+
+    monkeypatch.setattr(background, "stage", no_memory)
+    acc = make_accelerator(project_dir=str(tmp_path))
+    background.save_state_in_background(acc)
+    with pytest.raises(CheckpointError, match=r"checkpoint_0' failed: .*RuntimeError: could not allocate pinned"):
+        background.wait_for_checkpoint()
+    assert not (tmp_path / "checkpoints").exists() or os.listdir(tmp_path / "checkpoints") == []
