@@ -32,16 +32,15 @@ _Key = tuple[str, int]  # (device, data pointer) of a storage
 
 
 def _local(tensor: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
-    """The plain tensor to copy and how to wrap its copy again (a DTensor's local shard, rewrapped)."""
+    """The plain tensor to copy and how to wrap its copy again (a DTensor's local shard, rewrapped with the same
+    spec: mesh, placements, global shape and stride). Built with the constructor, not ``DTensor.from_local``, which
+    would move a CPU shard back to the mesh's device (a CUDA mesh's snapshot would land on the GPU again)."""
     local = getattr(tensor, "_local_tensor", None)
-    if local is None or not hasattr(tensor, "device_mesh"):
+    spec = getattr(tensor, "_spec", None)
+    if local is None or spec is None:
         return tensor, lambda copied: copied
-    from torch.distributed.tensor import DTensor
-
-    mesh, placements = tensor.device_mesh, tensor.placements  # type: ignore[attr-defined]
-    shape, stride = tensor.shape, tensor.stride()
-    return local, lambda copied: DTensor.from_local(copied, mesh, placements, run_check=False, shape=shape,
-                                                    stride=stride)
+    dtensor: Any = type(tensor)
+    return local, lambda copied: dtensor(copied, spec, requires_grad=False)
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:
