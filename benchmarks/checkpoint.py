@@ -28,8 +28,11 @@ a load but never shortens it, so the best rounds are the least disturbed), with 
 time (default 12). It adds the CPU seconds of both processes, every thread counted (a checksum checked on a helper
 thread costs CPU even where it costs no wall time), each as a ratio to raw's, with raw2 as the A/A control.
 
+``--background`` measures ``save_state(async_save=True)`` instead: the time the loop is blocked per save against a
+blocking save, and the step time while the writer runs against steps without one (see ``checkpoint_background.py``).
+
 Usage: ``python benchmarks/checkpoint.py [--quick] [--size 50M] [--rounds N] [--engine plain|fsdp|both]
-[--loads-only]``
+[--loads-only] [--background]``
 """
 
 from __future__ import annotations
@@ -307,6 +310,18 @@ def _report(engine: str, result: dict[str, Any], rounds: int) -> None:
                   f"[{min(ratios):.2f}-{max(ratios):.2f}]")
 
 
+def _background(args: argparse.Namespace) -> None:
+    """``--background``: the measurements of :mod:`checkpoint_background`, with this file's model."""
+    import checkpoint_background
+
+    rounds = args.rounds or (2 if args.quick else 5)
+    params = _parse_size(args.size or ("4M" if args.quick else "8M"))
+    for engine in ("plain", "fsdp") if args.engine == "both" else (args.engine,):
+        result = notebook_launcher(checkpoint_background.measure, (engine, params, rounds, _model, WIDTH),
+                                   num_processes=2, dashboard=False)
+        checkpoint_background.report(engine, result, rounds, _bytes(params))
+
+
 def main() -> None:
     """Parse flags, run each engine in fresh processes, print the lines."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -317,7 +332,13 @@ def main() -> None:
     parser.add_argument("--engine", choices=("plain", "fsdp", "both"), default="both")
     parser.add_argument("--loads-only", action="store_true", help="save once, then rotate only the loads (more "
                                                                    "rounds in the same time; adds CPU seconds)")
+    parser.add_argument("--background", action="store_true", help="save_state(async_save=True): the time the loop "
+                                                                   "is blocked and its step time while the writer "
+                                                                   "runs (benchmarks/checkpoint_background.py)")
     args, _ = parser.parse_known_args()
+    if args.background:
+        _background(args)
+        return
     rounds = args.rounds or (2 if args.quick else 12 if args.loads_only else 7)
     params = _parse_size(args.size or ("4M" if args.quick else "8M"))
     for engine in ("plain", "fsdp") if args.engine == "both" else (args.engine,):

@@ -146,6 +146,8 @@ class ProjectConfiguration:
         save_on_each_node: every machine keeps its own copy of a checkpoint (node-local disks): ``save_state``
             writes the shared files on each machine, not only on rank 0's, and each machine's ranks load their
             own copy.
+        async_save: the default of ``save_state(async_save=...)``: snapshot the state into CPU memory, return, and
+            write the checkpoint in the background (see docs/guides/checkpoints-background.md).
 
     Raises:
         ConfigurationError: a bad type, a negative limit or iteration, or automatic naming without ``project_dir``.
@@ -161,6 +163,7 @@ class ProjectConfiguration:
     total_limit: int | None = None
     iteration: int = 0
     save_on_each_node: bool = False
+    async_save: bool = False
 
     def __post_init__(self) -> None:
         owner = "ProjectConfiguration"
@@ -171,6 +174,7 @@ class ProjectConfiguration:
                 setattr(self, name, os.fspath(value))
         check_type(owner, "automatic_checkpoint_naming", self.automatic_checkpoint_naming, (bool,), "True or False")
         check_type(owner, "save_on_each_node", self.save_on_each_node, (bool,), "True or False")
+        check_type(owner, "async_save", self.async_save, (bool,), "True or False")
         if self.total_limit is not None:
             check_positive_int(owner, "total_limit", self.total_limit)
         check_positive_int(owner, "iteration", self.iteration, minimum=0)

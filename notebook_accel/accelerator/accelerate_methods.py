@@ -92,6 +92,24 @@ class AccelerateMethods:
         hooks[handle.id] = hook
         return handle
 
+    def wait_for_checkpoint(self) -> str | None:
+        """Wait until the checkpoint that ``save_state(async_save=True)`` is writing in the background is committed.
+
+        Returns:
+            Its path, or ``None`` when no save was in flight.
+
+        Raises:
+            CheckpointError: the background save failed (every rank raises it); the message names the checkpoint,
+                and the previous checkpoint is still the latest complete one.
+
+        Example:
+            >>> accelerator.save_state(async_save=True)   # doctest: +SKIP
+            >>> accelerator.wait_for_checkpoint()          # doctest: +SKIP
+        """
+        from notebook_accel.checkpointing.background import wait_for_checkpoint
+
+        return wait_for_checkpoint()
+
     def _run_save_hooks(self, output_dir: str | None) -> None:
         hooks = list(self._hooks("save").values())
         if hooks:

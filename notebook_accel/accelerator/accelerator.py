@@ -30,7 +30,7 @@ from notebook_accel.accelerator.models import user_module
 from notebook_accel.accelerator.preparing import (models_training, record_loader, record_prepared,
                                                   refuse_dispatch_slicing, scheduler_optimizers)
 from notebook_accel.accelerator.process_facade import ProcessFacade
-from notebook_accel.accelerator.saving import announce_saved
+from notebook_accel.accelerator.saving import save_checkpoint
 from notebook_accel.accelerator.tracking import open_trackers
 from notebook_accel.argument_checks import checked_clip_arguments, checked_log_arguments, checked_log_kwargs
 from notebook_accel.data import PreparedDataLoader, prepare_data_loader
@@ -345,15 +345,11 @@ class Accelerator(AccelerateMethods, ProcessFacade):
 
         return checkpointing.save_model(self, model, save_directory, max_shard_size, safe_serialization)
 
-    def save_state(self, output_dir: str | None = None, **kwargs: Any) -> str:
-        """Save models, optimizers, schedulers, loaders, scaler, RNGs and registered objects; returns the path."""
-        from notebook_accel import checkpointing
-
+    def save_state(self, output_dir: str | None = None, *, async_save: bool | None = None, **kwargs: Any) -> str:
+        """Save models, optimizers, schedulers, loaders, scaler, RNGs and registered objects; returns the path.
+        ``async_save`` (default: ``project_configuration.async_save``): snapshot, return, write in the background."""
         self._run_save_hooks(output_dir)
-        path = checkpointing.save_state(self, output_dir)
-        if self.is_main_process:  # the launcher restarts from here (max_restarts)
-            announce_saved(self.process_index, path, self.step)
-        return path
+        return save_checkpoint(self, output_dir, async_save)
 
     def load_state(self, input_dir: str | None = None, *, allow_world_size_change: bool = False,
                    **kwargs: Any) -> str:
@@ -366,6 +362,7 @@ class Accelerator(AccelerateMethods, ProcessFacade):
         """
         from notebook_accel import checkpointing
 
+        self.wait_for_checkpoint()  # a background save in flight is committed (or its failure raised) first
         source = input_dir if input_dir is not None else self.resume_from
         self._run_load_hooks(source)
         return checkpointing.load_state(self, source, allow_world_size_change=allow_world_size_change)
@@ -394,7 +391,8 @@ class Accelerator(AccelerateMethods, ProcessFacade):
         return self._trackers.get(name, unwrap)
 
     def end_training(self) -> None:
-        """Finish every tracker, then wait for every process."""
+        """Finish every tracker and the background save in flight, then wait for every process."""
+        self.wait_for_checkpoint()
         self._trackers.finish()
         self.wait_for_everyone()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from notebook_accel.checkpointing import writer_group
 from notebook_accel.checkpointing.errors import CheckpointError
 
 __all__ = ["is_distributed", "exchange", "agree"]
@@ -22,11 +23,13 @@ def is_distributed(world_size: int) -> bool:
 
 
 def exchange(value: Any, world_size: int) -> list[Any]:
-    """Every rank's ``value`` (picklable), in rank order; ``[value]`` in a single process."""
+    """Every rank's ``value`` (picklable), in rank order; ``[value]`` in a single process. Runs on this thread's
+    checkpoint group (:func:`~notebook_accel.checkpointing.writer_group.current`: a background writer's own)."""
     if not is_distributed(world_size):
         return [value]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value)
+    group = writer_group.current()
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, value, group=group)
     return out
 
 

@@ -43,7 +43,7 @@ from notebook_accel.checkpointing.objects import Saved, collect
 from notebook_accel.checkpointing.recovery import recover
 from notebook_accel.argument_checks import checked_folder
 
-__all__ = ["save_state", "error_text", "automatic_naming", "project_dir_of"]
+__all__ = ["save_state", "write_and_commit", "error_text", "automatic_naming", "project_dir_of"]
 
 
 def error_text(e: BaseException) -> str:
@@ -128,7 +128,8 @@ def _write_files(objects: list[Saved], snapshot: dict[int, Any], temp: str, rank
             if saved.entry.per_rank:
                 write_torch(os.path.join(temp, saved.entry.file.format(rank=rank)), snapshot[i])
             elif main:
-                write_torch(os.path.join(temp, saved.entry.file), saved.get())
+                state = snapshot[i] if i in snapshot else saved.get()  # a background save's snapshot holds it
+                write_torch(os.path.join(temp, saved.entry.file), state)
     folder = os.path.abspath(temp)
     return {os.path.basename(p): v for p, v in ledger.items() if os.path.dirname(p) == folder}
 
@@ -207,20 +208,37 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
         >>> accelerator.load_state(path)                   # doctest: +SKIP
     """
     checked_folder(output_dir, "save_state(output_dir=...)", optional=True)
-    state = accelerator.state
-    world, rank = state.num_processes, state.process_index
     objects = collect(accelerator)
     path, iteration = _target(accelerator, output_dir)
-    action = f"save checkpoint {path!r}"
-    folders = _folders(accelerator, objects, path, world, action)
-    main = folders.leaders[rank] == rank  # this rank writes its folder's shared files and commits it
+    folders = _folders(accelerator, objects, path, accelerator.state.num_processes, f"save checkpoint {path!r}")
     error: str | None = None
-    temp: str | None = None
     snapshot: dict[int, Any] = {}
-    try:
-        # per-rank and collective (FSDP) states first, the RNG before anything else runs; then the directory
+    try:  # per-rank and collective (FSDP) states first, the RNG before anything else runs
         snapshot = {i: s.get() for i, s in enumerate(objects) if s.entry.per_rank or s.write is not None}
-        if main:
+    except Exception as e:  # any failure must reach the other ranks, or they would wait forever
+        error = error_text(e)
+    write_and_commit(accelerator, objects, snapshot, path, iteration, folders, error)
+    if iteration is not None:
+        accelerator.project_configuration.iteration = iteration + 1
+    return path
+
+
+def write_and_commit(accelerator: Any, objects: list[Saved], snapshot: dict[int, Any], path: str,
+                     iteration: int | None, folders: Folders, error: str | None) -> None:
+    """Phases 1 to 3 of a save (every rank calls it): the temporary directory, every rank's files, the agreed
+    commit. ``snapshot``: the states taken so far, by object index (any other object's state is read when its file
+    is written); ``error``: this rank's failure while taking them, which fails the save on every rank.
+
+    Raises:
+        CheckpointError: on every rank, when any rank failed; the temporary directory is removed.
+    """
+    state = accelerator.state
+    world, rank = state.num_processes, state.process_index
+    action = f"save checkpoint {path!r}"
+    main = folders.leaders[rank] == rank  # this rank writes its folder's shared files and commits it
+    temp: str | None = None
+    try:
+        if main and error is None:
             temp = _phase_prepare(path, iteration is not None)
     except Exception as e:  # any failure must reach the other ranks, or they would wait forever
         error = error_text(e)
@@ -245,6 +263,3 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     finally:  # on failure (here or on another rank) the partial directory goes; after a commit it is gone already
         if temp is not None and os.path.lexists(temp):
             remove_dir(temp)
-    if iteration is not None:
-        accelerator.project_configuration.iteration = iteration + 1
-    return path

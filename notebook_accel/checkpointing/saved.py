@@ -30,7 +30,8 @@ class Saved:
     it (DeepSpeed's ZeRO partitions), even with ``allow_world_size_change=True``. ``checks_while_reading``: ``read``
     checks the checksums of its per-rank files while it reads them (FSDP's DCP reader, see
     :mod:`~notebook_accel.checkpointing.verified_reads`), so the load does not hash them first; any other reader
-    gets files already checked.
+    gets files already checked. ``background``, when given, says why the object cannot be written by a background
+    save from a snapshot of its state (DeepSpeed writes from its live engine); such a save is refused.
     """
 
     entry: Entry
@@ -41,6 +42,7 @@ class Saved:
     read: Callable[[str], Any] | None = None
     fixed_world: str | None = None
     checks_while_reading: bool = False
+    background: str | None = None
 
 
 @dataclass(frozen=True)

@@ -62,3 +62,31 @@ def test_checkpoint_from_two_processes_refused_in_one(tmp_path) -> None:
     assert run.scheduler.state_dict()["last_epoch"] > 0 and run.optimizer.state_dict()["state"]
     assert torch.equal(torch.get_rng_state(), rng_before)  # this run's RNG, not rank 0's of the saved run
     assert run.loader.state_dict()["batches_yielded"] == 0  # the loader starts at its first batch
+
+
+def test_async_save_from_the_accelerator_and_from_its_project_configuration(tmp_path) -> None:
+    from notebook_accel import ProjectConfiguration
+    from notebook_accel.checkpointing import background
+
+    acc, model, optimizer, loader = _prepared(0)
+    path = acc.save_state(str(tmp_path / "a"), async_save=True)
+    assert acc.wait_for_checkpoint() == path and os.path.isfile(os.path.join(path, "manifest.json"))
+    assert acc.wait_for_checkpoint() is None
+    acc.project_configuration = ProjectConfiguration(async_save=True)
+    path = acc.save_state(str(tmp_path / "b"))  # the configuration's default: in the background
+    assert acc.load_state(path) == path and background.in_flight() is None  # load_state waited for it
+    acc.save_state(str(tmp_path / "c"))
+    acc.end_training()  # waits too
+    assert background.in_flight() is None and os.path.isfile(tmp_path / "c" / "manifest.json")
+    background.release_buffers()
+
+
+def test_async_save_refuses_values_other_than_true_false_none(tmp_path) -> None:
+    from notebook_accel import ProjectConfiguration
+    from notebook_accel.plugins import ConfigurationError
+
+    acc, *_ = _prepared(0)
+    with pytest.raises(TypeError, match=r"async_save=\.\.\.\) must be True, False or None .*got 'yes'"):
+        acc.save_state(str(tmp_path / "a"), async_save="yes")
+    with pytest.raises(ConfigurationError, match="async_save"):
+        ProjectConfiguration(async_save="yes")

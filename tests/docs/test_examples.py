@@ -24,6 +24,9 @@ EXAMPLES = ROOT / "docs" / "examples"
 NOT_RUN: dict[tuple[str, str], str] = {
     ("guides/ray.md", "result = notebook_launcher(train, args=(config,), num_processes=16, cluster=\"ray\")   # the "
      "cluster this kernel joined"): "needs a Ray cluster of 16 workers (tests/launcher/ray runs two real nodes)",
+    ("guides/checkpoints-background.md", "from notebook_accel import Accelerator, ProjectConfiguration"):
+        "a fragment (the loader and the loop's body are the reader's; tests/checkpointing/"
+        "test_background_multiprocess.py saves in the background under DDP and FSDP)",
     ("guides/slurm.md", "from notebook_accel import notebook_launcher"):
         "needs a Slurm allocation (tests/launcher/slurm runs a real two-node Slurm)",
     ("guides/several-notebooks.md", "# on every machine; node 0's address on the network that joins them, and a "

@@ -37,6 +37,14 @@ def _stage(engine: Any) -> int:
     return int(engine.zero_optimization_stage())
 
 
+_NO_BACKGROUND = (
+    "DeepSpeed writes its checkpoint with engine.save_checkpoint(), which reads the live engine (its ZeRO "
+    "partitions, on the device) and runs its own collectives on the training process group; it offers no "
+    "snapshot to hand to a background writer, so a background save could write a state the training loop is "
+    "changing"
+)
+
+
 def engine_checkpoint(engine: Any, index: int) -> Saved:
     """The checkpoint object of DeepSpeed's engine ``index``: written by ``save_checkpoint``, restored by
     ``load_checkpoint`` (which also restores the optimizer's partitions)."""
@@ -58,7 +66,7 @@ def engine_checkpoint(engine: Any, index: int) -> Saved:
             raise CheckpointError(f"{entry.label()}: DeepSpeed found no checkpoint in {directory!r}")
 
     return Saved(entry, lambda: None, lambda state: [], apply, write=write, read=read,
-                 fixed_world=world_size_reason(_stage(engine)))
+                 fixed_world=world_size_reason(_stage(engine)), background=_NO_BACKGROUND)
 
 
 def optimizer_checkpoint(engine: Any, optimizer: Any, index: int) -> Saved:

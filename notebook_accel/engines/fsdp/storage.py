@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem, SavePlan
 from torch.futures import Future
 
+from notebook_accel.checkpointing import writer_group
 from notebook_accel.checkpointing.checksum import HashingWriter, record
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.verified_reads import RangeReader, expected_digest
@@ -254,7 +255,8 @@ def save_sharded(state: dict[str, Any], directory: str, name: str, label: str) -
     """
     try:
         with _single_process_quiet():
-            dcp.save(state, storage_writer=_NamedWriter(directory, name), no_dist=_no_dist())
+            dcp.save(state, storage_writer=_NamedWriter(directory, name), no_dist=_no_dist(),
+                     process_group=writer_group.current())  # a background writer's own group
     except (Exception, CheckpointException) as e:  # DCP's own error is a BaseException
         raise CheckpointError(f"{label}: writing its sharded state failed ({_reason(e)})") from e
 

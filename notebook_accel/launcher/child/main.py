@@ -230,6 +230,17 @@ def _failed(rank: int, exc: BaseException) -> Failed:
     return Failed(rank, type(exc).__name__, str(exc), user_traceback(exc), library_call(exc.__traceback__))
 
 
+def wait_for_background_save(reason: str) -> None:
+    """Wait for the checkpoint a background ``save_state`` is still writing (raising its failure), so a run never
+    ends with a checkpoint half written; free when no background save was ever made (the module is not loaded)."""
+    background = sys.modules.get("notebook_accel.checkpointing.background")
+    if background is not None:
+        try:
+            background.wait_for_checkpoint(reason)
+        finally:
+            background.release_buffers()
+
+
 def run_and_report(writer: channel.EventWriter, rank: int, function: Callable[..., Any], args: tuple[Any, ...],
                    before_report: Callable[[], object] | None = None) -> int:
     """Run ``function(*args)`` and report its end to the kernel through ``writer`` (``Finished`` with rank 0's value,
@@ -242,6 +253,7 @@ def run_and_report(writer: channel.EventWriter, rank: int, function: Callable[..
     try:
         try:
             value = function(*args)
+            wait_for_background_save("the training function returned")
         finally:
             watch.stop()
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the kernel

@@ -21,6 +21,7 @@ from notebook_accel import channel, environment
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.events import Event, Finished, RunOutcome, Sink, Started
 from notebook_accel.integrations import add_trainer_callback
+from notebook_accel.launcher.child.main import wait_for_background_save
 
 __all__ = ["InProcessWriter", "run_in_process"]
 
@@ -91,6 +92,7 @@ def run_in_process(
         writer.send(Started(env.rank, os.getpid(), env.device or "cpu"))
         with environment.patched_environ(values):
             value = function(*args)
+            wait_for_background_save("the training function returned")
         writer.send(Finished(env.rank, None))
         status = "finished"
         return value
