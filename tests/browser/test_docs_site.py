@@ -89,13 +89,15 @@ def test_search_finds(term: str, site_url: str, browser: Any) -> None:
         page.goto(site_url, wait_until="networkidle")
         page.keyboard.press("/")  # Material's shortcut: focus the search box
         results = page.locator(".md-search-result__item")
+        box = page.locator("input.md-search__input")
         for attempt in range(6):  # the index loads in a web worker: a query typed before it is ready is dropped
-            page.locator("input.md-search__input").fill(term)
+            box.fill("")
+            box.type(term, delay=20)  # key by key, as a person types: Material searches on key events, not on fill
             try:
                 results.first.wait_for(timeout=10_000)
                 break
             except Exception:  # playwright's TimeoutError: type it again
-                page.locator("input.md-search__input").fill("")
+                pass
         texts = results.all_inner_texts()
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"docs-search-{term}.png"))
