@@ -16,9 +16,12 @@ from tests.launcher.slurm.bringup import missing, start_cluster
 from tests.launcher.slurm.cluster import SlurmTestCluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmTestCluster]:
-    """The cluster, up once per session (about 1.5 s); every process, the namespace and the folder gone after."""
+    """The cluster, up once per test module (about 1.5 s); every process, the namespace and the folder gone after.
+
+    Not once per session: its keeper is a child of the test process, and the tests that follow check that a launch
+    leaves this process no child."""
     reason = missing()
     if reason is not None:
         pytest.skip(reason)
