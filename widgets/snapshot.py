@@ -138,12 +138,12 @@ def summary_html(state: RunState, elapsed: float, image: bytes | None = None, wh
                    f'src="data:{mime};base64,{data}"/></div>')
     if state.latest:
         rows = "".join(
-            f"<tr><td>{esc(name)}</td><td>{step}</td><td>{format_value(value)}</td></tr>"
+            f'<tr><td style="overflow-wrap:anywhere">{esc(name)}</td><td>{step}</td><td>{format_value(value)}</td></tr>'
             for name, (step, value) in state.latest.items()
         )
         note = state.metrics_note()
         rows += f'<tr><td colspan="3"><i>{esc(note)}</i></td></tr>' if note else ""
-        row.append(f'<div style="flex:0 1 auto;min-width:0;max-height:{_CURVES_ROW}px;overflow:auto"><table><tr>'
+        row.append(f'<div style="flex:0 0 auto;max-width:40%;max-height:{_CURVES_ROW}px;overflow-y:auto"><table><tr>'
                    f"<th>metric</th><th>step</th><th>last value</th></tr>{rows}</table></div>")
     if row:
         parts.append('<div style="display:flex;flex-flow:row nowrap;align-items:flex-start;gap:8px">'

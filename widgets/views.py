@@ -38,9 +38,10 @@ _NOTE = "color:#6b7280"
 _QUIET = "font-family:sans-serif;font-size:12px;color:#6b7280"  # a one-line note in place of an empty part
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
-# a node's address or usual host name stays on one line; a longer name may break anywhere, so it wraps in its cell
-# instead of widening the table (a name that may break anywhere is what the table narrows first, even when short)
-_NODE_CELL = 'style="padding:1px 10px 1px 0;text-align:left;overflow-wrap:anywhere"'
+# a node's address or usual host name stays on one line; a longer name (a metric's too) may break anywhere, so it
+# wraps in its cell instead of widening the table (a name that may break anywhere is what the table narrows first,
+# even when short)
+_WRAP_CELL = 'style="padding:1px 10px 1px 0;text-align:left;overflow-wrap:anywhere"'
 _SHORT_NODE_CELL = 'style="padding:1px 10px 1px 0;text-align:left;white-space:nowrap"'
 _SHORT_NODE = 40  # characters: about 300 px of the ~870 an output has in a 1,000 px notebook
 _STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
@@ -95,7 +96,7 @@ def ranks_html(state: RunState, with_detail: bool = True) -> str:
         cells = [f"<td {_CELL}>{c}</td>" for c in (str(rank), _badge(s.status))]
         if with_node:
             label = node_label(s)
-            cells.append(f"<td {_SHORT_NODE_CELL if len(label) <= _SHORT_NODE else _NODE_CELL}>{html.escape(label)}</td>")
+            cells.append(f"<td {_SHORT_NODE_CELL if len(label) <= _SHORT_NODE else _WRAP_CELL}>{html.escape(label)}</td>")
         more = [html.escape(s.device), "" if s.pid is None else str(s.pid)]
         if with_progress:
             more.append(html.escape(counts.get(rank, "")))
@@ -198,8 +199,8 @@ def top_html(parts: Mapping[str, str]) -> str:
 
 
 def body_html(parts: Mapping[str, str], drawn: bool = True) -> str:
-    """The curves (one row, more panels scroll sideways, never wrap to a second row) beside the table of latest
-    values (at most the curves' height; it scrolls beyond). The row has its height before the first metric
+    """The curves (one row: more panels shrink together, never wrap to a second row) beside the table of latest
+    values (at most 40% of the width, long names wrapping; at most the curves' height, it scrolls down beyond). The row has its height before the first metric
     (``drawn`` false: a grey line in its room), so nothing moves when the curves come
     (:mod:`~notebook_accel.widgets.room`: only a run known to be long shows this view)."""
     inside = parts["curves"] if drawn else (f'<div style="{_QUIET}">curves and values appear here after the first '
@@ -207,14 +208,17 @@ def body_html(parts: Mapping[str, str], drawn: bool = True) -> str:
     metrics = parts["metrics"] if drawn else ""
     return part_html('<div style="display:flex;flex-flow:row nowrap;align-items:flex-start;gap:8px">'
                      f'<div class="nacc-curves" style="min-height:{CURVES_HEIGHT}px;flex:0 1 auto;min-width:0">'
-                     f'{inside}</div><div class="nacc-metrics" style="flex:0 1 auto;min-width:0;'
-                     f'max-height:{CURVES_HEIGHT}px;overflow:auto">{metrics}</div></div>')
+                     f'{inside}</div><div class="nacc-metrics" style="flex:0 0 auto;max-width:40%;'
+                     f'max-height:{CURVES_HEIGHT}px;overflow-y:auto">{metrics}</div></div>')
 
 
 def part_html(inner: str) -> str:
     """One part of the live view at a plain line height (ipywidgets' HTML widget sets a 28 px one, which would
-    make every table row and label taller there than in the first frame)."""
-    return f'<div style="line-height:1.4">{inner}</div>'
+    make every table row and label taller), wrapping, and as wide as its widget whatever it holds: without the
+    inline-size containment the widest thing inside (a row of curves, a long metric name) would widen ipywidgets'
+    box past the output's edge (a ~570 px output in JupyterLab with its file browser open) instead of shrinking
+    the curves and wrapping the text."""
+    return f'<div style="line-height:1.4;white-space:normal;contain:inline-size">{inner}</div>'
 
 
 def metrics_html(state: RunState) -> str:
@@ -223,7 +227,7 @@ def metrics_html(state: RunState) -> str:
         return '<span style="color:#6b7280;font-family:sans-serif;font-size:12px">no metrics logged yet</span>'
     head = "".join(f"<th {_CELL}>{h}</th>" for h in ("metric", "step", "value"))
     rows = "".join(
-        f"<tr><td {_CELL}>{html.escape(name)}</td><td {_CELL}>{'' if step is None else step}</td>"
+        f"<tr><td {_WRAP_CELL}>{html.escape(name)}</td><td {_CELL}>{'' if step is None else step}</td>"
         f"<td {_CELL}>{format_value(value)}</td></tr>"
         for name, (step, value) in state.latest.items()
     )

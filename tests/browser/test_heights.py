@@ -16,17 +16,13 @@ test_jupyterlab.py does when jupyterlab, playwright or ``/usr/bin/chromium`` is 
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser.test_jupyterlab import (CHROMIUM_ARGS, CHROMIUM, SHOTS, _hide_left_panel, _open, _run_all,
-                                           _start_lab, _stop)
-from tests.helpers import free_port
+from tests.browser.lab_session import served_notebook
+from tests.browser.test_jupyterlab import SHOTS, _hide_left_panel, _open, _run_all
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -81,16 +77,6 @@ SAMPLE_JS = """(cells) => cells.map(i => {
 })"""
 
 
-def _notebook(path: Path) -> None:
-    """Write the notebook: the setup cell, then the launches."""
-    import nbformat
-
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in (SETUP, *CELLS.values())]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, path)
-
-
 def _sample(page: Any, name: str, width: int) -> list[dict[str, Any]]:
     """Sample every launch cell until each one's result shows; return the samples of each, keyed by launch."""
     samples: dict[str, list[dict[str, Any]]] = {n: [] for n in LAUNCHES}
@@ -131,32 +117,13 @@ def _report(width: int, launch: str, samples: list[dict[str, Any]]) -> tuple[flo
 
 @pytest.mark.parametrize("width", [1000, 1400])
 def test_the_output_holds_its_height_from_the_first_paint_to_the_result(width: int) -> None:
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="nacc-heights-"))
-    profile = Path(tempfile.mkdtemp(prefix="nacc-chromium-"))
-    _notebook(folder / "run.ipynb")
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    lab = _start_lab(folder, port)
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch_persistent_context(str(profile), executable_path=str(CHROMIUM),
-                                                           args=CHROMIUM_ARGS, viewport={"width": width, "height": 2400})
-            try:
-                page = browser.new_page()
-                _open(page, base, "lab/tree/run.ipynb")
-                time.sleep(1.0)
-                _hide_left_panel(page)
-                _run_all(page)
-                samples = _sample(page, "final", width)
-            finally:
-                browser.close()
-    finally:
-        _stop(lab)
-        shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(profile, ignore_errors=True)
+    with served_notebook((SETUP, *CELLS.values()), width, 2400) as (browser, base):
+        page = browser.new_page()
+        _open(page, base, "lab/tree/run.ipynb")
+        time.sleep(1.0)
+        _hide_left_panel(page)
+        _run_all(page)
+        samples = _sample(page, "final", width)
     for launch, seen in samples.items():
         assert seen and DONE[launch] in seen[-1]["text"], (launch, seen[-1:] if seen else "never shown")
     reports = {launch: _report(width, launch, seen) for launch, seen in samples.items()}
