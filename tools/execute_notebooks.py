@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,6 +37,10 @@ FAILED = ROOT / "build" / "failed"
 KERNEL_LOGS = ROOT / "build" / "kernel-logs"
 RAISES_MARKER = "# NBVAL_RAISES_EXCEPTION"
 RAISES_TAG = "raises-exception"
+# Ray's node agents (tutorial 09 starts a local Ray cluster) import for seconds; on a loaded machine the raylet gave
+# up on its metrics agent after its default wait ("Timed out waiting for file .../metrics_agent_port_...", then
+# "The current node timed out during startup"): the kernel, and the Ray processes it starts, wait longer
+RAY_PATIENCE = {"RAY_agent_register_timeout_ms": "300000", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 class _ThisInterpreterSpecs(KernelSpecManager):
@@ -100,7 +105,7 @@ def execute(notebook: Path, output: Path | None = None, cell_timeout: int = 300)
     # cell output travels over the kernel protocol and is unaffected
     with open(KERNEL_LOGS / f"{notebook.stem}.log", "w") as kernel_log:
         try:
-            client.execute(stderr=kernel_log)
+            client.execute(stderr=kernel_log, env={**os.environ, **RAY_PATIENCE})
         except (CellExecutionError, CellTimeoutError, DeadKernelError):
             untag(tagged)
             FAILED.mkdir(parents=True, exist_ok=True)

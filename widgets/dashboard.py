@@ -8,9 +8,11 @@ panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`)
 and the output of the workers (tabs "main process" and "all ranks" with several ranks), and from the first system
 sample on the system panel (:mod:`notebook_accel.widgets.system_panel`), in room kept free for it from the start.
 
-Cost: the first frame is plain HTML (:meth:`Dashboard._frame`, no widget and no comm message); the widgets
-(:class:`~notebook_accel.widgets.live_view.LiveView`, a handful) replace it in place after ``live_after``
-seconds, so a launch that ends sooner costs the kernel two display messages and builds no widget.
+Cost and room: the first frame is one compact line of plain HTML (:meth:`Dashboard._frame`, no widget and no
+comm message); the widgets (:class:`~notebook_accel.widgets.live_view.LiveView`, a handful) replace it in place
+once the run is known to be long (its first metric, or ``grow_after`` seconds; never before ``live_after``), so a
+short launch costs the kernel two display messages, builds no widget and keeps one compact line to its result
+(:mod:`~notebook_accel.widgets.room`: the output grows once, and never shrinks).
 
 Timing: ``handle`` runs on the launcher's loop in the kernel's main thread and updates the pure-Python
 :class:`~notebook_accel.widgets.run_model.RunState` (O(1) per event); the widgets are refreshed at most every
@@ -19,20 +21,18 @@ at least every :data:`~notebook_accel.events.TICK_SECONDS`: it moves the clock (
 every value held back by the throttle, so nothing waits for the next event (:attr:`needs_tick`). (A timer thread
 in the dashboard would do the same but would write widget traits, and so send comm messages, from a second thread
 while the main thread does too; the launcher's loop already wakes for its own deadlines, so the tick costs
-nothing.) The curves (with the table of values, one message) are rebuilt when new metrics arrived, at most every
-``plot_interval`` seconds, less often while their picture stops changing
-(:class:`~notebook_accel.widgets.live_curves.LiveCurves`).
+nothing.) The curves and the table of values (one message) are redrawn when new metrics came, at most every
+``plot_interval`` seconds (:class:`~notebook_accel.widgets.live_curves.LiveCurves`).
 
-Layout: every part has its place from the first frame (the curves' height is reserved before the first point, the
-progress rows and the log pane have fixed heights, the clock a fixed width, the stop button a fixed place), so the
-page below does not jump as the run fills in. Before the workers report, the header says what the launch is doing
-(:meth:`Dashboard.phase`). One clock: the live clock, the header's final time and "finished in" are all this
-dashboard's clock from :meth:`start`, stopped when the last rank ends.
+Layout: in the grown view every part has its place (the curves' row and the output box are reserved before their
+first values, the clock has a fixed width, the stop button a fixed place), so the page below does not jump as the
+run fills in. Before the workers report, the header says what the launch is doing (:meth:`Dashboard.phase`). One
+clock: the live clock, the header's final time and "finished in" are all this dashboard's clock from
+:meth:`start`, stopped when the last rank ends.
 
-At ``finish`` the live widget view is *replaced in place* (its display id) by one static output
-(:class:`~notebook_accel.widgets.snapshot.StaticResult`: the curves as one SVG image (the live drawing, a few ms), the
-summary, the error once, the output in a collapsible block), and the widgets are closed: a saved notebook, an
-HTML export and GitHub show that result and no widget view.
+At ``finish`` the live view is *replaced in place* (its display id) by one static output
+(:class:`~notebook_accel.widgets.snapshot.StaticResult`: the curves as one SVG image, the summary, the error once,
+the output in a collapsible block) and the widgets are closed: a saved notebook or an export shows no widget view.
 """
 
 from __future__ import annotations
@@ -49,10 +49,11 @@ from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.widgets import views
 from notebook_accel.widgets.live_curves import LiveCurves
 from notebook_accel.widgets.live_view import LiveView
+from notebook_accel.widgets.room import GROW_AFTER, compact_html, grows, live_height
 from notebook_accel.widgets.snapshot import StaticResult, Summary
 from notebook_accel.widgets.run_model import RunState
 from notebook_accel.widgets.svg import curves_image, curves_svg
-from notebook_accel.widgets.system_panel import SystemPanel, panel_height
+from notebook_accel.widgets.system_panel import SystemPanel
 
 __all__ = ["Dashboard"]
 
@@ -84,9 +85,10 @@ class Dashboard(BaseSink):
             widgets, and those by the result at the end (default: ``IPython.display.display(obj,
             display_id=True)``); without a handle the widgets come at once and the result is shown by a second
             call.
-        live_after: seconds the first frame (static HTML, no widget) stays before the widgets replace it: a run
-            that ends sooner never builds a widget (a warm launch costs what the launch itself costs); ``0``: the
-            widgets at once.
+        live_after: seconds the first frame (static HTML, no widget) stays at least before the widgets replace it;
+            ``0``: the widgets at once.
+        grow_after: seconds a run without metrics keeps its compact first frame (a run that ends sooner never
+            builds a widget, and its result keeps that line's room).
 
     Example:
         >>> from notebook_accel import notebook_launcher
@@ -109,6 +111,7 @@ class Dashboard(BaseSink):
         clock: Callable[[], float] = time.monotonic,
         display: Callable[[object], Any] | None = None,
         live_after: float = 0.5,
+        grow_after: float = GROW_AFTER,
     ) -> None:
         self.show_all_ranks = show_all_ranks
         self.refresh_interval = refresh_interval
@@ -117,6 +120,7 @@ class Dashboard(BaseSink):
         self.shown_log_lines = shown_log_lines
         self.clock = clock
         self.live_after = live_after
+        self.grow_after = grow_after
         self._live_at = 0.0
         self._display = display if display is not None else _ipython_display
         self.state: RunState | None = None
@@ -148,7 +152,6 @@ class Dashboard(BaseSink):
         all_ranks = self._log_html(main=False) if self._tabbed() else None
         view = self.view = LiveView(views.top_html(self.parts), self._body_html(), self._log_html(main=True), all_ranks,
                                     self.show_all_ranks)
-        view.show_output(self._has_output())
         if self._stop is not None:
             view.add_stop_button(self._stop)
         if self.state is not None:
@@ -165,8 +168,6 @@ class Dashboard(BaseSink):
         self._stop = stop
         if self.view is not None:
             self.view.add_stop_button(stop)
-
-    # -- Sink protocol ----------------------------------------------------------------------------------
 
     def start(self, info: RunInfo) -> None:
         """Show the dashboard under the cell for the run described by ``info``."""
@@ -187,18 +188,14 @@ class Dashboard(BaseSink):
         self.display_handle = self._display(self._frame())
 
     def _frame(self) -> Summary:
-        """The first frame: the live view's parts as one static HTML output (no widget, no comm message), each
-        with the room its widget will have (the widgets replace it in place, nothing moves)."""
+        """The first frame: one compact line (no widget, no comm message) until the run is known to be long
+        (:mod:`~notebook_accel.widgets.room`): the header and what the run is doing."""
         state = self.state
-        text = "" if state is None else f"{state.info.function_name}: {state.shown_status}"
-        logs = self._log_html(main=True) if self._has_output() else None
-        room = 0 if state is None else panel_height(state.info.num_processes)  # the system panel's, as live
-        return Summary(views.first_frame_html(views.top_html(self.parts), self._body_html(), logs, self._tabbed(),
-                                              room), text)
-
-    def _has_output(self) -> bool:
-        """Whether any rank printed (until then the output pane is hidden and the body says so)."""
-        return self.state is not None and len(self.state.logs_all) > 0
+        if state is None:
+            return Summary("", "")
+        label = state.phase or views.progress_text(state, self.clock())[1]
+        header = views.header_html(state, self._elapsed(self.clock()), with_phase=False)
+        return Summary(compact_html(header, label), f"{state.info.function_name}: {state.shown_status}")
 
     def _tick_frame(self, now: float) -> None:
         """Before the widgets: move the first frame's clock (a new frame in its place, at most every
@@ -253,8 +250,9 @@ class Dashboard(BaseSink):
         if self.state is None or self.frozen:
             return
         self.ticks += 1
-        if self.view is None and self.clock() < self._live_at:
-            self._guarded(self._tick_frame, self.clock())
+        now = self.clock()
+        if self.view is None and (now < self._live_at or not grows(self.state, self._elapsed(now), self.grow_after)):
+            self._guarded(self._tick_frame, now)
             return
         self._guarded(self._refresh, False)
 
@@ -270,7 +268,10 @@ class Dashboard(BaseSink):
             self.image = curves_image(state.series)
         position = views.position_text(state)
         where = views.ranks_html(state, with_detail=False) + (views.label_html(position) if position else "")
-        result = StaticResult(state, self.image if state.series else None, self._elapsed(self.clock()), where)
+        compact = self.view is None and self.live_after > 0  # never grew: the compact line's room
+        result = StaticResult(state, self.image if state.series else None, self._elapsed(self.clock()), where,
+                              compact=compact, least_height=0 if compact else live_height(
+                                  state.info.num_processes, self._tabbed()))
         update = getattr(self.display_handle, "update", None)
         if update is not None:
             self._guarded(update, result)
@@ -282,8 +283,6 @@ class Dashboard(BaseSink):
         """Close the live view's widgets (their models leave the front end; nothing is left to save)."""
         if self.view is not None:
             self.view.close()
-
-    # -- drawing ----------------------------------------------------------------------------------------
 
     def refresh(self) -> None:
         """Redraw everything now, curves included (the launcher may call this when it is idle)."""
@@ -298,7 +297,7 @@ class Dashboard(BaseSink):
             return
         now = self.clock()
         if self.view is None:
-            if not go_live or now < self._live_at:
+            if not go_live or now < self._live_at or not grows(state, self._elapsed(now), self.grow_after):
                 return
             self._go_live()
         view = self.view
@@ -310,7 +309,6 @@ class Dashboard(BaseSink):
         view.set(view.top, views.top_html(self.parts))
         view.set(view.body, self._body_html())
         if logs_changed:
-            view.show_output(self._has_output())
             view.set(view.log_main, self._log_html(main=True))
             if view.log_all is not None:
                 view.set(view.log_all, self._log_html(main=False))
@@ -353,7 +351,7 @@ class Dashboard(BaseSink):
 
     def _body_html(self) -> str:
         """The curves beside the table of latest values."""
-        return views.body_html(self.parts, self.state is not None and bool(self.state.series), self._has_output())
+        return views.body_html(self.parts, self.state is not None and bool(self.state.series))
 
     def _log_html(self, main: bool) -> str:
         """The main process's output pane, or every rank's."""

@@ -18,10 +18,12 @@ import html
 from notebook_accel.durations import format_duration
 from notebook_accel.terminal import ansi_to_html
 from notebook_accel.widgets.log_style import ERROR_RED, MONOSPACE, line_kinds
+from notebook_accel.widgets.room import compact_result_html
 from notebook_accel.widgets.run_model import RankState, RunState
 from notebook_accel.widgets.system_panel import panel_html
 
 SNAPSHOT_LOG_LINES = 20  # the main process's last output lines in the plain-text summary
+_CURVES_ROW = 184  # px of the live curves' row (views.CURVES_HEIGHT): the final values scroll beyond it
 SNAPSHOT_HTML_LINES = 1000  # the main process's output lines kept in the collapsible block of the HTML result
 
 __all__ = ["Summary", "StaticResult", "summary_text", "summary_html", "format_value",
@@ -114,32 +116,38 @@ def summary_text(state: RunState, elapsed: float) -> str:
     return "\n".join(lines)
 
 
-def summary_html(state: RunState, elapsed: float, image: bytes | None = None, where: str = "") -> str:
+def summary_html(state: RunState, elapsed: float, image: bytes | None = None, where: str = "", *,
+                 compact: bool = False, least_height: int = 0) -> str:
     """The HTML result: headline, the error (one line), ``where`` (the ranks' rows and the last position, as the
-    live view showed them: the cell keeps about its live height), the curves (``image``: an SVG document, or PNG
-    bytes, inlined as an ``<img>``), final values, output."""
+    live view showed them), the curves (``image``: an SVG document, or PNG bytes, inlined as an ``<img>``) beside
+    the final values, output; at least ``least_height`` px (the live view's room: the cell does not shrink).
+    ``compact``: a run that ended before its view grew keeps its compact line's room
+    (:func:`~notebook_accel.widgets.room.compact_result_html`), everything after the headline folded."""
     esc = html.escape
     color = {"finished": "#1a7f37", "stopped": "#b45309"}.get(state.shown_status, "#b42318")
-    parts = [f'<div style="font-family:sans-serif;font-size:13px"><b style="color:{color}">'
-             f"{esc(_headline(state, elapsed))}</b>"]
+    parts: list[str] = []
     if state.info.restart:
         parts.append(f'<div style="color:#b54708;margin:2px 0">{esc(state.info.restart)}</div>')
-    if _error(state):
-        parts.append(f'<div style="color:#b42318;white-space:pre-wrap;margin:2px 0">{esc(_error(state))}</div>')
     if where:
         parts.append(f'<div style="margin:2px 0">{where}</div>')
+    row = []  # the curves beside the final values, as the live view drew them (one row: the cell keeps its height)
     if image is not None:
         data = base64.b64encode(image).decode("ascii")
         mime = "image/png" if image.startswith(b"\x89PNG") else "image/svg+xml"
-        parts.append(f'<div><img alt="training curves" style="max-width:100%" src="data:{mime};base64,{data}"/></div>')
+        row.append(f'<div style="flex:0 1 auto;min-width:0"><img alt="training curves" style="max-width:100%" '
+                   f'src="data:{mime};base64,{data}"/></div>')
     if state.latest:
         rows = "".join(
-            f"<tr><td>{esc(name)}</td><td>{step}</td><td>{format_value(value)}</td></tr>"
+            f'<tr><td style="overflow-wrap:anywhere">{esc(name)}</td><td>{step}</td><td>{format_value(value)}</td></tr>'
             for name, (step, value) in state.latest.items()
         )
         note = state.metrics_note()
         rows += f'<tr><td colspan="3"><i>{esc(note)}</i></td></tr>' if note else ""
-        parts.append(f"<table><tr><th>metric</th><th>step</th><th>last value</th></tr>{rows}</table>")
+        row.append(f'<div style="flex:0 0 auto;max-width:40%;max-height:{_CURVES_ROW}px;overflow-y:auto"><table><tr>'
+                   f"<th>metric</th><th>step</th><th>last value</th></tr>{rows}</table></div>")
+    if row:
+        parts.append('<div style="display:flex;flex-flow:row nowrap;align-items:flex-start;gap:8px">'
+                     f'{"".join(row)}</div>')
     output = _last_output(state, SNAPSHOT_HTML_LINES)
     if not output:  # the live view's one grey line, as a fact
         parts.append(f'<div style="color:#6b7280;font-size:12px;margin:2px 0">rank {state.main_rank} printed '
@@ -157,8 +165,13 @@ def summary_html(state: RunState, elapsed: float, image: bytes | None = None, wh
     if state.info.log_dir:
         parts.append(f'<div style="font-size:11px;color:#6b7280">full output of every rank: '
                      f"<code>{esc(state.info.log_dir)}/rank&lt;N&gt;.log</code></div>")
-    parts.append("</div>")
-    return "".join(parts)
+    if compact:  # a short run: its compact line's room, the rest folded
+        return compact_result_html(_headline(state, elapsed), color, _error(state), "".join(parts),
+                                   "ranks, output and system figures")
+    error = (f'<div style="color:#b42318;white-space:pre-wrap;margin:2px 0">{esc(_error(state))}</div>'
+             if _error(state) else "")
+    return (f'<div style="font-family:sans-serif;font-size:13px;min-height:{least_height}px">'
+            f'<b style="color:{color}">{esc(_headline(state, elapsed))}</b>{error}{"".join(parts)}</div>')
 
 
 class Summary:
@@ -185,8 +198,10 @@ class StaticResult(Summary):
         'train: finished in 1.0s (1 process, gloo)'
     """
 
-    def __init__(self, state: RunState, image: bytes | None, elapsed: float, where: str = "") -> None:
-        super().__init__(summary_html(state, elapsed, image, where), summary_text(state, elapsed))
+    def __init__(self, state: RunState, image: bytes | None, elapsed: float, where: str = "", *, compact: bool = False,
+                 least_height: int = 0) -> None:
+        super().__init__(summary_html(state, elapsed, image, where, compact=compact, least_height=least_height),
+                         summary_text(state, elapsed))
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
         """Both forms in one output (no widget view, so a saved or exported notebook shows it as is)."""

@@ -249,6 +249,9 @@ class SystemPanel:
 
             self.widget = w.HTML(text, layout=w.Layout(height=height, margin=margin))
             self.widget.add_class("nacc-system")
+            if not self._reserved:  # a view made after the first sample: its room and the panel in one message
+                self._reserved = True
+                box.layout.padding = f"0 0 {room}px 0"
             box.children = (*box.children, self.widget)
             return
         self.widget.value = text

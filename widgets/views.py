@@ -18,8 +18,8 @@ from notebook_accel.widgets.progress_model import progress_column
 from notebook_accel.widgets.run_model import RunState
 
 __all__ = ["header_html", "ranks_html", "progress_text", "position_text", "label_html", "overall_text", "metrics_html", "logs_html",
-           "error_html", "bar_row_html", "first_frame_html", "part_html", "top_html", "body_html", "CURVES_HEIGHT",
-           "STATUS_COLORS", "LOG_HEIGHT", "TAB_BAR_HEIGHT"]
+           "error_html", "bar_row_html", "part_html", "top_html", "body_html", "CURVES_HEIGHT",
+           "STATUS_COLORS", "LOG_HEIGHT"]
 
 STATUS_COLORS = {
     "starting": "#6b7280",
@@ -38,17 +38,15 @@ _NOTE = "color:#6b7280"
 _QUIET = "font-family:sans-serif;font-size:12px;color:#6b7280"  # a one-line note in place of an empty part
 _TABLE = 'style="border-collapse:collapse;font-family:sans-serif;font-size:12px"'
 _CELL = 'style="padding:1px 10px 1px 0;text-align:left"'
-# a node's address or usual host name stays on one line; a longer name may break anywhere, so it wraps in its cell
-# instead of widening the table (a name that may break anywhere is what the table narrows first, even when short)
-_NODE_CELL = 'style="padding:1px 10px 1px 0;text-align:left;overflow-wrap:anywhere"'
+# a node's address or usual host name stays on one line; a longer name (a metric's too) may break anywhere, so it
+# wraps in its cell instead of widening the table (a name that may break anywhere is what the table narrows first,
+# even when short)
+_WRAP_CELL = 'style="padding:1px 10px 1px 0;text-align:left;overflow-wrap:anywhere"'
 _SHORT_NODE_CELL = 'style="padding:1px 10px 1px 0;text-align:left;white-space:nowrap"'
 _SHORT_NODE = 40  # characters: about 300 px of the ~870 an output has in a 1,000 px notebook
 _STDERR = "border-left:2px solid #d1d5db;padding-left:4px"  # stderr that is not an error: a subtle mark only
 LOG_HEIGHT = 180  # px of the log pane's scroll box
 CURVES_HEIGHT = 184  # px of the row of SVG panels (svg.PANEL_HEIGHT) with its gap: reserved before the first point
-TAB_BAR_HEIGHT = 26  # px of ipywidgets' tab bar (24 px tabs and the current tab's 2 px top border)
-_TAB_PADDING = 15  # px around a tab's content (--jp-widgets-container-padding), inside a 1 px border
-_WIDGET_MARGIN = 2  # px around each ipywidgets HTML widget (--jp-widgets-margin)
 _BAR_COLORS = {"": "#2196f3", "success": "#4caf50", "danger": "#f44336", "warning": "#ff9800"}
 
 
@@ -57,9 +55,9 @@ def _badge(status: str) -> str:
     return f'<b style="color:{STATUS_COLORS.get(status, "#111")}">{html.escape(status)}</b>'
 
 
-def header_html(state: RunState, elapsed: float) -> str:
-    """``train · running · 12.0s · 2 processes · gloo · FSDP FULL_SHARD``, then what the launch is doing when
-    nothing else shows it (``starting 2 worker processes``), in grey."""
+def header_html(state: RunState, elapsed: float, with_phase: bool = True) -> str:
+    """``train · running · 12.0s · 2 processes · gloo · FSDP FULL_SHARD``, then (``with_phase``) what the launch is
+    doing when nothing else shows it (``starting 2 worker processes``), in grey."""
     info = state.info
     noun = "process" if info.num_processes == 1 else "processes"
     bits = [
@@ -75,7 +73,7 @@ def header_html(state: RunState, elapsed: float) -> str:
         bits.append(f"<b>{html.escape(state.engine)}</b>")
     if info.mixed_precision not in ("no", ""):
         bits.append(html.escape(precision_label(info.mixed_precision)))
-    if state.phase and state.outcome is None:
+    if with_phase and state.phase and state.outcome is None:
         bits.append(f'<span style="{_NOTE}">{html.escape(state.phase)}</span>')
     restart = f'<div style="color:#b54708">{html.escape(info.restart)}</div>' if info.restart else ""
     return '<div style="font-family:sans-serif;font-size:13px">' + " &middot; ".join(bits) + restart + "</div>"
@@ -98,7 +96,7 @@ def ranks_html(state: RunState, with_detail: bool = True) -> str:
         cells = [f"<td {_CELL}>{c}</td>" for c in (str(rank), _badge(s.status))]
         if with_node:
             label = node_label(s)
-            cells.append(f"<td {_SHORT_NODE_CELL if len(label) <= _SHORT_NODE else _NODE_CELL}>{html.escape(label)}</td>")
+            cells.append(f"<td {_SHORT_NODE_CELL if len(label) <= _SHORT_NODE else _WRAP_CELL}>{html.escape(label)}</td>")
         more = [html.escape(s.device), "" if s.pid is None else str(s.pid)]
         if with_progress:
             more.append(html.escape(counts.get(rank, "")))
@@ -200,45 +198,27 @@ def top_html(parts: Mapping[str, str]) -> str:
         f'<div class="nacc-ranks">{parts["ranks"]}</div>{parts["overall"]}{parts["bar"]}{parts["error"]}')
 
 
-def body_html(parts: Mapping[str, str], drawn: bool = True, output: bool = True) -> str:
-    """The curves (one row, held from the first metric on; more panels scroll sideways, never wrap to a second row)
-    beside the table of latest values (at most the curves' height; it scrolls beyond). Before the first metric
-    (``drawn`` false), and before the first output line (``output`` false: the pane is hidden), a grey line each,
-    no empty room (a run that logs and prints nothing keeps a small view and result)."""
-    if drawn:
-        curves = ('<div style="display:flex;flex-flow:row nowrap;align-items:flex-start;gap:8px">'
-                  f'<div class="nacc-curves" style="min-height:{CURVES_HEIGHT}px;flex:0 1 auto;min-width:0">'
-                  f'{parts["curves"]}</div><div class="nacc-metrics" style="flex:0 0 auto;max-height:{CURVES_HEIGHT}px;'
-                  f'overflow-y:auto">{parts["metrics"]}</div></div>')
-    else:
-        curves = (f'<div class="nacc-curves" style="{_QUIET}">curves and values appear here after the first '
-                  "accelerator.log(...)</div>")
-    quiet = "" if output else (f'<div class="nacc-no-output" style="{_QUIET}">no output yet (print() and logging '
-                               "show here)</div>")
-    return part_html(curves + quiet)
+def body_html(parts: Mapping[str, str], drawn: bool = True) -> str:
+    """The curves (one row: more panels shrink together, never wrap to a second row) beside the table of latest
+    values (at most 40% of the width, long names wrapping; at most the curves' height, it scrolls down beyond). The row has its height before the first metric
+    (``drawn`` false: a grey line in its room), so nothing moves when the curves come
+    (:mod:`~notebook_accel.widgets.room`: only a run known to be long shows this view)."""
+    inside = parts["curves"] if drawn else (f'<div style="{_QUIET}">curves and values appear here after the first '
+                                            "accelerator.log(...)</div>")
+    metrics = parts["metrics"] if drawn else ""
+    return part_html('<div style="display:flex;flex-flow:row nowrap;align-items:flex-start;gap:8px">'
+                     f'<div class="nacc-curves" style="min-height:{CURVES_HEIGHT}px;flex:0 1 auto;min-width:0">'
+                     f'{inside}</div><div class="nacc-metrics" style="flex:0 0 auto;max-width:40%;'
+                     f'max-height:{CURVES_HEIGHT}px;overflow-y:auto">{metrics}</div></div>')
 
 
 def part_html(inner: str) -> str:
     """One part of the live view at a plain line height (ipywidgets' HTML widget sets a 28 px one, which would
-    make every table row and label taller there than in the first frame)."""
-    return f'<div style="line-height:1.4">{inner}</div>'
-
-
-def first_frame_html(top: str, body: str, logs: str | None, tabbed: bool, reserve: int = 0) -> str:
-    """The live view's parts as one static HTML output, each in the room its widget will take (the widget's
-    margin; the output pane inside the frame of the "main process | all ranks" tabs when ``tabbed``; ``reserve``
-    px below for a part that comes later), so the widgets that replace it in place move nothing."""
-    margin = f'style="margin:{_WIDGET_MARGIN}px"'
-    pane = "" if logs is None else f"<div {margin}>{logs}</div>"  # None: no output yet, the pane is hidden
-    if tabbed and logs is not None:
-        tab = (f'<span style="display:inline-block;width:144px;height:{TAB_BAR_HEIGHT - 1}px;line-height:'
-               f'{TAB_BAR_HEIGHT - 1}px;padding:0 10px;box-sizing:border-box;font-family:sans-serif;font-size:13px;'
-               'color:#616161">')
-        pane = (f'<div style="height:{TAB_BAR_HEIGHT}px;border-bottom:1px solid #e0e0e0;box-sizing:border-box">'
-                f'{tab}main process</span>{tab}all ranks</span></div>'
-                f'<div style="border:1px solid #e0e0e0;border-top:0;padding:{_TAB_PADDING}px">{pane}</div>')
-    return (f'<div class="nacc-dashboard" style="padding-bottom:{reserve}px"><div {margin}>{top}</div>'
-            f'<div {margin}>{body}</div><div class="nacc-logs">{pane}</div></div>')
+    make every table row and label taller), wrapping, and as wide as its widget whatever it holds: without the
+    inline-size containment the widest thing inside (a row of curves, a long metric name) would widen ipywidgets'
+    box past the output's edge (a ~570 px output in JupyterLab with its file browser open) instead of shrinking
+    the curves and wrapping the text."""
+    return f'<div style="line-height:1.4;white-space:normal;contain:inline-size">{inner}</div>'
 
 
 def metrics_html(state: RunState) -> str:
@@ -247,7 +227,7 @@ def metrics_html(state: RunState) -> str:
         return '<span style="color:#6b7280;font-family:sans-serif;font-size:12px">no metrics logged yet</span>'
     head = "".join(f"<th {_CELL}>{h}</th>" for h in ("metric", "step", "value"))
     rows = "".join(
-        f"<tr><td {_CELL}>{html.escape(name)}</td><td {_CELL}>{'' if step is None else step}</td>"
+        f"<tr><td {_WRAP_CELL}>{html.escape(name)}</td><td {_CELL}>{'' if step is None else step}</td>"
         f"<td {_CELL}>{format_value(value)}</td></tr>"
         for name, (step, value) in state.latest.items()
     )
@@ -264,9 +244,8 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
     and ERROR/CRITICAL log records are red (:mod:`~notebook_accel.widgets.log_style`), and the rest of stderr
     (tqdm bars, INFO lines, warnings) looks like ordinary output with a thin grey mark at its left. The live
     lines (a tqdm bar being redrawn) come last. When ``lines`` is a :class:`~.log_buffer.LogBuffer`
-    whose output is kept in files, a caption says where (the pane keeps only a tail). Without any line there is
-    no box, one grey line (a run that prints nothing keeps a small view, and a small result); the first line brings
-    the box at its full ``height_px`` at once, so later lines move nothing.
+    whose output is kept in files, a caption says where (the pane keeps only a tail). Without any line the box
+    has its full ``height_px`` with one grey line inside, so the first lines move nothing.
     ``flex-direction: column-reverse`` keeps the box scrolled to the end without any script.
     """
     everything = list(lines)
@@ -279,9 +258,9 @@ def logs_html(lines: Iterable[LogLine], with_rank: bool, max_lines: int, height_
             '<div style="font-family:sans-serif;font-size:11px;color:#6b7280;margin:2px 0">'
             f"{shown}every rank&#x27;s full output: <code>{html.escape(where)}/rank&lt;N&gt;.log</code></div>"
         )
-    if not tail:  # one line, not an empty box: a run that prints nothing keeps a small view (and result)
-        return (f'{caption}<div class="nacc-no-output" style="font-family:sans-serif;font-size:12px;color:#6b7280">'
-                "no output yet (print() and logging show here)</div>")
+    if not tail:  # the box at its height (the grown view holds its room), a grey line inside
+        return (f'{caption}<div style="height:{height_px}px;border:1px solid #e5e7eb;padding:4px">'
+                f'<div class="nacc-no-output" style="{_QUIET}">no output yet (print() and logging show here)</div></div>')
     out = []
     for line, kind in zip(tail, line_kinds([line.text for line in tail])):
         text = ansi_to_html(line.styled) if line.styled else html.escape(line.text, quote=False)

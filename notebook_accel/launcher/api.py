@@ -338,7 +338,10 @@ def _start_workers(plan: Plan, resources: RunResources, placement: Placement, si
         board = resources.open_board([env.rank for env in envs])  # before the fork: the workers inherit it
         noun = "process" if len(envs) == 1 else "processes"
         where = spec_of(plan.cluster).starting if plan.cluster is not None else ""
-        with launch_phase(sink, f"starting {len(envs)} worker {noun}{where}"):
+        # a cluster's placement forks nothing from the kernel (Ray's client calls, srun through subprocess's exec),
+        # so its clock may tick from a thread while it reserves: seconds on Ray; a local fork must not (no thread
+        # may hold a lock while the kernel forks), and it takes milliseconds
+        with launch_phase(sink, f"starting {len(envs)} worker {noun}{where}", ticking=plan.cluster is not None):
             handles = placement.start(envs, plan.function, plan.args, board)
     except BaseException as e:
         finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")

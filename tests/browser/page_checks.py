@@ -65,7 +65,7 @@ FRAME_JS = """(root) => {
   const quiet = Array.from(dash.querySelectorAll('.nacc-no-output')).some(e => e.getClientRects().length);
   return {t: performance.now() / 1000, header: header ? header.innerText.trim() : '',
           ranks: rows.map(r => (r.children[1] || {innerText: ''}).innerText.trim()),
-          height: dash.getBoundingClientRect().height,
+          height: dash.getBoundingClientRect().height, compact: dash.classList.contains('nacc-compact'),
           filled: [!!dash.querySelector('.nacc-curves svg'), !quiet]};
 }"""
 
@@ -83,6 +83,7 @@ class Frame:
     ranks: tuple[str, ...]
     height: float
     filled: tuple[bool, bool] = (False, False)
+    compact: bool = False
 
     @classmethod
     def from_page(cls, raw: dict[str, object]) -> "Frame":
@@ -92,7 +93,7 @@ class Frame:
         filled = tuple(raw.get("filled", (False, False)))  # type: ignore[call-overload]
         return cls(float(raw["t"]), bits[1] if len(bits) > 1 else "", clock,  # type: ignore[arg-type]
                    tuple(raw["ranks"]), float(raw["height"]),  # type: ignore[arg-type]
-                   (bool(filled[0]), bool(filled[1])))
+                   (bool(filled[0]), bool(filled[1])), bool(raw.get("compact", False)))
 
 
 def parse_duration(text: str) -> float | None:
@@ -120,8 +121,9 @@ def inconsistent(frame: Frame) -> str:
 
 def height_jumps(frames: list[Frame], tolerance: float = 0.10) -> list[str]:
     """The frames whose height differs by more than ``tolerance`` from the first frame that has every part the run
-    ever shows (the curves' row comes with the first metric, the output box with the first line: a run that logs
-    or prints nothing keeps a small view; one that does grows once, when its first values come, never after)."""
+    ever shows, the compact line before the view grows left aside (:mod:`notebook_accel.widgets.room`: a run
+    grows once, when it is known to be long, never after)."""
+    frames = [f for f in frames if not f.compact]
     if not frames:
         return []
     parts = (any(f.filled[0] for f in frames), any(f.filled[1] for f in frames))

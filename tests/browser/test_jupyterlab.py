@@ -236,8 +236,12 @@ def _cell(page: Any, index: int) -> Any:
 
 
 def _cell_text(page: Any, index: int) -> str:
-    """The text of the outputs of code cell ``index``."""
-    return str(_cell(page, index).locator(".jp-OutputArea").inner_text())
+    """The text of the outputs of code cell ``index`` (scrolled into view first: JupyterLab renders only the cells
+    near the window, and a dashboard's room puts the later cells below it)."""
+    cell = _cell(page, index)
+    cell.scroll_into_view_if_needed()
+    cell.locator(".jp-OutputArea").wait_for(timeout=10_000)
+    return str(cell.locator(".jp-OutputArea").inner_text())
 
 
 def _run_all(page: Any) -> None:

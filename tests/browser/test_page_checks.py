@@ -27,6 +27,11 @@ def test_heights_beyond_ten_percent_of_the_first_frame_are_jumps() -> None:
                Frame(2.0, "running", 2.0, (), 660, (True, True)), Frame(3.0, "running", 3.0, (), 700, (True, True)),
                Frame(4.0, "running", 4.0, (), 900, (True, True))]
     assert height_jumps(growing) == ["900px at 4.0s (first full frame 660px at 2.0s)"]  # grown once, then jumped
+    compact = [Frame(0.0, "starting", 0.0, (), 53, compact=True), Frame(2.0, "running", 2.0, (), 736),
+               Frame(3.0, "running", 3.0, (), 736, (True, True))]
+    assert height_jumps(compact) == []  # the compact line grows once into the dashboard: not a jump
+    assert Frame.from_page({"t": 0, "header": "train · starting · 0.0s", "ranks": [], "height": 53,
+                            "compact": True}).compact
 
 
 def test_the_overflow_check_finds_cut_text_in_a_real_page() -> None:

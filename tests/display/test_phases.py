@@ -53,3 +53,35 @@ def test_the_launcher_says_it_is_starting_the_workers() -> None:
     assert notebook_launcher(hello, num_processes=2, dashboard=sink) == 7
     assert "starting 2 worker processes" in sink.phases and sink.phases[-1] == ""
     assert sink.started_before_phase_ended[sink.phases.index("starting 2 worker processes")] is False
+
+
+class SlowReservation:
+    """A cluster placement whose start blocks the kernel's thread as a Ray reservation does (nothing forked)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def start(self, envs: object, function: object, args: object, board: object) -> list[object]:
+        time.sleep(self.seconds)
+        return []
+
+
+def test_the_clock_moves_while_a_cluster_reserves_the_workers() -> None:
+    from types import SimpleNamespace
+
+    from notebook_accel.cluster import RayCluster
+    from notebook_accel.launcher.api import _start_workers
+    from notebook_accel.launcher.run_resources import RunResources
+
+    sink = PhaseSink()
+    resources = RunResources()
+    resources.envs = [SimpleNamespace(rank=0), SimpleNamespace(rank=1)]  # type: ignore[list-item]  # counted, numbered
+    plan = SimpleNamespace(cluster=RayCluster(), function=hello, args=())
+    with resources:
+        _start_workers(plan, resources, SlowReservation(0.9), GuardedSink(sink), None, time.monotonic())  # type: ignore[arg-type]
+    assert sink.phases == ["starting 2 worker processes on the Ray cluster (reserving, then starting)", ""]
+    assert len(sink.ticks) >= 2, sink.ticks  # "starting · 0.0s" no longer stands still while Ray reserves
+    count = len(sink.ticks)
+    time.sleep(0.4)
+    assert len(sink.ticks) == count  # the clock thread ended with the phase
+

@@ -9,6 +9,7 @@ from notebook_accel.widgets import Dashboard
 from notebook_accel.widgets import dashboard as dashboard_module
 from notebook_accel.widgets import live_curves as live_curves_module
 from notebook_accel.widgets.snapshot import StaticResult
+from notebook_accel.widgets.room import COMPACT_HEIGHT, GROW_AFTER, live_height
 
 
 class Clock:
@@ -326,11 +327,12 @@ def test_one_clock_and_one_vocabulary_from_the_first_frame_to_the_result() -> No
 def test_the_layout_has_its_places_from_the_first_frame() -> None:
     dash, clock, _ = _dashboard()
     body = dash.view.body.value  # type: ignore[union-attr]
-    assert "min-height" not in body and "after the first accelerator.log" in body
+    assert 'class="nacc-curves" style="min-height:184px;' in body and "after the first accelerator.log" in body
     dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))
     clock.now += 1
-    dash.tick(clock.now)  # the first metric brings the curves' row, held from then on
+    dash.tick(clock.now)  # the first metric draws the curves in the row's room
     assert 'class="nacc-curves" style="min-height:184px;' in dash.view.body.value  # type: ignore[union-attr]
+    assert "<svg" in dash.view.body.value  # type: ignore[union-attr]
     assert 'min-width:4.2em;font-variant-numeric:tabular-nums' in dash.parts["header"]  # a clock of fixed width
     run_row = 'class="nacc-run" style="display:flex;align-items:center;min-height:24px"'
     assert run_row in dash.view.top.value  # type: ignore[union-attr]
@@ -352,22 +354,37 @@ def test_a_short_run_builds_no_widget_and_a_longer_one_replaces_the_first_frame_
     dash = Dashboard(clock=clock, display=shown, live_after=0.5)
     dash.start(INFO)
     (frame,) = shown
-    assert dash.view is None and 'class="nacc-dashboard"' in frame._repr_html_()  # type: ignore[attr-defined]
+    assert dash.view is None and 'class="nacc-dashboard nacc-compact"' in frame._repr_html_()  # type: ignore[attr-defined]
     assert 'class="nacc-header"' in frame._repr_html_() and "starting" in repr(frame)  # type: ignore[attr-defined]
+    assert f"height:{COMPACT_HEIGHT}px" in frame._repr_html_()  # type: ignore[attr-defined]  # one compact line
     dash.handle(Started(0, 1, "cpu"))
     clock.now += 0.2
     dash.handle(Finished(0, 1))
     dash.finish(RunOutcome("finished", 0.2))
     assert dash.view is None and len(shown.updates) == 1 and isinstance(shown.updates[0], StaticResult)
+    result = shown.updates[0]._repr_html_()  # type: ignore[attr-defined]
+    assert 'class="nacc-compact-result"' in result and "<details " in result and "<details open" not in result
     clock, shown = Clock(), Shown()
     dash = Dashboard(clock=clock, display=shown, live_after=0.5)
     dash.start(INFO)
     dash.phase("starting 2 worker processes")
     assert dash.view is None and shown.updates == []  # a short step costs no message
     clock.now += 0.6
+    dash.tick(clock.now)  # not known to be long yet: the compact line (its clock moved)
+    assert dash.view is None and "starting 2 worker processes" in shown.updates[-1]._repr_html_()  # type: ignore[attr-defined]
+    clock.now += GROW_AFTER
     dash.tick(clock.now)
-    assert dash.view is not None and shown.updates == [dash.view.root]  # the widgets take the first frame's place
+    assert dash.view is not None and shown.updates[-1] is dash.view.root  # the widgets take the frame's place
     assert "starting 2 worker processes" in dash.view.top.value  # type: ignore[union-attr]
+    dash.finish(RunOutcome("finished", 3.0))
+    assert f"min-height:{live_height(2, True)}px" in shown.updates[-1]._repr_html_()  # type: ignore[attr-defined]
+    clock, shown = Clock(), Shown()
+    dash = Dashboard(clock=clock, display=shown, live_after=0.5)
+    dash.start(INFO)
+    clock.now += 0.6
+    dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))  # the first metric: curves will come, the view grows at once
+    dash.tick(clock.now)
+    assert dash.view is not None and shown.updates[-1] is dash.view.root
 
 
 def test_a_run_of_unknown_length_shows_its_label_without_an_empty_bar() -> None:
@@ -410,18 +427,14 @@ def test_the_curves_stay_in_one_row_and_the_result_draws_them_as_the_live_view_d
     assert b'height="366"' in dash.image.split(b">", 1)[0]
 
 
-def test_the_output_pane_is_hidden_until_the_first_line_and_the_body_says_so_in_one_line() -> None:
+def test_the_output_box_has_its_room_before_the_first_line() -> None:
     dash, clock, _ = _dashboard()
-    assert dash.view is not None and dash.view.pane.layout.display == "none"
-    assert "no output yet" in dash.view.body.value  # one grey line instead of an empty framed pane
+    assert dash.view is not None and dash.view.pane.layout.display is None
+    assert "height:180px" in dash.view.log_main.value and "no output yet" in dash.view.log_main.value
     dash.handle(Log(1, "stdout", "hello from rank 1\n"))
     clock.now += 1
     dash.tick(clock.now)
-    assert dash.view.pane.layout.display is None and "no output yet" not in dash.view.body.value
-    one, one_clock, _ = _dashboard()
-    one.start(RunInfo(1, ("cpu",), "gloo", "train"))  # one rank: a single pane with a layout of its own
-    assert one.view is not None and one.view.pane is one.view.log_main and one.view.pane.layout.display == "none"
-    assert one.view.top.layout.display is None
+    assert "height:180px" in dash.view.log_main.value and "no output yet" not in dash.view.log_all.value  # type: ignore[union-attr]
 
 
 def test_the_ranks_table_has_a_node_column_live_and_in_the_result_only_for_a_run_on_several_machines() -> None:

@@ -77,11 +77,10 @@ def test_the_run_state_feeds_both_panes_and_the_snapshot_says_where() -> None:
     assert "\x1b" not in summary_text(state, 1.0) and "runs/x-train/rank&lt;N&gt;.log" in summary_html(state, 1.0)
 
 
-def test_a_pane_without_output_is_one_grey_line_and_a_box_is_as_tall_as_its_lines() -> None:
-    """A function that prints nothing shows one line, no empty box of reserved room; the first line brings the
-    box at its full height (later lines move nothing)."""
+def test_a_pane_without_output_has_its_box_with_a_grey_line_and_lines_move_nothing() -> None:
+    """The box has its full height before the first line (a grey line inside), so the first lines move nothing."""
     empty = logs_html(LogBuffer(10), with_rank=False, max_lines=10)
-    assert "no output yet" in empty and "border" not in empty and "height" not in empty
+    assert "no output yet" in empty and "height:180px" in empty and "border:1px" in empty
     b = LogBuffer(10)
     b.add(Log(0, "stdout", "hello\n"))
     box = logs_html(b, with_rank=False, max_lines=10)

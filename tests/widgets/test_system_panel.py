@@ -246,3 +246,26 @@ def test_the_compilers_memory_is_shown_apart_from_the_ranks_own() -> None:
     assert state.peak_memory(1) == int(0.75 * GIB)  # the rank's own peak: none of the compiler's 2.9 GiB
     assert state.summary.lines()[1] == "rank 1: mean CPU 160%, peak memory 0.8 GiB (+ compiler 2.9 GiB)"
     assert "compiler" not in state.summary.lines()[0]
+
+
+def test_a_view_that_grows_after_the_first_sample_keeps_the_panels_room() -> None:
+    """The view grows when the run is known to be long (here 2 s, after the first sample): the panel comes with its
+    room, not drawn over the cell below."""
+    now = [0.0]
+    dash = Dashboard(clock=lambda: now[0], display=lambda obj: _Handle(), live_after=0.5)
+    dash.start(INFO)
+    dash.handle(Started(0, 11, "cpu"))
+    dash.handle(Started(1, 12, "cpu"))
+    now[0] = 1.0
+    dash.handle(_sample(1.0, _gpu(0, 77.0), _gpu(1, 66.0)))
+    now[0] = 2.5
+    dash.tick(now[0])
+    assert dash.view is not None and dash.system.widget is not None
+    assert dash.view.root.layout.padding == f"0 0 {panel_height(2)}px 0"
+
+
+class _Handle:
+    """A display handle that takes in-place updates."""
+
+    def update(self, obj: object) -> None:
+        pass
