@@ -261,7 +261,7 @@ def measure(engine: str, params: int, rounds: int, with_loads: bool = True) -> d
             if r:
                 times[f"save {name}"].append(seconds)
         names = list(loads)
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names):] + names[:r % len(names)] if names else []:
             source = folders["safe" if name.startswith("raw") else name]
             seconds = _timed(lambda: loads[name](source))
             if r:

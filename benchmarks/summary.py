@@ -53,7 +53,7 @@ PARTS = (
          ("--quick", "--rates", "1000,0"), ("--rounds", "1", "--seconds", "1.5", "--rates", "1000,0"),
          ("[kernel-cpu]   1000 calls/s per rank:", "[kernel-cpu]      0 calls/s per rank:")),
     Part("save_state / load_state (50M parameters + AdamW)", "checkpoint.py",
-         ("--engine", "plain", "--size", "50M", "--rounds", "3"),
+         ("--engine", "plain", "--size", "50M", "--rounds", "2"),
          ("--engine", "plain", "--rounds", "1", "--size", "1M"),
          ("  save ours", "  save safe2", "  load ours", "  load raw2", "  best-round ratio save ours",
           "  best-round ratio load ours")),
