@@ -19,12 +19,13 @@ Loading reads the folder each contender saved in that round: ``raw`` is ``torch.
 (``dcp.load`` + ``set_state_dict`` under FSDP) and the baseline there; ``raw2`` the A/A control. Contenders
 rotate within each round (who goes first changes), so all see the same machine; the page cache is flushed
 (``os.sync``) and old folders deleted between contenders, outside the clock. The script prints the median time of
-each, and each ratio as the median over rounds with [min-max].
+each, and each ratio as the median over rounds of the per-round ratios, with their interquartile range (the least
+and the most below 4 rounds).
 
 Each contender's best round is printed too, as a ratio to the baseline's best (a busy machine lengthens a save or
 a load but never shortens it, so the best rounds are the least disturbed), with the A/A control's.
 
-``--loads-only`` saves once and then rotates only the loads, from the page cache, for more rounds in the same
+``--saves-only`` times the saves alone (no loads), for more rounds in the same time. ``--loads-only`` saves once and then rotates only the loads, from the page cache, for more rounds in the same
 time (default 12). It adds the CPU seconds of both processes, every thread counted (a checksum checked on a helper
 thread costs CPU even where it costs no wall time), each as a ratio to raw's, with raw2 as the A/A control.
 
@@ -32,7 +33,7 @@ thread costs CPU even where it costs no wall time), each as a ratio to raw's, wi
 blocking save, and the step time while the writer runs against steps without one (see ``checkpoint_background.py``).
 
 Usage: ``python benchmarks/checkpoint.py [--quick] [--size 50M] [--rounds N] [--engine plain|fsdp|both]
-[--loads-only] [--background]``
+[--saves-only | --loads-only] [--background]``
 """
 
 from __future__ import annotations
@@ -242,9 +243,11 @@ def _clean(paths: list[str]) -> None:
     dist.barrier()
 
 
-def measure(engine: str, params: int, rounds: int) -> dict[str, Any]:
-    """Worker body: rotate the contenders for ``rounds`` rounds (plus one warm-up); rank 0's times come back."""
+def measure(engine: str, params: int, rounds: int, with_loads: bool = True) -> dict[str, Any]:
+    """Worker body: rotate the contenders for ``rounds`` rounds (plus one warm-up); rank 0's times come back
+    (``with_loads=False``: the saves only)."""
     saves, loads = _contenders(engine, params)  # the Accelerator brings up the process group
+    loads = loads if with_loads else {}
     root = [tempfile.mkdtemp(prefix="ckpt-bench-") if dist.get_rank() == 0 else ""]
     dist.broadcast_object_list(root)
     times: dict[str, list[float]] = {f"save {n}": [] for n in saves} | {f"load {n}": [] for n in loads}
@@ -258,7 +261,7 @@ def measure(engine: str, params: int, rounds: int) -> dict[str, Any]:
             if r:
                 times[f"save {name}"].append(seconds)
         names = list(loads)
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names):] + names[:r % len(names)] if names else []:
             source = folders["safe" if name.startswith("raw") else name]
             seconds = _timed(lambda: loads[name](source))
             if r:
@@ -281,8 +284,17 @@ def _parse_size(text: str) -> int:
     return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
 
 
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    """The first and third quartiles of the per-round ratios (the least and the most below 4 rounds)."""
+    if len(values) < 4:
+        return min(values), max(values)
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
 def _report(engine: str, result: dict[str, Any], rounds: int) -> None:
-    """The lines of one engine: medians, and every ratio against its baseline with [min-max] over rounds."""
+    """The lines of one engine: medians, and the median of every per-round ratio against its baseline with the
+    interquartile range over rounds."""
     times = result["times"]
     print(f"checkpoint [{engine}]: 2 processes (gloo, CPU), weights + AdamW {result['bytes'] / 2**20:.0f} MiB, "
           f"{rounds} rotating rounds")
@@ -291,8 +303,9 @@ def _report(engine: str, result: dict[str, Any], rounds: int) -> None:
             ratios = [t / b for t, b in zip(times[name], times[base])]
             note = {"save safe": " (baseline: fsync + rename, the crash-safe limit)", "load raw": " (baseline)",
                     "save safe2": " (A/A control)", "load raw2": " (A/A control)"}.get(name, "")
+            low, high = _quartiles(ratios)
             print(f"  {name:<16} {statistics.median(times[name]):7.3f} s   {statistics.median(ratios):.2f}x "
-                  f"[{min(ratios):.2f}-{max(ratios):.2f}]{note}")
+                  f"[IQR {low:.2f}-{high:.2f}]{note}")
     best = {name: min(values) for name, values in times.items()}  # load lengthens a round, never shortens it
     cpu = {name: min(values) for name, values in result.get("cpu", {}).items()}
     print("  best round (wall s): " + ", ".join(f"{n} {v:.3f}" for n, v in best.items()))
@@ -330,6 +343,8 @@ def main() -> None:
                                                      "issue's case: 572 MiB with AdamW)")
     parser.add_argument("--rounds", type=int, default=None, help="rotating rounds (default 7, quick 2)")
     parser.add_argument("--engine", choices=("plain", "fsdp", "both"), default="both")
+    parser.add_argument("--saves-only", action="store_true", help="time the saves only (more rounds in the same "
+                                                                   "time)")
     parser.add_argument("--loads-only", action="store_true", help="save once, then rotate only the loads (more "
                                                                    "rounds in the same time; adds CPU seconds)")
     parser.add_argument("--background", action="store_true", help="save_state(async_save=True): the time the loop "
@@ -342,8 +357,9 @@ def main() -> None:
     rounds = args.rounds or (2 if args.quick else 12 if args.loads_only else 7)
     params = _parse_size(args.size or ("4M" if args.quick else "8M"))
     for engine in ("plain", "fsdp") if args.engine == "both" else (args.engine,):
-        body = measure_loads if args.loads_only else measure
-        result = notebook_launcher(body, (engine, params, rounds), num_processes=2, dashboard=False)
+        body, inputs = (measure_loads, (engine, params, rounds)) if args.loads_only else \
+            (measure, (engine, params, rounds, not args.saves_only))
+        result = notebook_launcher(body, inputs, num_processes=2, dashboard=False)
         _report(engine, result, rounds)
 
 

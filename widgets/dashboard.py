@@ -50,7 +50,7 @@ from notebook_accel.widgets import views
 from notebook_accel.widgets.live_curves import LiveCurves
 from notebook_accel.widgets.live_view import LiveView
 from notebook_accel.widgets.room import GROW_AFTER, compact_html, grows, live_height
-from notebook_accel.widgets.snapshot import StaticResult, Summary
+from notebook_accel.widgets.snapshot import StaticResult, Summary, ipython_display
 from notebook_accel.widgets.run_model import RunState
 from notebook_accel.widgets.svg import curves_image, curves_svg
 from notebook_accel.widgets.system_panel import SystemPanel
@@ -60,13 +60,6 @@ __all__ = ["Dashboard"]
 _URGENT = (Started, Finished, Failed, Exited, EngineReady)
 _BAR_STYLES = {"finished": "success", "failed": "danger", "timeout": "danger", "stopped": "warning"}
 ERROR_GRACE = 2.0  # seconds a failure waits for the launcher's verdict before the live error box shows it
-
-
-def _ipython_display(obj: object) -> Any:
-    """Display ``obj`` in the current cell with a display id; return the handle that can replace it."""
-    from IPython.display import display  # imported late: only the dashboard needs IPython.display
-
-    return display(obj, display_id=True)
 
 
 class Dashboard(BaseSink):
@@ -122,7 +115,7 @@ class Dashboard(BaseSink):
         self.live_after = live_after
         self.grow_after = grow_after
         self._live_at = 0.0
-        self._display = display if display is not None else _ipython_display
+        self._display = display if display is not None else ipython_display
         self.state: RunState | None = None
         self.image: bytes | None = None  # the final curves (one SVG document), made at the end
         self.curves = LiveCurves(plot_interval, plot_share)

@@ -25,6 +25,7 @@ import torch
 
 from notebook_accel.checkpointing.checksum import ALGORITHM, Algorithm, HashingWriter, file_checksum, record
 from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.checkpointing.writeback import WritebackStream
 
 __all__ = [
     "TEMP_PREFIX",
@@ -131,10 +132,12 @@ def make_dir(path: str, exist_ok: bool = False) -> None:
 
 
 def _write_with(path: str, writer: Callable[[IO[bytes]], None]) -> None:
-    """Open ``path`` for writing, let ``writer`` fill it (hashing every byte on the way), flush and fsync, and
-    :func:`~notebook_accel.checkpointing.checksum.record` its size and digest; OS errors become CheckpointError."""
+    """Open ``path`` for writing, let ``writer`` fill it (hashing every byte on the way, and starting the disk's
+    writeback of every few MiB as they are written: :mod:`~notebook_accel.checkpointing.writeback`), flush and
+    fsync, and :func:`~notebook_accel.checkpointing.checksum.record` its size and digest; OS errors become
+    CheckpointError."""
     try:
-        with open(path, "wb") as f, HashingWriter(f) as stream:
+        with open(path, "wb") as f, HashingWriter(cast(IO[bytes], WritebackStream(f))) as stream:
             writer(cast(IO[bytes], stream))
             f.flush()
             os.fsync(f.fileno())

@@ -108,7 +108,8 @@ def killed_mid_save(project_dir: str, victim: int) -> None:
 
         def dies_midway(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
             real(obj, f, *args, **kwargs)
-            file = getattr(f, "stream", f)  # the open file under the writer that hashes what is written
+            file = getattr(f, "stream", f)  # under the writer that hashes what is written ...
+            file = getattr(file, "file", file)  # ... and the one that starts its writeback: the open file
             file.flush()
             file.truncate(file.tell() // 2)
             os.kill(os.getpid(), signal.SIGKILL)

