@@ -25,6 +25,7 @@ import torch
 
 from notebook_accel.checkpointing.checksum import ALGORITHM, Algorithm, HashingWriter, file_checksum, record
 from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.checkpointing import serialize
 
 __all__ = [
     "TEMP_PREFIX",
@@ -163,8 +164,8 @@ def _writer_cause(path: str, error: RuntimeError) -> str:
 
 def write_torch(path: str, obj: Any) -> None:
     """``torch.save(obj)`` into ``path``, durably (flushed and fsynced before returning), its digest computed
-    while it is written."""
-    _write_with(path, lambda f: torch.save(obj, f))
+    while it is written (the zip's own CRC-32s are left out: :mod:`.serialize`)."""
+    _write_with(path, lambda f: serialize.save_without_crc(obj, f))
 
 
 def write_bytes(path: str, data: bytes) -> None:
