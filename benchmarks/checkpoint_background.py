@@ -41,7 +41,7 @@ from notebook_accel.checkpointing import background
 from notebook_accel.engines.fsdp import FullyShardedDataParallelPlugin
 
 BATCH = 8
-MAX_STEPS = 40  # the most steps a sandwich's outer slices take (a slow writer would make rounds very long)
+MAX_STEPS = 30  # the most steps of a sandwich's slices; a writer not done by then is waited for (its "wait")
 SCHEDULINGS = ("idle", "nice", "normal")  # every writer scheduling ``--writers`` may name; "idle" always runs
 
 
@@ -134,8 +134,8 @@ def measure(engine: str, params: int, rounds: int, model: Callable[[int], torch.
                     spent: list[float] = []
                     while True:
                         spent.append(_train_step(accelerator, net, optimizer, width))
-                        if not _slowest(0.0 if background.in_flight() is None else 1.0):  # every writer is done
-                            return spent
+                        if not _slowest(0.0 if background.in_flight() is None else 1.0) or len(spent) >= MAX_STEPS:
+                            return spent  # every writer is done (or the rest is the wait's)
                 finally:
                     background.WRITER_SCHEDULING = previous
 

@@ -4,7 +4,8 @@ The call takes every object's state (as a blocking save does) and copies it into
 pinned where the state is on a GPU), then returns: the training loop goes on while a thread of this process runs
 phases 1 to 3 of :func:`~notebook_accel.checkpointing.save.write_and_commit` (the temporary directory, the files
 fsynced as they are written with their checksums, the agreement of every rank, the manifest, the rename, the
-``total_limit`` pruning), exactly as a blocking save runs them, from the snapshot.
+``total_limit`` pruning), exactly as a blocking save runs them, from the snapshot. The thread runs under
+``SCHED_IDLE`` (:data:`WRITER_SCHEDULING`): on CPU the training loop leaves idle, never in its way.
 
 At most one save is in flight per process. The next ``save_state``, ``load_state``, ``wait_for_checkpoint()``,
 ``end_training()`` and the end of the launched function wait for it; a failed write is raised there, once, naming
