@@ -172,6 +172,7 @@ def measure(engine: str, params: int, rounds: int, model: Callable[[int], torch.
             _flush()
         dist.barrier()
         if dist.get_rank() == 0:
+            print(f"round {r} of {rounds} done ({outer[0]} steps around each write)", flush=True)
             for name in os.listdir(root[0]):
                 shutil.rmtree(os.path.join(root[0], name), ignore_errors=True)
     if dist.get_rank() == 0:
