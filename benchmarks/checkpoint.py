@@ -33,7 +33,7 @@ thread costs CPU even where it costs no wall time), each as a ratio to raw's, wi
 blocking save, and the step time while the writer runs against steps without one (see ``checkpoint_background.py``).
 
 Usage: ``python benchmarks/checkpoint.py [--quick] [--size 50M] [--rounds N] [--engine plain|fsdp|both]
-[--saves-only | --loads-only] [--background]``
+[--saves-only | --loads-only] [--background [--writers idle,nice,normal]]``
 """
 
 from __future__ import annotations
@@ -327,10 +327,11 @@ def _background(args: argparse.Namespace) -> None:
     """``--background``: the measurements of :mod:`checkpoint_background`, with this file's model."""
     import checkpoint_background
 
-    rounds = args.rounds or (2 if args.quick else 5)
+    rounds = args.rounds or (2 if args.quick else 8)
     params = _parse_size(args.size or ("4M" if args.quick else "8M"))
     for engine in ("plain", "fsdp") if args.engine == "both" else (args.engine,):
-        result = notebook_launcher(checkpoint_background.measure, (engine, params, rounds, _model, WIDTH),
+        writers = tuple(w for w in args.writers.split(",") if w)
+        result = notebook_launcher(checkpoint_background.measure, (engine, params, rounds, _model, WIDTH, writers),
                                    num_processes=2, dashboard=False)
         checkpoint_background.report(engine, result, rounds, _bytes(params))
 
@@ -350,6 +351,8 @@ def main() -> None:
     parser.add_argument("--background", action="store_true", help="save_state(async_save=True): the time the loop "
                                                                    "is blocked and its step time while the writer "
                                                                    "runs (benchmarks/checkpoint_background.py)")
+    parser.add_argument("--writers", default="idle,nice,normal", help="--background: the writer schedulings to "
+                                                                      "measure (idle always; nice, normal)")
     args, _ = parser.parse_known_args()
     if args.background:
         _background(args)

@@ -25,6 +25,7 @@ import torch
 
 from notebook_accel.checkpointing.checksum import ALGORITHM, Algorithm, HashingWriter, file_checksum, record
 from notebook_accel.checkpointing.errors import CheckpointError
+from notebook_accel.checkpointing import serialize
 from notebook_accel.checkpointing.writeback import WritebackStream
 
 __all__ = [
@@ -164,10 +165,11 @@ def _writer_cause(path: str, error: RuntimeError) -> str:
     return f"{error}. {free} bytes are free there; check permissions and the file system."
 
 
-def write_torch(path: str, obj: Any) -> None:
+def write_torch(path: str, obj: Any, zip_crcs: bool = False) -> None:
     """``torch.save(obj)`` into ``path``, durably (flushed and fsynced before returning), its digest computed
-    while it is written."""
-    _write_with(path, lambda f: torch.save(obj, f))
+    while it is written. The zip's own CRC-32s are left out (a checkpoint's manifest checks every byte,
+    :mod:`.serialize`) unless ``zip_crcs`` (a file other programs read without a manifest)."""
+    _write_with(path, lambda f: torch.save(obj, f) if zip_crcs else serialize.save_without_crc(obj, f))
 
 
 def write_bytes(path: str, data: bytes) -> None:

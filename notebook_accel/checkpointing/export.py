@@ -42,7 +42,7 @@ def _write_shards(plan: ShardPlan, state_dict: dict[str, torch.Tensor], temp: st
 
             write_bytes(os.path.join(temp, file), save(tensors, metadata={"format": "pt"}))
         else:
-            write_torch(os.path.join(temp, file), tensors)
+            write_torch(os.path.join(temp, file), tensors, zip_crcs=True)  # read by other programs, no manifest
     if plan.index is not None:
         text = json.dumps(plan.index, indent=2, sort_keys=True) + "\n"
         write_bytes(os.path.join(temp, plan.index_name), text.encode("utf-8"))

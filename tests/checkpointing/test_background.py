@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from notebook_accel.checkpointing import CheckpointError, background, save, save_state
+from notebook_accel.checkpointing import CheckpointError, background, save, save_state, serialize
 from notebook_accel.checkpointing.manifest import Entry
 from notebook_accel.checkpointing.saved import Saved
 from tests.checkpointing.fakes import fingerprint, make_accelerator, train_step
@@ -70,7 +70,7 @@ def test_a_failed_background_write_is_raised_at_the_next_call_and_keeps_the_prev
     acc = make_accelerator(project_dir=str(tmp_path))
     first = save_state(acc)
     train_step(acc)
-    real = torch.save
+    real = serialize.save_without_crc
 
     def full(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -78,7 +78,7 @@ def test_a_failed_background_write_is_raised_at_the_next_call_and_keeps_the_prev
         f.write(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(torch, "save", full)
+    monkeypatch.setattr(serialize, "save_without_crc", full)
     second = background.save_state_in_background(acc)
     assert second.endswith("checkpoint_1")
     with pytest.raises(CheckpointError, match=r"background save of checkpoint '.*checkpoint_1' failed: .*No space "
@@ -196,20 +196,54 @@ def test_the_dashboard_hears_what_the_writer_is_writing_and_when_it_is_done(tmp_
     assert texts[-1] == "", texts  # the rank's status is cleared once the checkpoint is committed
 
 
-@pytest.mark.skipif(not hasattr(os, "getpriority") or not hasattr(threading, "get_native_id"),
-                    reason="no per-thread CPU priority on this platform")
-def test_the_writer_thread_runs_at_a_lower_cpu_priority_than_the_loop() -> None:
-    seen: list[int] = []
+def _scheduling_seen(scheduling: str) -> tuple[str, int, int]:
+    """What a thread that called ``_yield_to_training(scheduling)`` got: (the answer, its policy, its nice value)."""
+    seen: list[tuple[str, int, int]] = []
 
     def writer() -> None:
-        background._yield_to_training()
-        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        got = background._yield_to_training(scheduling)
+        tid = threading.get_native_id()
+        seen.append((got, os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)))
 
     thread = threading.Thread(target=writer)
     thread.start()
     thread.join()
+    return seen[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not hasattr(threading, "get_native_id"),
+                    reason="no per-thread SCHED_IDLE on this platform")
+def test_the_writer_thread_runs_only_on_cpu_the_loop_leaves_idle() -> None:
+    assert background.WRITER_SCHEDULING == "idle"
+    assert _scheduling_seen("idle")[:2] == ("idle", os.SCHED_IDLE)
+    loop = os.sched_getscheduler(threading.get_native_id())
+    assert loop != os.SCHED_IDLE  # only the writer thread, not the training loop's
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not hasattr(threading, "get_native_id"),
+                    reason="no per-thread CPU priority on this platform")
+def test_the_writer_thread_can_run_niced_or_at_the_loops_priority() -> None:
     loop = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    assert seen == [min(19, loop + background.WRITER_NICENESS)] and seen[0] > loop
+    got, policy, nice = _scheduling_seen("nice")
+    assert (got, policy, nice) == ("nice", os.SCHED_OTHER, min(19, loop + background.WRITER_NICENESS)) and nice > loop
+    assert _scheduling_seen("normal") == ("normal", os.SCHED_OTHER, loop)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not hasattr(threading, "get_native_id"),
+                    reason="no per-thread SCHED_IDLE on this platform")
+def test_a_background_save_writes_from_an_idle_priority_thread(tmp_path: Path, monkeypatch) -> None:
+    policies: list[int] = []
+    inner = background.write_and_commit
+
+    def spy(*args: Any, **kwargs: Any) -> None:
+        policies.append(os.sched_getscheduler(threading.get_native_id()))
+        inner(*args, **kwargs)
+
+    monkeypatch.setattr(background, "write_and_commit", spy)
+    acc = make_accelerator(project_dir=str(tmp_path))
+    background.save_state_in_background(acc, str(tmp_path / "c"))
+    assert background.wait_for_checkpoint() == str(tmp_path / "c")
+    assert policies == [os.SCHED_IDLE]
 
 
 def test_a_snapshot_that_cannot_be_taken_fails_the_save_at_the_next_call(tmp_path: Path, monkeypatch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,8 @@ def test_torch_format_single_and_sharded(acc: Accelerator, tmp_path: Path) -> No
     assert names == [f"pytorch_model-0000{i}-of-00003.bin" for i in (1, 2, 3)] + ["pytorch_model.bin.index.json"]
     weights = _load_sharded(tmp_path / "many", "pytorch_model.bin.index.json", lambda p: torch.load(p, weights_only=True))
     _assert_weights(model, weights)
+    with zipfile.ZipFile(path) as archive:  # read by other programs without a manifest: the zip's CRCs are kept
+        assert archive.testzip() is None and all(info.CRC for info in archive.infolist() if info.file_size)
 
 
 def test_tied_weights(acc: Accelerator, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from notebook_accel.checkpointing import CheckpointError, load_state, save_state
+from notebook_accel.checkpointing import CheckpointError, load_state, save_state, serialize
 from notebook_accel.checkpointing.manifest import MANIFEST_NAME
 from tests.checkpointing.fakes import Counter, fingerprint, make_accelerator, train_step
 
@@ -144,7 +144,7 @@ def test_disk_full_keeps_previous_checkpoint(tmp_path, monkeypatch) -> None:
     path = save_state(acc, tmp_path / "ckpt")
     before = {n: (tmp_path / "ckpt" / n).read_bytes() for n in os.listdir(path)}
     train_step(acc)
-    real_save = torch.save
+    real_save = serialize.save_without_crc
     calls = []
 
     def full_disk(obj, f, *args, **kwargs):
@@ -154,7 +154,7 @@ def test_disk_full_keeps_previous_checkpoint(tmp_path, monkeypatch) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_save(obj, f, *args, **kwargs)
 
-    monkeypatch.setattr(torch, "save", full_disk)
+    monkeypatch.setattr(serialize, "save_without_crc", full_disk)
     with pytest.raises(CheckpointError) as info:
         save_state(acc, tmp_path / "ckpt")
     message = str(info.value)
@@ -280,8 +280,8 @@ def test_a_real_full_disk_keeps_the_previous_checkpoint(tmp_path) -> None:
         path = save_state(acc, mount / "ckpt")
         before = {n: (mount / "ckpt" / n).read_bytes() for n in os.listdir(path)}
         acc._custom_objects.append(_Big())
-        with pytest.raises(CheckpointError, match=r"could not write .*tiny/\.tmp-ckpt-.*the disk is full \(\d+ bytes "
-                                                  r"free"):
+        with pytest.raises(CheckpointError, match=r"could not write .*tiny/\.tmp-ckpt-.*No space left on device.*"
+                                                  r"(?i:the disk is full)"):
             save_state(acc, mount / "ckpt")
         assert os.listdir(mount) == ["ckpt"]
         assert {n: (mount / "ckpt" / n).read_bytes() for n in os.listdir(path)} == before

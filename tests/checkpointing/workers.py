@@ -11,9 +11,11 @@ from typing import Any
 
 import torch
 
-from notebook_accel.checkpointing import CheckpointError, load_state, save_state
+from notebook_accel.checkpointing import CheckpointError, load_state, save_state, serialize
 from notebook_accel.state import ProcessState
 from tests.checkpointing.fakes import Counter, FakeLoader, FakeState, fingerprint, make_accelerator, train_step
+
+_REAL_SAVE = serialize.save_without_crc
 
 
 def _fake(project_dir: str, seed: int = 0):
@@ -49,9 +51,11 @@ def _fail_on_rank(rank_to_fail: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     if int(os.environ["RANK"]) == rank_to_fail:
-        torch.save = full  # type: ignore[assignment]
+        torch.save = full  # type: ignore[assignment]  # DCP's shard files
+        serialize.save_without_crc = full  # type: ignore[assignment]  # the other files
     else:
         torch.save = real  # type: ignore[assignment]
+        serialize.save_without_crc = _REAL_SAVE  # type: ignore[assignment]
 
 
 def one_rank_disk_full(project_dir: str) -> str:
@@ -104,7 +108,7 @@ def killed_mid_save(project_dir: str, victim: int) -> None:
     save_state(acc)
     train_step(acc)
     if acc.state.process_index == victim:
-        real = torch.save
+        real = serialize.save_without_crc
 
         def dies_midway(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
             real(obj, f, *args, **kwargs)
@@ -114,7 +118,7 @@ def killed_mid_save(project_dir: str, victim: int) -> None:
             file.truncate(file.tell() // 2)
             os.kill(os.getpid(), signal.SIGKILL)
 
-        torch.save = dies_midway  # type: ignore[assignment]
+        serialize.save_without_crc = dies_midway  # type: ignore[assignment]
     save_state(acc)
 
 
