@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from notebook_accel.cluster.registry import PlacementSpec, one_device_each
+from notebook_accel.cluster.slurm_time import FORMS, time_minutes
 from notebook_accel.errors import LaunchError, shown
 
 __all__ = ["SlurmCluster", "SLURM", "FIELDS"]
@@ -56,6 +57,13 @@ class SlurmCluster:
                                       or any(c.isspace() for c in value)):
                 raise LaunchError(f"SlurmCluster({name}={shown(value)}) is not allowed; give a word without spaces "
                                   "(e.g. partition='gpu', time='1:00:00', account='lab') or None")
+        if self.time is not None:
+            try:
+                time_minutes(self.time)
+            except ValueError:
+                raise LaunchError(f"SlurmCluster(time={self.time!r}) is not a Slurm time limit; give one of Slurm's "
+                                  f"forms {', '.join(FORMS)} (e.g. time='1:00:00' for one hour, '2-0' for two "
+                                  "days) or 'infinite'") from None
         for name, low in (("nodes", 1), ("gpus_per_node", 0)):
             value = getattr(self, name)
             if (value is not None or name != "nodes") and (

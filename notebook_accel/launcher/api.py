@@ -338,7 +338,8 @@ def _start_workers(plan: Plan, resources: RunResources, placement: Placement, si
         board = resources.open_board([env.rank for env in envs])  # before the fork: the workers inherit it
         noun = "process" if len(envs) == 1 else "processes"
         where = spec_of(plan.cluster).starting if plan.cluster is not None else ""
-        with launch_phase(sink, f"starting {len(envs)} worker {noun}{where}"):
+        deadline = None if plan.limit is None else start + plan.limit  # a placement that waits keeps to it
+        with launch_phase(sink, f"starting {len(envs)} worker {noun}{where}", deadline=deadline):
             handles = placement.start(envs, plan.function, plan.args, board)
     except BaseException as e:
         finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")

@@ -53,3 +53,19 @@ def test_the_launcher_says_it_is_starting_the_workers() -> None:
     assert notebook_launcher(hello, num_processes=2, dashboard=sink) == 7
     assert "starting 2 worker processes" in sink.phases and sink.phases[-1] == ""
     assert sink.started_before_phase_ended[sink.phases.index("starting 2 worker processes")] is False
+
+
+def test_code_inside_a_phase_finds_it_says_more_and_nests() -> None:
+    from notebook_accel.display.phases import current_phase
+
+    sink = PhaseSink()
+    assert current_phase() is None
+    with launch_phase(GuardedSink(sink), "starting", deadline=12.5):  # as the launcher calls it
+        phase = current_phase()
+        assert phase is not None and phase.deadline == 12.5
+        with phase.nested("queued: job 7 (Priority)", ticking=True) as queued:
+            assert current_phase() is queued and queued.deadline == 12.5
+            queued.show("queued: job 7 (Resources)")
+        assert current_phase() is phase  # the enclosing phase's words come back
+    assert current_phase() is None
+    assert sink.phases == ["starting", "queued: job 7 (Priority)", "queued: job 7 (Resources)", "starting", ""]

@@ -32,6 +32,7 @@ from notebook_accel.launcher.placement.ray.handles import DRAIN_SECONDS, RayWork
 from notebook_accel.launcher.placement.ray.link import BackChannel
 from notebook_accel.launcher.placement.ray.placement import _attach, _close, _unset_connection
 from notebook_accel.launcher.placement.ray.watch import RemoteSampler, RunWatch
+from notebook_accel.launcher.placement.slurm.allocation import HeldAllocation, request_allocation
 from notebook_accel.launcher.placement.slurm.commands import check_fits, srun_command
 from notebook_accel.launcher.placement.slurm.step import Step, StepEnded, task_program
 from notebook_accel.launcher.placement.slurm.task import SIZE
@@ -147,13 +148,14 @@ class SlurmPlacement:
         self.channel: BackChannel | None = None
         self.watch: RunWatch | None = None
         self.handles: list[RayWorkerHandle] = []
+        self.held: HeldAllocation | None = None  # the allocation asked for from a login node
 
     def start(self, envs: Sequence[LaunchEnvironment], function: Callable[..., Any], args: tuple[Any, ...],
               board: SystemBoard | None) -> list[WorkerHandle]:
         """Start one task per environment; ``board`` is not used (the trackers read no figures across nodes)."""
         job = self._allocation(len(envs))
         try:
-            host = kernel_address()
+            host = self.held.kernel_host if self.held is not None else kernel_address()
             self.channel = BackChannel(host)
             listener = bind_listener(host, 0)
             self.store = StoreServer(listener, len(envs))
@@ -166,7 +168,8 @@ class SlurmPlacement:
             self.step = Step(srun_command(self.cluster, job, len(envs), name, task_program()), payload)
             if self.descriptors is not None:
                 self.descriptors.sources.append(
-                    lambda: [*(fd for h in self.handles for fd in h.open_fds()), *(self.step.fds() if self.step else [])])
+                    lambda: [*(fd for h in self.handles for fd in h.open_fds()), *(self.step.fds() if self.step else []),
+                             *(self.held.fds() if self.held else [])])
             self._make_handles(envs)
             self._accept(len(envs))  # while the tasks start: each says where it runs before it dials
             try:
@@ -189,19 +192,18 @@ class SlurmPlacement:
     def _allocation(self, count: int) -> str:
         """The kernel's allocation (its job id), checked to hold ``count`` tasks, before anything starts."""
         job = environment.get("SLURM_JOB_ID") or ""
-        if not job:
-            if self.cluster.partition is None:
-                raise LaunchError("cluster='slurm' runs the workers in the Slurm allocation this kernel runs in, but "
-                                  "SLURM_JOB_ID is not set here; start the notebook inside an allocation (salloc, "
-                                  "sbatch, Open OnDemand), or name one to ask for: SlurmCluster(partition='...')")
-            raise LaunchError(f"SlurmCluster(partition={self.cluster.partition!r}) from outside an allocation (asking "
-                              "Slurm for one) is not supported yet; run the notebook inside an allocation (salloc -N2 "
-                              "...) and use cluster='slurm'")
+        if not job and self.cluster.partition is None:
+            raise LaunchError("cluster='slurm' runs the workers in the Slurm allocation this kernel runs in, but "
+                              "SLURM_JOB_ID is not set here; start the notebook inside an allocation (salloc, "
+                              "sbatch, Open OnDemand), or name one to ask for: SlurmCluster(partition='...')")
         if count > 1:
             try:
                 require_sealing("this kernel")
             except ImportError as e:
                 raise LaunchError(str(e).replace("Ray run", "run")) from e
+        if not job:  # a login node: ask for one (queued, said under the cell), given back by release()
+            self.held = request_allocation(self.cluster, count)
+            return self.held.job_id
         nodes = (environment.get("SLURM_JOB_NODELIST") or "").split(",")
         check_fits(count, environment.get("SLURM_JOB_CPUS_PER_NODE") or "", nodes, job)
         return job
@@ -277,3 +279,5 @@ class SlurmPlacement:
             handle.end(-int(handle.signalled or signal.SIGKILL))
             handle.reap()
             _close(handle)
+        if self.held is not None:
+            self.held.release()
