@@ -2,7 +2,9 @@
 
 ``notebook_launcher(train, num_processes=N, cluster="slurm")`` in a kernel that runs inside a Slurm allocation
 (``SLURM_JOB_ID`` set) starts the workers as one job step (``srun``) across the allocation's nodes, one task per rank;
-the placement is :mod:`notebook_accel.launcher.placement.slurm`. Nothing here imports torch or runs a Slurm command.
+from a login node, ``cluster=SlurmCluster(partition=...)`` asks Slurm for the allocation first and gives it back at
+the end. The placement is :mod:`notebook_accel.launcher.placement.slurm`. Nothing here imports torch or runs a Slurm
+command.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ class SlurmCluster:
             allocation the kernel runs in, ``SLURM_JOB_ID``).
         nodes: nodes to ask for (``None``: as many as the tasks need; in an allocation: its own).
         gpus_per_node: GPUs of each node to use, one per task (``--gpus-per-task=1``; nccl); ``0``: CPU with gloo.
-        time: the time limit of an allocation asked for (``"1:00:00"``); ``account``: the account to charge.
-        extra_args: more ``srun`` options, e.g. ``("--exclusive",)``.
+        time: the time limit of an allocation asked for (``"1:00:00"``, one of Slurm's forms); ``account``: the
+            account to charge.
+        extra_args: more ``srun`` options, e.g. ``("--exclusive",)``; for an allocation asked for, ``sbatch``'s
+            too (``--constraint=a100``, ``--qos=...``).
         node_timeout: seconds a task may stay silent (its node lost, its link cut) before the run fails naming its
             node.
 

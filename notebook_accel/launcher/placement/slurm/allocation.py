@@ -35,6 +35,7 @@ from notebook_accel.launcher.supervision.failures import LaunchTimeoutError
 __all__ = ["HeldAllocation", "request_allocation", "POLL_SECONDS", "address_toward"]
 
 POLL_SECONDS = 1.0  # how often squeue is asked while the job waits (the queued line follows within this)
+_FIRST_POLL = 0.05
 _RELEASE_SECONDS = 20.0
 
 
@@ -109,7 +110,7 @@ class HeldAllocation:
             LaunchError: the job ended first (cancelled by someone, refused by a limit); LaunchTimeoutError: the
                 launch's deadline passed while it was queued.
         """
-        job, shown = self.job_id, ""
+        job, shown, polls = self.job_id, "", 0
         with ExitStack() as stack:
             queued: LaunchPhase | None = None
             while True:
@@ -135,7 +136,8 @@ class HeldAllocation:
                 if self.watchdog.poll() is not None:
                     raise LaunchError(f"the watchdog of Slurm job {job} ended (exit code {self.watchdog.returncode}) "
                                       "while the job was queued; the job was cancelled: launch again")
-                time.sleep(POLL_SECONDS)
+                time.sleep(min(POLL_SECONDS, _FIRST_POLL * 2 ** polls))  # often at first: most jobs start at once
+                polls += 1
 
 
 def _ended(job: str, state: JobState) -> str:
