@@ -80,3 +80,21 @@ def test_slurm_time_limits() -> None:
             time_minutes(bad)
     with pytest.raises(LaunchError, match=r"time='90m'\) is not a Slurm time limit; give one of Slurm's forms MM"):
         SlurmCluster(time="90m")
+
+
+def test_a_login_request_reaches_the_cluster_from_the_config_and_the_cli() -> None:
+    import argparse
+
+    from notebook_accel.cluster.registry import add_cluster_flags, cluster_from_flags
+    from notebook_accel.config import Config
+
+    wanted = SlurmCluster(partition="gpu", nodes=2, gpus_per_node=4, time="2:00:00", account="lab")
+    assert Config(extra={"cluster": {"kind": "slurm", "partition": "gpu", "nodes": 2, "gpus_per_node": 4,
+                                     "time": "2:00:00", "account": "lab"}}).cluster == wanted
+    parser = argparse.ArgumentParser()
+    add_cluster_flags(lambda p, name, **kw: p.add_argument(f"--{name}", dest=name, **kw), parser)
+    args = parser.parse_args(["--cluster", "slurm", "--partition", "gpu", "--slurm_nodes", "2", "--gpus_per_node",
+                              "4", "--slurm_time", "2:00:00", "--account", "lab"])
+    assert cluster_from_flags(None, args) == wanted
+    with pytest.raises(LaunchError, match="time='2h'"):
+        cluster_from_flags(None, parser.parse_args(["--cluster", "slurm", "--partition", "gpu", "--slurm_time", "2h"]))
