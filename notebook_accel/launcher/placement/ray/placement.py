@@ -195,9 +195,12 @@ class RayPlacement:
         assert self.channel is not None
 
         def alive() -> None:
-            done, _ = self.ray.wait([h.ref for h in self.handles], num_returns=len(self.handles), timeout=0)
+            waiting = [h for h in self.handles if not h.connected]  # a connected rank may end: it ran
+            if not waiting:
+                return
+            done, _ = self.ray.wait([h.ref for h in waiting], num_returns=len(waiting), timeout=0)
             if done:
-                handle = next(h for h in self.handles if h.ref in done)
+                handle = next(h for h in waiting if h.ref in done)
                 try:
                     self.ray.get(handle.ref)
                     error = "it ended before connecting"

@@ -96,6 +96,12 @@ class RemoteWorkerHandle(WorkerHandle):
         return cls(rank=rank, process=None, events=unset_connection(), stdout_fd=-1, stderr_fd=-1, device=device,
                    exit_fd=reader, pid=pid, node=node, drain_seconds=DRAIN_SECONDS, exit_writer=writer, **fields)
 
+    @property
+    def connected(self) -> bool:
+        """Whether all four of the rank's streams arrived (a rank that ended after that ran; before, it could not
+        start)."""
+        return self.control is not None and self.stdout_fd >= 0 and self.stderr_fd >= 0 and not self.events.closed
+
     def attach(self, dialed: Dialed) -> None:
         """Take one of the rank's authenticated streams."""
         if dialed.kind == b"E":
@@ -134,7 +140,7 @@ def unset_connection() -> Connection:
 def accept_streams(channel: Any, handles: Sequence[RemoteWorkerHandle], deadline: float,
                    alive: Callable[[], None]) -> None:
     """Give every handle its four streams from ``channel`` (a :class:`~.link.BackChannel` or one that accepts as it
-    does) by ``deadline``; ``alive`` raises when a rank ended before it dialled.
+    does) by ``deadline``; ``alive`` raises when a rank that is not :attr:`~RemoteWorkerHandle.connected` ended.
 
     Raises:
         TimeoutError: the deadline passed first; whatever ``alive`` raises.

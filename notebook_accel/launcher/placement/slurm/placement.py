@@ -93,13 +93,15 @@ class SlurmPlacement:
 
     Args:
         cluster: the request; ``descriptors``: the run's registered descriptors (later local forks close the
-            step's); ``restart_after``: not used (a restart starts a new step in the same allocation).
+            step's); ``restart_after``: when this attempt is a restart (``max_restarts``), the failure it follows (a
+            restart is a new step in the same allocation; one that cannot start names it).
     """
 
     def __init__(self, cluster: SlurmCluster, descriptors: RunDescriptors | None = None,
                  restart_after: str = "") -> None:
         self.cluster = cluster
         self.descriptors = descriptors
+        self.restart_after = restart_after
         self.step: Step | None = None
         self.store: StoreServer | None = None
         self.channel: BackChannel | None = None
@@ -138,7 +140,9 @@ class SlurmPlacement:
                 handle.node_id = handle.node
         except (RuntimeError, TimeoutError) as e:
             self.release(self.handles)
-            raise LaunchError(f"the Slurm step in job {job} could not start: {e}") from e
+            again = (f" (the restart after {self.restart_after}: the allocation must still hold its nodes, see "
+                     f"squeue -j {job})") if self.restart_after else ""
+            raise LaunchError(f"the Slurm step in job {job} could not start{again}: {e}") from e
         except BaseException:
             self.release(self.handles)
             raise
@@ -178,7 +182,7 @@ class SlurmPlacement:
         step = self.step
 
         def alive() -> None:
-            for handle in self.handles:
+            for handle in (h for h in self.handles if not h.connected):  # a connected rank may end: it ran
                 node = step.started.get(handle.rank, ("?", -1))[0]
                 try:
                     code = step.code(handle.rank)
