@@ -2,7 +2,9 @@
 
 ``notebook_launcher(train, num_processes=N, cluster="slurm")`` in a kernel that runs inside a Slurm allocation
 (``SLURM_JOB_ID`` set) starts the workers as one job step (``srun``) across the allocation's nodes, one task per rank;
-the placement is :mod:`notebook_accel.launcher.placement.slurm`. Nothing here imports torch or runs a Slurm command.
+from a login node, ``cluster=SlurmCluster(partition=...)`` asks Slurm for the allocation first and gives it back at
+the end. The placement is :mod:`notebook_accel.launcher.placement.slurm`. Nothing here imports torch or runs a Slurm
+command.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from notebook_accel.cluster.registry import PlacementSpec, one_device_each
+from notebook_accel.cluster.slurm_time import FORMS, time_minutes
 from notebook_accel.errors import LaunchError, shown
 
 __all__ = ["SlurmCluster", "SLURM", "FIELDS"]
@@ -31,8 +34,10 @@ class SlurmCluster:
             allocation the kernel runs in, ``SLURM_JOB_ID``).
         nodes: nodes to ask for (``None``: as many as the tasks need; in an allocation: its own).
         gpus_per_node: GPUs of each node to use, one per task (``--gpus-per-task=1``; nccl); ``0``: CPU with gloo.
-        time: the time limit of an allocation asked for (``"1:00:00"``); ``account``: the account to charge.
-        extra_args: more ``srun`` options, e.g. ``("--exclusive",)``.
+        time: the time limit of an allocation asked for (``"1:00:00"``, one of Slurm's forms); ``account``: the
+            account to charge.
+        extra_args: more ``srun`` options, e.g. ``("--exclusive",)``; for an allocation asked for, ``sbatch``'s
+            too (``--constraint=a100``, ``--qos=...``).
         node_timeout: seconds a task may stay silent (its node lost, its link cut) before the run fails naming its
             node.
 
@@ -56,6 +61,13 @@ class SlurmCluster:
                                       or any(c.isspace() for c in value)):
                 raise LaunchError(f"SlurmCluster({name}={shown(value)}) is not allowed; give a word without spaces "
                                   "(e.g. partition='gpu', time='1:00:00', account='lab') or None")
+        if self.time is not None:
+            try:
+                time_minutes(self.time)
+            except ValueError:
+                raise LaunchError(f"SlurmCluster(time={self.time!r}) is not a Slurm time limit; give one of Slurm's "
+                                  f"forms {', '.join(FORMS)} (e.g. time='1:00:00' for one hour, '2-0' for two "
+                                  "days) or 'infinite'") from None
         for name, low in (("nodes", 1), ("gpus_per_node", 0)):
             value = getattr(self, name)
             if (value is not None or name != "nodes") and (

@@ -341,7 +341,9 @@ def _start_workers(plan: Plan, resources: RunResources, placement: Placement, si
         # a cluster's placement forks nothing from the kernel (Ray's client calls, srun through subprocess's exec),
         # so its clock may tick from a thread while it reserves: seconds on Ray; a local fork must not (no thread
         # may hold a lock while the kernel forks), and it takes milliseconds
-        with launch_phase(sink, f"starting {len(envs)} worker {noun}{where}", ticking=plan.cluster is not None):
+        deadline = None if plan.limit is None else start + plan.limit  # a placement that waits keeps to it
+        with launch_phase(sink, f"starting {len(envs)} worker {noun}{where}", ticking=plan.cluster is not None,
+                          deadline=deadline):
             handles = placement.start(envs, plan.function, plan.args, board)
     except BaseException as e:
         finish_aborted(sink, e, time.monotonic() - start, "could not start the workers")

@@ -76,7 +76,7 @@ def test_the_clock_moves_while_a_cluster_reserves_the_workers() -> None:
     sink = PhaseSink()
     resources = RunResources()
     resources.envs = [SimpleNamespace(rank=0), SimpleNamespace(rank=1)]  # type: ignore[list-item]  # counted, numbered
-    plan = SimpleNamespace(cluster=RayCluster(), function=hello, args=())
+    plan = SimpleNamespace(cluster=RayCluster(), function=hello, args=(), limit=None)
     with resources:
         _start_workers(plan, resources, SlowReservation(0.9), GuardedSink(sink), None, time.monotonic())  # type: ignore[arg-type]
     assert sink.phases == ["starting 2 worker processes on the Ray cluster (reserving, then starting)", ""]
@@ -85,3 +85,33 @@ def test_the_clock_moves_while_a_cluster_reserves_the_workers() -> None:
     time.sleep(0.4)
     assert len(sink.ticks) == count  # the clock thread ended with the phase
 
+
+def test_code_inside_a_phase_finds_it_says_more_and_nests() -> None:
+    from notebook_accel.display.phases import current_phase
+
+    sink = PhaseSink()
+    assert current_phase() is None
+    with launch_phase(GuardedSink(sink), "starting", deadline=12.5):  # as the launcher calls it
+        phase = current_phase()
+        assert phase is not None and phase.deadline == 12.5
+        with phase.nested("queued: job 7 (Priority)", ticking=True) as queued:
+            assert current_phase() is queued and queued.deadline == 12.5
+            queued.show("queued: job 7 (Resources)")
+        assert current_phase() is phase  # the enclosing phase's words come back
+    assert current_phase() is None
+    assert sink.phases == ["starting", "queued: job 7 (Priority)", "queued: job 7 (Resources)", "starting", ""]
+
+
+def test_a_ticking_phase_inside_a_ticking_one_starts_no_second_clock() -> None:
+    import threading
+
+    def clocks() -> int:
+        return sum(t.name == "notebook-accel launch clock" for t in threading.enumerate())
+
+    sink = PhaseSink()
+    with launch_phase(GuardedSink(sink), "starting", ticking=True) as phase:
+        assert clocks() == 1
+        with phase.nested("queued: job 7 (Resources)", ticking=True) as queued:
+            assert queued.ticks and clocks() == 1  # two clocks would tick the sink from two threads at once
+        assert clocks() == 1
+    assert clocks() == 0

@@ -29,6 +29,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "test_background_multiprocess.py saves in the background under DDP and FSDP)",
     ("guides/slurm.md", "from notebook_accel import notebook_launcher"):
         "needs a Slurm allocation (tests/launcher/slurm runs a real two-node Slurm)",
+    ("guides/slurm.md", "from notebook_accel import SlurmCluster, notebook_launcher"):
+        "needs a Slurm login node with a gpu partition (tests/launcher/slurm/test_login.py asks the real two-node "
+        "test Slurm for allocations)",
     ("guides/several-notebooks.md", "# on every machine; node 0's address on the network that joins them, and a "
      "port free on node 0"): "needs two machines (tests/distributed/test_multinode.py makes two hosts)",
     ("guides/sharded-training.md", "from notebook_accel import Accelerator, DeepSpeedPlugin"):

@@ -3,10 +3,11 @@
 It reads the run's payload from its stdin (srun gives every task the kernel's bytes: the back channel's address and
 secret, the rendezvous, the launch environment, the function and each argument pickled once), says who it is on its
 stdout (:func:`.commands.start_line`), binds gloo and nccl to the interface it reaches the kernel through (its node's
-Slurm network), and forks the rank as a Ray actor forks one (:func:`notebook_accel.launcher.placement.ray.actor`'s
-child: the same back channel, output and worker runtime). When the rank's process ends it prints its exit code
-(:func:`.commands.exit_line`). If its stdin ends first (the kernel is gone, or it cancelled the run) it kills the rank's
-process group at once, so a kernel killed mid-run leaves no task behind.
+Slurm network), and forks the rank as a Ray actor forks one
+(:func:`notebook_accel.launcher.placement.remote.rank.fork_rank`: the same back channel, output and worker runtime).
+When the rank's process ends it prints its exit code (:func:`.commands.exit_line`). If its stdin ends first (the kernel
+is gone, or it cancelled the run) it kills the rank's process group at once, so a kernel killed mid-run leaves no task
+behind.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import socket
 import struct
 import sys
 import threading
@@ -22,16 +22,17 @@ from dataclasses import replace
 from typing import Any
 
 from notebook_accel import environment
-from notebook_accel.launcher.placement.ray.actor import RankSetup, _child, _interface_of
+from notebook_accel.launcher.placement.remote.interface import interface_toward
+from notebook_accel.launcher.placement.remote.rank import SETUP_FAILED, RankSetup, fork_rank
 from notebook_accel.launcher.placement.slurm.commands import exit_line, start_line, task_identity
 
-__all__ = ["main", "read_payload", "SIZE", "VARIABLES"]
+__all__ = ["main", "read_payload", "SIZE", "VARIABLES", "SEALING_FIX"]
 
 SIZE = struct.Struct("!Q")
 VARIABLES = ("SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID",
              "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_STEP_ID",
              "SLURM_CPUS_PER_TASK")
-_SETUP_FAILED = 70
+SEALING_FIX = "pip install 'notebook-accel[slurm]' (it brings it) in the environment the kernel and the tasks run"
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
@@ -49,16 +50,6 @@ def read_payload(fd: int = 0) -> dict[str, Any]:
     (size,) = SIZE.unpack(_read_exactly(fd, SIZE.size))
     payload: dict[str, Any] = pickle.loads(_read_exactly(fd, size))  # noqa: S301 - the kernel's, through Slurm
     return payload
-
-
-def _interface_toward(address: tuple[str, int]) -> str | None:
-    """The interface this node reaches ``address`` through (its Slurm network), or ``None``."""
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(address)
-            return _interface_of(str(probe.getsockname()[0]))
-    except OSError:
-        return None
 
 
 def _kill_on_eof(pid: int) -> None:
@@ -89,29 +80,18 @@ def main() -> int:
     except Exception as e:  # noqa: BLE001 - told to the kernel through srun's stderr, with the exit line
         print(f"rank {rank} on node {identity.node} could not read the run: {type(e).__name__}: {e}",
               file=sys.stderr, flush=True)
-        print(exit_line(rank, _SETUP_FAILED, identity.node), flush=True)
-        return _SETUP_FAILED
+        print(exit_line(rank, SETUP_FAILED, identity.node), flush=True)
+        return SETUP_FAILED
     kernel: tuple[str, int] = tuple(payload["kernel"])
     env = replace(payload["env"], rank=rank, local_rank=identity.local_rank, world_size=identity.world_size,
                   local_world_size=identity.local_world_size)
-    interface = _interface_toward(kernel)
+    interface = interface_toward(kernel)
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         if interface is not None and not environment.get(name):
             environment.set_var(name, interface)
     threads = int(environment.get("SLURM_CPUS_PER_TASK") or 1)
-    setup = RankSetup(env, kernel, payload["secret"], threads)
-    reader, writer = os.pipe()
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        os.close(reader)
-        _child(setup, function, values, parent, writer)
-    os.close(writer)
-    _kill_on_eof(pid)
-    with os.fdopen(reader, "rb") as errors:
-        _, status = os.waitpid(pid, 0)
-        error = errors.read().decode(errors="replace").strip()
-    code = os.waitstatus_to_exitcode(status)
+    setup = RankSetup(env, kernel, payload["secret"], threads, sealing_fix=SEALING_FIX)
+    code, error = fork_rank(setup, function, values, forked=_kill_on_eof)
     if error:
         print(f"rank {rank} on node {identity.node} could not start: {error}", file=sys.stderr, flush=True)
     print(exit_line(rank, code, identity.node), flush=True)
