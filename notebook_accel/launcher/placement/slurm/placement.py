@@ -178,7 +178,8 @@ class SlurmPlacement:
             if self.step is None:  # nothing kept warm of this shape: a new step
                 warm.release_slurm_steps()  # a step kept for another shape holds the tasks' CPUs, GPUs and memory
                 name = f"notebook-accel-{hashlib.sha256(self.channel.secret).hexdigest()[:8]}"
-                self.step = Step(srun_command(self.cluster, job, len(envs), name, task_program()), payload)
+                self.step = Step(srun_command(self.cluster, job, len(envs), name,
+                                             task_program(self.cluster.keep_warm > 0)), payload)
             if self.descriptors is not None:
                 self.descriptors.sources.append(
                     lambda: [*(fd for h in self.handles for fd in h.open_fds()), *(self.step.fds() if self.step else [])])

@@ -172,6 +172,7 @@ class Step:
                 pipe.close()
 
 
-def task_program() -> list[str]:
-    """The command each task runs: this Python with the task module."""
-    return [sys.executable, "-m", "notebook_accel.launcher.placement.slurm.task"]
+def task_program(warm: bool = False) -> list[str]:
+    """The command each task runs: this Python with the task module (``warm``: it imports torch and the worker
+    runtime before the first run, for every run after it; else each run's child imports what its function needs)."""
+    return [sys.executable, "-m", "notebook_accel.launcher.placement.slurm.task", *(["--warm"] if warm else [])]

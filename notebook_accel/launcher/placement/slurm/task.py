@@ -1,7 +1,7 @@
 """One task of the Slurm placement's job step (``python -m notebook_accel.launcher.placement.slurm.task``).
 
-It imports torch and the worker runtime once (as a Ray actor does), says who it is on its stdout
-(:func:`.commands.start_line`), then serves runs: it reads each run's payload from its stdin (srun gives every task
+It says who it is on its stdout (:func:`.commands.start_line`), imports torch and the worker runtime once when its
+step is to be kept warm (``--warm``, as a Ray actor does), then serves runs: it reads each run's payload from its stdin (srun gives every task
 the kernel's bytes: the back channel's address and secret, the rendezvous, the launch environment, the function and
 each argument pickled once), binds gloo and nccl to the interface it reaches the kernel through (its node's Slurm
 network), and forks the rank as a Ray actor forks one (:func:`notebook_accel.launcher.placement.ray.actor`'s child:
@@ -148,7 +148,8 @@ def main() -> int:
     identity = task_identity({name: value for name in VARIABLES if (value := environment.get(name)) is not None})
     print(start_line(identity, os.getpid()), flush=True)
     inbox = _Inbox()
-    RankWorker(gpu=bool(environment.get("SLURM_GPUS_PER_TASK")))  # torch and the runtime, once for every run
+    if "--warm" in sys.argv[1:]:  # torch and the runtime once, for every run (a cold step's child imports its own)
+        RankWorker(gpu=bool(environment.get("SLURM_GPUS_PER_TASK")))
     try:
         import cloudpickle  # noqa: F401 - every run's function needs it to be unpickled
     except ImportError:
