@@ -51,7 +51,7 @@ def main() -> None:
 
     kinds: dict[str, dict[str, Any]] = {"slurm_cold": {"cluster": SlurmCluster(keep_warm=0)},
                                         "slurm_warm": {"cluster": "slurm"}, "local": {}, "local_again": {}}
-    times: dict[str, list[float]] = {k: [] for k in kinds}
+    times: dict[str, dict[str, list[float]]] = {}
 
     def launch(kind: str) -> float:
         start = time.time()
@@ -67,16 +67,18 @@ def main() -> None:
                 for _ in range(1 if slurm == "slurm_cold" else 2):
                     launch(slurm)
                 rotation = [slurm, "local", "local_again"]
+                phase: dict[str, list[float]] = {k: [] for k in rotation}
+                times[slurm] = phase
                 for round_ in range(options.rounds):
                     for kind in rotation[round_ % 3:] + rotation[:round_ % 3]:
-                        times[kind].append(launch(kind))
-            median = {k: statistics.median(v) for k, v in times.items()}
-            for kind, values in times.items():
-                print(f"{kind:12s} first step after {median[kind]:.2f} s (median of {len(values)}: "
-                      f"{', '.join(f'{v:.2f}' for v in values)})")
-            print(f"slurm_warm / local: {median['slurm_warm'] / median['local']:.2f}x; slurm_cold / local: "
-                  f"{median['slurm_cold'] / median['local']:.2f}x; local_again / local (A/A): "
-                  f"{median['local_again'] / median['local']:.2f}x")
+                        phase[kind].append(launch(kind))
+            for slurm, measured in times.items():  # each contender against the local launches of its own phase
+                median = {k: statistics.median(v) for k, v in measured.items()}
+                for kind, values in measured.items():
+                    print(f"{slurm[6:]:4s} {kind:12s} first step after {median[kind]:.2f} s (median of {len(values)}: "
+                          f"{', '.join(f'{v:.2f}' for v in values)})")
+                print(f"{slurm} / local: {median[slurm] / median['local']:.2f}x; local_again / local (A/A): "
+                      f"{median['local_again'] / median['local']:.2f}x")
         finally:
             release_slurm_steps()
             cluster.release(held)

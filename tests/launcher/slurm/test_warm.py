@@ -22,6 +22,7 @@ from notebook_accel.errors import LaunchError
 from notebook_accel.launcher import WorkerError, notebook_launcher
 from notebook_accel.launcher.placement.ray import pickling
 from notebook_accel.launcher.placement.slurm import warm
+from notebook_accel.launcher.supervision.background import RunStoppedError
 from tests.distributed import workers
 from tests.launcher.recording import RecordingSink
 from tests.launcher.slurm.cluster import Allocation, SlurmTestCluster, wait_for
@@ -97,6 +98,23 @@ def test_a_failing_run_ends_the_warm_step(slurm_cluster: SlurmTestCluster, insid
     wait_for(lambda: not slurm_cluster.task_processes(), 20, "task processes to end")
     after = notebook_launcher(_who, num_processes=2, cluster="slurm", dashboard=RecordingSink())
     assert set(after["tasks"]).isdisjoint(first["tasks"])  # cold again
+
+
+def _sleep() -> None:
+    time.sleep(300)
+
+
+def test_a_stopped_warm_run_ends_the_step(slurm_cluster: SlurmTestCluster, inside: Allocation) -> None:
+    first = notebook_launcher(_who, num_processes=2, cluster="slurm", dashboard=RecordingSink())
+    run = notebook_launcher(_sleep, num_processes=2, cluster="slurm", block=False, dashboard=RecordingSink())
+    wait_for(lambda: len(slurm_cluster.task_processes()) == 4, 60, "each warm task's rank")  # a task and its rank
+    assert {t.pid for t in slurm_cluster.task_processes()} >= set(first["tasks"])  # the warm step runs it
+    run.stop()
+    with pytest.raises(RunStoppedError):
+        run.result()
+    assert warm.kept() == []
+    wait_for(lambda: not _steps(slurm_cluster, inside), 30, "the stopped run's step to leave the queue")
+    wait_for(lambda: not slurm_cluster.task_processes(), 20, "task processes to end")
 
 
 def test_the_idle_time_ends_the_warm_step(slurm_cluster: SlurmTestCluster, inside: Allocation) -> None:
