@@ -313,12 +313,6 @@ def environ_with(values: Mapping[str, str | None]) -> dict[str, str]:
     return out
 
 
-def snapshot() -> tuple[tuple[str, str], ...]:
-    """Every variable of this process, sorted (what a process started now would inherit; a warm Slurm step is
-    reused only while it is unchanged)."""
-    return tuple(sorted(os.environ.items()))
-
-
 def get(name: str, default: str | None = None) -> str | None:
     """Read any variable (for the few modules that need one not listed above; prefer a named helper)."""
     return os.environ.get(name, default)

@@ -63,7 +63,7 @@ def shape_of(cluster: SlurmCluster, job: str, tasks: int) -> tuple[Any, ...]:
     """What a launch must share with a kept step to use it: the allocation, the tasks, the srun options the cluster
     gives, this interpreter, its working folder, and a digest of the kernel's environment (srun gave the tasks the
     one of the first launch)."""
-    digest = hashlib.sha256(repr(environment.snapshot()).encode()).hexdigest()
+    digest = hashlib.sha256(repr(sorted(environment.environ_with({}).items())).encode()).hexdigest()
     return (job, tasks, cluster.nodes, cluster.gpus_per_node, tuple(cluster.extra_args), sys.executable,
             os.getcwd(), digest)
 
