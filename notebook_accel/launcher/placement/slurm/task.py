@@ -15,6 +15,7 @@ at once and exits, so a kernel killed mid-run or between runs leaves no task beh
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import queue
@@ -60,8 +61,10 @@ def read_payload(fd: int = 0) -> dict[str, Any]:
     return payload
 
 
+@functools.lru_cache(maxsize=4)
 def _interface_toward(address: tuple[str, int]) -> str | None:
-    """The interface this node reaches ``address`` through (its Slurm network), or ``None``."""
+    """The interface this node reaches ``address`` through (its Slurm network), or ``None`` (asked once per kernel
+    address: a warm task's next runs have it at once)."""
     try:
         with socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect(address)
