@@ -133,31 +133,35 @@ def test_a_refused_launch_leaves_the_warm_step_usable(slurm_cluster: SlurmTestCl
 
 
 _KERNEL = """
-import os, sys, time
+import os, sys
 from notebook_accel.launcher import notebook_launcher
 notebook_launcher(os.getpid, num_processes=2, cluster="slurm", dashboard=False)
 print("READY", flush=True)
-if sys.argv[1] == "sleep":
-    time.sleep(300)
+sys.stdin.readline()  # then exit (its atexit ends the kept step), unless killed first
 """
 
 
 @pytest.mark.parametrize("end", ["killed", "exits"])
 def test_a_kernel_that_ends_while_warm_leaves_no_step_and_no_task(slurm_cluster: SlurmTestCluster,
                                                                   inside: Allocation, end: str) -> None:
-    kernel = subprocess.Popen([sys.executable, "-c", _KERNEL, "sleep" if end == "killed" else "exit"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    kernel = subprocess.Popen([sys.executable, "-c", _KERNEL], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
     try:
-        assert kernel.stdout is not None
+        assert kernel.stdout is not None and kernel.stdin is not None
         lines = iter(kernel.stdout.readline, "")  # the launch's header comes first
-        assert any(line.strip() == "READY" for line in lines), "the kernel ended before its launch returned"
+        if not any(line.strip() == "READY" for line in lines):
+            kernel.kill()
+            pytest.fail(f"the kernel's launch failed: {kernel.communicate()[1][-3000:]}")
         assert len(slurm_cluster.task_processes()) == 2 and len(_steps(slurm_cluster, inside)) == 1  # kept warm
         if end == "killed":
             kernel.kill()
+        else:
+            kernel.stdin.write("\n")
+            kernel.stdin.flush()
         kernel.wait(60)
     finally:
         kernel.kill()
-        kernel.wait()
+        kernel.communicate()
     started = time.monotonic()
     wait_for(lambda: not slurm_cluster.task_processes(), 30, "the tasks to end after the kernel ended")
     wait_for(lambda: not _steps(slurm_cluster, inside), 30, "the step to leave the queue")

@@ -246,13 +246,17 @@ class SlurmPlacement:
                 actor=None, ref=rank, node_id=node, exit_writer=writer))
 
     def _accept(self, count: int) -> None:
-        """Every rank's four streams; a task that ended first (its rank could not start) fails the launch."""
+        """Every rank's four streams; a task that ended before its rank's four arrived (it could not start) fails the
+        launch (one whose rank connected may end first: a short run on a warm task ends while the others connect)."""
         assert self.channel is not None and self.step is not None
         by_rank = {h.rank: h for h in self.handles}
+        streams = dict.fromkeys(by_rank, 0)
         step = self.step
 
         def alive() -> None:
             for handle in self.handles:
+                if streams[handle.rank] == 4:
+                    continue
                 node = step.started.get(handle.rank, ("?", -1))[0]
                 try:
                     code = step.code(handle.rank)
@@ -264,6 +268,7 @@ class SlurmPlacement:
         try:
             for dialed in self.channel.accept(4 * count, time.monotonic() + CONNECT_SECONDS, alive):
                 _attach(by_rank[dialed.rank], dialed)
+                streams[dialed.rank] += 1
         except TimeoutError as e:
             raise LaunchError(f"the Slurm tasks did not connect back to this kernel at {self.channel.address[0]}:"
                               f"{self.channel.address[1]} within {CONNECT_SECONDS:.0f} s ({e})") from e
