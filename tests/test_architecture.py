@@ -63,6 +63,22 @@ def test_the_tool_names_a_unit_no_layer_places(tmp_path: Path) -> None:
         "unit 'brand_new' is in no layer of tools/architecture.py's LAYERS"]
 
 
+def test_the_tool_finds_a_placement_that_imports_another(tmp_path: Path) -> None:
+    placement = "notebook_accel/launcher/placement"
+    _write(tmp_path, {
+        "notebook_accel/__init__.py": "", "notebook_accel/launcher/__init__.py": "", f"{placement}/__init__.py": "",
+        f"{placement}/spawn.py": "",
+        f"{placement}/remote/__init__.py": "", f"{placement}/remote/link.py": "",
+        f"{placement}/ray/__init__.py": "",
+        f"{placement}/ray/actor.py": "from ..remote import link\nfrom notebook_accel.launcher.placement import spawn\n",
+        f"{placement}/slurm/__init__.py": "", f"{placement}/slurm/task.py": "from ..ray.actor import X\n",
+        "widgets/__init__.py": "",
+    })
+    assert arch.placement_crossings(arch.modules(tmp_path)) == [
+        "notebook_accel.launcher.placement.slurm.task (placement 'slurm') imports "
+        "notebook_accel.launcher.placement.ray.actor (placement 'ray')"]
+
+
 @pytest.fixture(scope="module")
 def known() -> dict[str, Path]:
     return arch.modules(ROOT)
@@ -82,6 +98,10 @@ def test_no_import_cycle_between_units_and_no_upward_import(known: dict[str, Pat
     units = sorted({arch.unit(name, known) for name in known})
     assert arch.cycles(units, {u: {b for b, _, _ in links} for u, links in graph.items()}) == []
     assert arch.upward_imports(known) == []
+
+
+def test_no_placement_imports_another_and_the_shared_folder_imports_none(known: dict[str, Path]) -> None:
+    assert arch.placement_crossings(known) == []
 
 
 def test_no_sink_method_is_found_by_hasattr(known: dict[str, Path]) -> None:

@@ -197,6 +197,31 @@ def upward_imports(known: Mapping[str, Path]) -> list[str]:
     return problems
 
 
+PLACEMENTS = "notebook_accel.launcher.placement"
+#: The folder under ``launcher/placement/`` that the placements share; any other folder there is one placement.
+SHARED_PLACEMENT = "remote"
+
+
+def placement_crossings(known: Mapping[str, Path]) -> list[str]:
+    """Imports from one placement's folder (``launcher/placement/ray/``, ``.../slurm/``) into another's, or from the
+    shared folder (:data:`SHARED_PLACEMENT`) into any placement's: what placements share lives in the shared one."""
+    def folder(name: str) -> str | None:
+        if not name.startswith(PLACEMENTS + "."):
+            return None
+        rest = name[len(PLACEMENTS) + 1:].split(".")
+        return rest[0] if len(rest) > 1 or known[name].name == "__init__.py" else None
+
+    problems = []
+    for source, targets in sorted(imports(known).items()):
+        here = folder(source)
+        for target in sorted(targets):
+            there = folder(target)
+            if here is None or there is None or there == here or there == SHARED_PLACEMENT:
+                continue
+            problems.append(f"{source} (placement {here!r}) imports {target} (placement {there!r})")
+    return problems
+
+
 def sizes(known: Mapping[str, Path]) -> dict[str, int]:
     """Lines per module."""
     return {name: len(path.read_text().splitlines()) for name, path in known.items()}

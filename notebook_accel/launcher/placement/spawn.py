@@ -66,7 +66,7 @@ class WorkerHandle:
     that becomes readable when it exits (a pidfd; multiprocessing's sentinel where there is none).
 
     The worker leads its own process group, whose id is its pid (``pid``, 0 until it was started). Another
-    placement's handle (a Ray actor's: :mod:`.ray.handles`) has no local process and overrides :meth:`reap`.
+    placement's handle (a remote rank's: :mod:`.remote.handles`) has no local process and overrides :meth:`reap`.
 
     Attributes:
         node: the address of the machine the worker runs on, where it is another machine (``""``: this one).

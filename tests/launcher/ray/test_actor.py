@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.launcher.placement.ray.actor import RankSetup, RankWorker, WorkerSetupError, require_sealing
+from notebook_accel.launcher.placement.ray.actor import RankWorker, WorkerSetupError, require_sealing
+from notebook_accel.launcher.placement.remote.rank import RankSetup
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -17,11 +17,14 @@ import pytest
 from notebook_accel import LaunchError, notebook_launcher
 from notebook_accel.cluster import RayCluster, check_cluster
 from notebook_accel.events import RankSystem, SystemSample
-from notebook_accel.launcher.placement.ray import link, pickling, reserve
+from notebook_accel.launcher.placement.ray import reserve
+from notebook_accel.launcher.placement.remote import link, pickling
 from notebook_accel.launcher.placement.ray.handles import RayWorkerHandle
-from notebook_accel.launcher.placement.ray.link import BackChannel, FrameReader, connect_back, send_frame
-from notebook_accel.launcher.placement.ray.placement import _put, _rank_order, _unset_connection
-from notebook_accel.launcher.placement.ray.watch import RemoteSampler, RunWatch
+from notebook_accel.launcher.placement.remote.link import BackChannel, FrameReader, connect_back, send_frame
+from notebook_accel.launcher.placement.ray.placement import _put, _rank_order
+from notebook_accel.launcher.placement.remote.handles import unset_connection
+from notebook_accel.launcher.placement.ray.watch import RayWatch
+from notebook_accel.launcher.placement.remote.sampler import RemoteSampler
 from notebook_accel.launcher.plan import cluster_devices
 
 
@@ -437,7 +440,7 @@ def _handle(rank: int, node: str, ref: Any) -> tuple[RayWorkerHandle, socket.soc
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
     reader, writer = os.pipe()
-    handle = RayWorkerHandle(rank=rank, process=None, events=_unset_connection(), stdout_fd=-1, stderr_fd=-1,
+    handle = RayWorkerHandle(rank=rank, process=None, events=unset_connection(), stdout_fd=-1, stderr_fd=-1,
                              device="cpu", exit_fd=reader, node=node, ref=ref, control=ours, exit_writer=writer)
     return handle, theirs
 
@@ -446,7 +449,7 @@ def test_the_watch_ends_a_rank_by_its_result_by_its_closed_stream_and_by_its_sil
     ray = _FakeRay([])
     finished, closed, silent = _handle(0, "10.0.0.1", "ref0"), _handle(1, "10.0.0.2", "ref1"), _handle(2, "10.0.0.3",
                                                                                                          "ref2")
-    watch = RunWatch(ray, [finished[0], closed[0], silent[0]], node_timeout=1.5)
+    watch = RayWatch(ray, [finished[0], closed[0], silent[0]], node_timeout=1.5)
     watch.start()
     try:
         send_frame(finished[1], ("sample", SystemSample(1.0, (RankSystem(0, 10.0, 5, 5),), 100, 200)))
@@ -477,7 +480,7 @@ def test_a_stopped_rank_is_no_failure_of_its_own() -> None:
     handle.send_signal(signal.SIGTERM)
     assert theirs.recv(1) == b"T"  # the worker's control thread turns it into killpg(SIGTERM)
     ray.results["ref"] = RuntimeError("ActorDiedError: the actor died")
-    watch = RunWatch(ray, [handle], node_timeout=30)
+    watch = RayWatch(ray, [handle], node_timeout=30)
     watch.start()
     try:
         assert handle.ended.wait(10)
@@ -492,7 +495,7 @@ def test_a_stopped_rank_is_no_failure_of_its_own() -> None:
 
 def test_no_sample_is_due_before_a_rank_sent_one() -> None:
     """An empty sample would show a machine of 0 bytes in the system panel."""
-    watch = RunWatch(_FakeRay([]), [], node_timeout=30)
+    watch = RayWatch(_FakeRay([]), [], node_timeout=30)
     sampler = RemoteSampler(watch, interval=0.0)
     assert not sampler.due(time.monotonic() + 10)
     watch.samples[0] = SystemSample(1.0, (RankSystem(0, 10.0, 5, 5),), 100, 200)

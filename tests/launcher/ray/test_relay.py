@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("ray", reason="the relay runs as a Ray actor: pip install 'notebook-accel[ray]'")
 
 from notebook_accel.launcher.placement.ray import relay as relay_module  # noqa: E402
-from notebook_accel.launcher.placement.ray.link import connect_back, send_frame  # noqa: E402
+from notebook_accel.launcher.placement.remote.link import connect_back, send_frame  # noqa: E402
 from notebook_accel.launcher.placement.ray.relay import RunRelay  # noqa: E402
 from notebook_accel.launcher.placement.ray.relayed import RelayChannel  # noqa: E402
 
@@ -179,12 +179,12 @@ def test_workers_that_never_come_fail_the_accept_with_the_reason(monkeypatch: py
 
 
 def test_the_watch_ends_the_ranks_with_the_relays_failure_not_a_guess_at_their_nodes() -> None:
-    from notebook_accel.launcher.placement.ray.watch import RunWatch
+    from notebook_accel.launcher.placement.ray.watch import RayWatch
     from tests.launcher.ray.test_parts import _FakeRay, _handle
 
     handle, theirs = _handle(0, "10.0.0.1", "ref")
     lost: list[str] = []
-    watch = RunWatch(_FakeRay([]), [handle], node_timeout=60, relay_error=lambda: lost[0] if lost else None)
+    watch = RayWatch(_FakeRay([]), [handle], node_timeout=60, relay_error=lambda: lost[0] if lost else None)
     watch.start()
     try:
         lost.append("the relay of this run's streams through the cluster failed (ActorDiedError: gone)")
@@ -210,7 +210,7 @@ def test_the_way_back_is_chosen_once_per_run(monkeypatch: pytest.MonkeyPatch, mo
                                              client: bool, relayed: bool) -> None:
     from notebook_accel.cluster import RayCluster
     from notebook_accel.launcher.placement.ray import placement as module
-    from notebook_accel.launcher.placement.ray.link import BackChannel
+    from notebook_accel.launcher.placement.remote.link import BackChannel
 
     started: list[str] = []
     killed: list[Any] = []

@@ -15,7 +15,8 @@ from notebook_accel.cluster import RayCluster
 from notebook_accel.errors import LaunchError
 from notebook_accel.launcher.placement.ray import warm
 from tests.launcher.ray.test_parts import _FakeRay, _handle
-from notebook_accel.launcher.placement.ray.watch import CLOSED_GRACE, RunWatch
+from notebook_accel.launcher.placement.ray.watch import RayWatch
+from notebook_accel.launcher.placement.remote.watch import CLOSED_GRACE
 
 
 class _Killer:
@@ -88,7 +89,7 @@ def test_a_rank_process_killed_while_its_actor_lives_is_its_own_failure_with_its
         handle, theirs = _handle(1, "10.0.0.2", "ref1")
         if signalled:
             handle.send_signal(signal.SIGTERM)
-        watch = RunWatch(ray, [handle], node_timeout=30)
+        watch = RayWatch(ray, [handle], node_timeout=30)
         watch.start()
         try:
             ray.results["ref1"] = -int(signal.SIGTERM if signalled else signal.SIGKILL)

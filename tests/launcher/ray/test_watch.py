@@ -10,7 +10,8 @@ import time
 import pytest
 
 from notebook_accel.launcher.placement.ray.handles import RayWorkerHandle
-from notebook_accel.launcher.placement.ray.watch import CLOSED_GRACE, RunWatch
+from notebook_accel.launcher.placement.ray.watch import RayWatch
+from notebook_accel.launcher.placement.remote.watch import CLOSED_GRACE
 from tests.launcher.ray.test_parts import _FakeRay, _handle
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,7 +26,7 @@ def _close_then_signal(how: str) -> RayWorkerHandle:
     lost connection reached the kernel first; then (``how="died"``) Ray reports the actor dead."""
     ray = _FakeRay([])
     handle, theirs = _handle(1, "10.0.0.2", "ref1")
-    watch = RunWatch(ray, [handle], node_timeout=30)
+    watch = RayWatch(ray, [handle], node_timeout=30)
     watch.start()
     try:
         theirs.close()  # the process died: its control stream ends
@@ -58,7 +59,7 @@ def test_a_death_after_the_first_stop_signal_is_the_kernels_stop() -> None:
     handle, theirs = _handle(1, "10.0.0.2", "ref1")
     handle.send_signal(signal.SIGTERM)
     assert theirs.recv(1) == b"T"
-    watch = RunWatch(ray, [handle], node_timeout=30)
+    watch = RayWatch(ray, [handle], node_timeout=30)
     watch.start()
     try:
         theirs.close()  # it obeyed: its process ended after the signal

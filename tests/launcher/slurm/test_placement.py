@@ -20,7 +20,7 @@ import pytest
 from notebook_accel.errors import LaunchError
 from notebook_accel.cluster.slurm import SlurmCluster
 from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
-from notebook_accel.launcher.placement.ray import pickling
+from notebook_accel.launcher.placement.remote import pickling
 from notebook_accel.launcher.supervision.background import RunStoppedError
 from tests.distributed import workers
 from tests.launcher.recording import RecordingSink

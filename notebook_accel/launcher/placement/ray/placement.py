@@ -10,26 +10,28 @@ actors and the reservation are released before the error is raised.
 
 from __future__ import annotations
 
-import os
 import secrets
 import signal
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from notebook_accel.cluster import RayCluster
 from notebook_accel.environment import LaunchEnvironment
-from notebook_accel.errors import LaunchError, shown
+from notebook_accel.errors import LaunchError
 from notebook_accel.launcher.kernel.fds import RunDescriptors
-from notebook_accel.launcher.placement.ray import pickling, reserve, warm
-from notebook_accel.launcher.placement.ray.actor import RankSetup, RankWorker, require_sealing
+from notebook_accel.launcher.placement.ray import reserve, warm
+from notebook_accel.launcher.placement.ray.actor import SEALING_FIX, RankWorker, require_sealing
 from notebook_accel.launcher.placement.ray.client import is_client
-from notebook_accel.launcher.placement.ray.handles import DRAIN_SECONDS, RayWorkerHandle
-from notebook_accel.launcher.placement.ray.link import BackChannel, Dialed, detach_fd
+from notebook_accel.launcher.placement.ray.handles import RayWorkerHandle
 from notebook_accel.launcher.placement.ray.relayed import RelayChannel, start_relay
-from notebook_accel.launcher.placement.ray.watch import RemoteSampler, RunWatch
+from notebook_accel.launcher.placement.ray.watch import RayWatch
+from notebook_accel.launcher.placement.remote.handles import accept_streams
+from notebook_accel.launcher.placement.remote.link import BackChannel
+from notebook_accel.launcher.placement.remote.payload import pickle_each
+from notebook_accel.launcher.placement.remote.rank import RankSetup
+from notebook_accel.launcher.placement.remote.sampler import RemoteSampler
 from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.monitor.board import SystemBoard
 
@@ -57,7 +59,7 @@ class RayPlacement:
         self.ray: Any = None
         self.group: Any = None
         self.actors: list[Any] = []
-        self.watch: RunWatch | None = None
+        self.watch: RayWatch | None = None
         self.channel: BackChannel | RelayChannel | None = None
         self.relay: Any = None  # the relay actor while no channel owns it
         self.secret = secrets.token_bytes(32)
@@ -91,12 +93,12 @@ class RayPlacement:
                 self.descriptors.sources.append(lambda: [fd for h in self.handles for fd in h.open_fds()])
             threads = max(1, int(float(self.cluster.resources_per_worker.get("CPU", 1))))
             self._run_ranks(envs, order, places, function_ref, arg_refs, threads)
-            self._accept(len(envs))
+            self._accept()
         except BaseException:
             self.release(self.handles)
             raise
         relay = self.channel if isinstance(self.channel, RelayChannel) else None
-        self.watch = RunWatch(ray, self.handles, self.cluster.node_timeout,
+        self.watch = RayWatch(ray, self.handles, self.cluster.node_timeout,
                               relay_error=None if relay is None else (lambda: relay.error))
         self.watch.start()
         return list(self.handles)
@@ -182,24 +184,23 @@ class RayPlacement:
             env = replace(envs[rank], rank=rank, local_rank=local_rank, local_world_size=nodes.count(node),
                           world_size=len(order), master_addr=master["address"], master_port=master["port"],
                           device="cuda:0" if self.cluster.uses_gpu else "cpu")
-            setup = RankSetup(env, self.channel.address, self.channel.secret, threads)
+            setup = RankSetup(env, self.channel.address, self.channel.secret, threads, sealing_fix=SEALING_FIX)
             ref = self.actors[index].run.remote(setup, function_ref, arg_refs)
-            reader, writer = os.pipe()
-            self.handles.append(RayWorkerHandle(
-                rank=rank, process=None, events=_unset_connection(), stdout_fd=-1, stderr_fd=-1,
-                device=env.device or "cpu", exit_fd=reader,
-                pid=int(places[index]["pid"]), node=str(places[index]["address"]), drain_seconds=DRAIN_SECONDS,
-                actor=self.actors[index], ref=ref, node_id=str(node), exit_writer=writer))
+            self.handles.append(RayWorkerHandle.create(
+                rank, env.device or "cpu", int(places[index]["pid"]), str(places[index]["address"]),
+                actor=self.actors[index], ref=ref, node_id=str(node)))
 
-    def _accept(self, count: int) -> None:
+    def _accept(self) -> None:
         """Wait for every rank's four streams; a rank whose ``run`` ended first (it could not connect) fails it."""
         assert self.channel is not None
-        by_rank = {h.rank: h for h in self.handles}
 
         def alive() -> None:
-            done, _ = self.ray.wait([h.ref for h in self.handles], num_returns=len(self.handles), timeout=0)
+            waiting = [h for h in self.handles if not h.connected]  # a connected rank may end: it ran
+            if not waiting:
+                return
+            done, _ = self.ray.wait([h.ref for h in waiting], num_returns=len(waiting), timeout=0)
             if done:
-                handle = next(h for h in self.handles if h.ref in done)
+                handle = next(h for h in waiting if h.ref in done)
                 try:
                     self.ray.get(handle.ref)
                     error = "it ended before connecting"
@@ -208,8 +209,7 @@ class RayPlacement:
                 raise LaunchError(f"rank {handle.rank} on node {handle.node} could not start: {error}")
 
         try:
-            for dialed in self.channel.accept(4 * count, time.monotonic() + CONNECT_SECONDS, alive):
-                _attach(by_rank[dialed.rank], dialed)
+            accept_streams(self.channel, self.handles, time.monotonic() + CONNECT_SECONDS, alive)
         except TimeoutError as e:
             host, port = self.channel.address
             if isinstance(self.channel, RelayChannel):
@@ -280,40 +280,7 @@ class RayPlacement:
         for handle in self.handles:
             handle.end(-int(handle.signalled or signal.SIGKILL))
             handle.reap()
-            _close(handle)
-
-
-def _unset_connection() -> Connection:
-    """A placeholder events connection (closed), replaced when the rank's event stream arrives."""
-    reader, writer = os.pipe()
-    os.close(writer)
-    conn = Connection(reader, writable=False)
-    conn.close()
-    return conn
-
-
-def _attach(handle: RayWorkerHandle, dialed: Dialed) -> None:
-    """Give the handle one of its authenticated streams."""
-    if dialed.kind == b"E":
-        handle.events = Connection(detach_fd(dialed.sock, blocking=True), writable=False)
-    elif dialed.kind == b"O":
-        handle.stdout_fd = detach_fd(dialed.sock, blocking=False)
-    elif dialed.kind == b"2":
-        handle.stderr_fd = detach_fd(dialed.sock, blocking=False)
-    else:
-        dialed.sock.setblocking(False)
-        handle.control = dialed.sock
-
-
-def _close(handle: RayWorkerHandle) -> None:
-    """Close the kernel's ends of the rank's streams."""
-    if not handle.events.closed:
-        handle.events.close()
-    handle.close_stream(handle.stdout_fd)
-    handle.close_stream(handle.stderr_fd)
-    if handle.control is not None:
-        handle.control.close()
-        handle.control = None
+            handle.close_streams()
 
 
 def _kill(ray: Any, actor: Any) -> None:
@@ -325,28 +292,9 @@ def _kill(ray: Any, actor: Any) -> None:
 
 
 def _put(ray: Any, function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, list[Any]]:
-    """The function and each argument in the object store; one that cannot be pickled is named, with the path
-    inside it to what cannot be pickled, in one line (Ray's own report stays out of it)."""
-    try:
-        function_ref = ray.put(function)
-    except Exception as e:  # noqa: BLE001 - cloudpickle raises many kinds
-        name = getattr(function, "__name__", "")
-        culprit = pickling.describe(function, name if name.isidentifier() else "function", e)
-        raise LaunchError(pickling.one_line(
-            f"the function {shown(function, 60)} cannot be sent to the Ray workers: {culprit}; it must be picklable "
-            "by cloudpickle (functions, classes and closures of the notebook are; open files, locks and sockets are "
-            "not): make such objects inside the function, or pass data the workers can unpickle")) from _cause(e)
-    refs = []
-    for index, value in enumerate(args):
-        try:
-            refs.append(ray.put(value))
-        except Exception as e:  # noqa: BLE001
-            culprit = pickling.describe(value, f"args[{index}]", e)
-            raise LaunchError(pickling.one_line(
-                f"args[{index}] ({type(value).__name__}: {shown(value, 60)}) cannot be sent to the Ray workers: "
-                f"{culprit}; pass data the workers can unpickle, or make it inside the function (open files, locks, "
-                "sockets and live connections do not travel)")) from _cause(e)
-    return function_ref, refs
+    """The function and each argument in the object store; one that cannot be pickled is named in one line (Ray's
+    own report stays out of it)."""
+    return pickle_each(ray.put, function, args, "the Ray workers", cause=_cause)
 
 
 def _cause(error: BaseException) -> BaseException:

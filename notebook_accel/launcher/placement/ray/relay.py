@@ -2,13 +2,13 @@
 inside the cluster that the workers dial instead, and that the kernel reads and writes through Ray calls.
 
 The workers do exactly what they do on the direct path: each dials four streams and proves the run's secret
-(:mod:`.link`), here to :class:`RunRelay`'s listener on its node. The relay keeps what arrives, stream by stream
-and in order, until the kernel's next :meth:`RunRelay.pull` takes it (a long poll that returns at once when
-something is waiting, after gathering for :data:`GATHER_SECONDS`, so a fast-logging run costs the kernel a few Ray
-calls a second, not one per record); it writes the kernel's stop signals to a rank's control stream
+(:mod:`notebook_accel.launcher.placement.remote.link`), here to :class:`RunRelay`'s listener on its node. The relay
+keeps what arrives, stream by stream and in order, until the kernel's next :meth:`RunRelay.pull` takes it (a long poll
+that returns at once when something is waiting, after gathering for :data:`GATHER_SECONDS`, so a fast-logging run costs
+the kernel a few Ray calls a second, not one per record); it writes the kernel's stop signals to a rank's control stream
 (:meth:`RunRelay.push`). A rank's stream that ends is told as an end of file. Nothing is interpreted: the bytes are
-those a direct stream carries, so the kernel's end (:mod:`.relayed`) turns them back into local sockets the
-supervisor reads as it reads any worker's.
+those a direct stream carries, so the kernel's end (:mod:`.relayed`) turns them back into local sockets the supervisor
+reads as it reads any worker's.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Optional
 
-from notebook_accel.launcher.placement.ray.link import BackChannel, Dialed
+from notebook_accel.launcher.placement.remote.link import BackChannel, Dialed
 
 __all__ = ["RunRelay", "Chunk", "GATHER_SECONDS", "HELD_BYTES"]
 

@@ -1,7 +1,7 @@
 """The kernel's end of a relayed run (:mod:`.relay`): the workers' streams as local sockets, fed by Ray calls.
 
-:class:`RelayChannel` stands where a :class:`~notebook_accel.launcher.placement.ray.link.BackChannel` stands on the
-direct path and yields the same :class:`~notebook_accel.launcher.placement.ray.link.Dialed` streams, so the
+:class:`RelayChannel` stands where a :class:`~notebook_accel.launcher.placement.remote.link.BackChannel` stands on the
+direct path and yields the same :class:`~notebook_accel.launcher.placement.remote.link.Dialed` streams, so the
 placement, the handles, the watch and the supervisor do not know the difference: each stream the relay reports is
 one end of a local socket pair, and a pump thread writes into the other end what the relay's long polls return (an
 end of file as an end of file). A second thread sends what the kernel writes on a rank's control stream (its stop
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from queue import Empty, Queue
 from typing import Any
 
-from notebook_accel.launcher.placement.ray.link import Dialed
+from notebook_accel.launcher.placement.remote.link import Dialed
 
 __all__ = ["RelayChannel", "POLL_SECONDS", "start_relay"]
 

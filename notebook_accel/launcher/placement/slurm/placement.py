@@ -4,15 +4,15 @@
 runs in (refused without one), refuse a run bigger than it, pickle the function and each argument once (one that
 cannot be pickled is named before srun runs), open the back channel and the rendezvous store on the kernel's Slurm
 address, start the step with the payload on its stdin, wait for every task to say where it runs, then accept each
-rank's four back-channel streams. The watch, the handles and the streams are the Ray placement's
-(:mod:`notebook_accel.launcher.placement.ray`); only where a rank's exit code comes from differs (:class:`_Results`).
+rank's four back-channel streams. The watch, the handles and the streams are the remote placements' shared ones
+(:mod:`notebook_accel.launcher.placement.remote`); only where a rank's exit code comes from, and the words about a
+node, are Slurm's (:class:`SlurmResults`).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import pickle
 import re
 import signal
@@ -27,16 +27,17 @@ from notebook_accel.cluster.slurm import SlurmCluster
 from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.errors import LaunchError, shown
 from notebook_accel.launcher.kernel.fds import RunDescriptors
-from notebook_accel.launcher.placement.ray import pickling
-from notebook_accel.launcher.placement.ray.actor import require_sealing
-from notebook_accel.launcher.placement.ray.handles import DRAIN_SECONDS, RayWorkerHandle
-from notebook_accel.launcher.placement.ray.link import BackChannel
-from notebook_accel.launcher.placement.ray.placement import _attach, _close, _unset_connection
-from notebook_accel.launcher.placement.ray.watch import RemoteSampler, RunWatch
+from notebook_accel.launcher.placement.remote.handles import RemoteWorkerHandle, accept_streams
+from notebook_accel.launcher.placement.remote.link import BackChannel
+from notebook_accel.launcher.placement.remote.payload import pickle_each
+from notebook_accel.launcher.placement.remote.rank import require_sealing
+from notebook_accel.launcher.placement.remote.sampler import RemoteSampler
+from notebook_accel.launcher.placement.remote.watch import RunWatch
 from notebook_accel.launcher.placement.slurm import warm
 from notebook_accel.launcher.placement.slurm.commands import check_fits, srun_command
+from notebook_accel.launcher.placement.slurm.results import SlurmResults
 from notebook_accel.launcher.placement.slurm.step import Step, StepEnded, task_program
-from notebook_accel.launcher.placement.slurm.task import SIZE
+from notebook_accel.launcher.placement.slurm.task import SEALING_FIX, SIZE
 from notebook_accel.launcher.placement.spawn import WorkerHandle
 from notebook_accel.launcher.rendezvous.store import StoreServer, bind_listener
 from notebook_accel.monitor.board import SystemBoard
@@ -88,54 +89,10 @@ def _payload(env: LaunchEnvironment, kernel: tuple[str, int], secret: bytes, fun
     except ImportError as e:
         raise LaunchError("cluster='slurm' sends the function to the tasks with cloudpickle, which this kernel "
                           "lacks: pip install 'notebook-accel[slurm]'") from e
-    pickler = cloudpickle.dumps
-    try:
-        function_bytes = pickler(function)
-    except Exception as e:  # noqa: BLE001 - cloudpickle raises many kinds
-        name = getattr(function, "__name__", "")
-        culprit = pickling.describe(function, name if name.isidentifier() else "function", e)
-        raise LaunchError(pickling.one_line(
-            f"the function {shown(function, 60)} cannot be sent to the Slurm tasks: {culprit}; it must be picklable "
-            "by cloudpickle (functions, classes and closures of the notebook are; open files, locks and sockets are "
-            "not): make such objects inside the function")) from e
-    values = []
-    for index, value in enumerate(args):
-        try:
-            values.append(pickler(value))
-        except Exception as e:  # noqa: BLE001
-            culprit = pickling.describe(value, f"args[{index}]", e)
-            raise LaunchError(pickling.one_line(
-                f"args[{index}] ({type(value).__name__}: {shown(value, 60)}) cannot be sent to the Slurm tasks: "
-                f"{culprit}; pass data the tasks can unpickle, or make it inside the function")) from e
+    function_bytes, values = pickle_each(cloudpickle.dumps, function, args, "the Slurm tasks")
     body = pickle.dumps({"env": env, "kernel": kernel, "secret": secret, "function": function_bytes,
                          "args": values})
     return SIZE.pack(len(body)) + body
-
-
-class _Results:
-    """What the Ray watch asks of Ray, answered by the step: a rank's result is its exit code (``ref``: the rank)."""
-
-    def __init__(self, step: Step) -> None:
-        self.step = step
-
-    def wait(self, refs: list[int], num_returns: int, timeout: float) -> tuple[list[int], list[int]]:
-        done = [r for r in refs if self._ready(r)]
-        return done, [r for r in refs if r not in done]
-
-    def _ready(self, rank: int) -> bool:
-        try:
-            return self.step.code(rank) is not None
-        except StepEnded:
-            return True
-
-    def get(self, ref: int, timeout: float | None = None) -> int:
-        code = self.step.code(ref)
-        if code is None:
-            raise StepEnded("its task has not ended")
-        return code
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return []
 
 
 class SlurmPlacement:
@@ -143,18 +100,20 @@ class SlurmPlacement:
 
     Args:
         cluster: the request; ``descriptors``: the run's registered descriptors (later local forks close the
-            step's); ``restart_after``: not used (a restart starts a new step in the same allocation).
+            step's); ``restart_after``: when this attempt is a restart (``max_restarts``), the failure it follows (a
+            restart is a new step in the same allocation; one that cannot start names it).
     """
 
     def __init__(self, cluster: SlurmCluster, descriptors: RunDescriptors | None = None,
                  restart_after: str = "") -> None:
         self.cluster = cluster
         self.descriptors = descriptors
+        self.restart_after = restart_after
         self.step: Step | None = None
         self.store: StoreServer | None = None
         self.channel: BackChannel | None = None
         self.watch: RunWatch | None = None
-        self.handles: list[RayWorkerHandle] = []
+        self.handles: list[RemoteWorkerHandle] = []
         self.shape: tuple[Any, ...] = ()
         self.host = ""
 
@@ -184,7 +143,7 @@ class SlurmPlacement:
                 self.descriptors.sources.append(
                     lambda: [*(fd for h in self.handles for fd in h.open_fds()), *(self.step.fds() if self.step else [])])
             self._make_handles(envs)
-            self._accept(len(envs))  # while the tasks start: each says where it runs before it dials
+            self._accept()  # while the tasks start: each says where it runs before it dials
             try:
                 self.step.wait_started(len(envs), time.monotonic() + CONNECT_SECONDS)
             except RuntimeError:
@@ -194,11 +153,13 @@ class SlurmPlacement:
                 handle.node_id = handle.node
         except (RuntimeError, TimeoutError) as e:
             self.release(self.handles)
-            raise LaunchError(f"the Slurm step in job {job} could not start: {e}") from e
+            again = (f" (the restart after {self.restart_after}: the allocation must still hold its nodes, see "
+                     f"squeue -j {job})") if self.restart_after else ""
+            raise LaunchError(f"the Slurm step in job {job} could not start{again}: {e}") from e
         except BaseException:
             self.release(self.handles)
             raise
-        self.watch = RunWatch(_Results(self.step), self.handles, self.cluster.node_timeout)
+        self.watch = RunWatch(SlurmResults(self.step), self.handles, self.cluster.node_timeout)
         self.watch.start()
         return list(self.handles)
 
@@ -228,9 +189,9 @@ class SlurmPlacement:
                               "...) and use cluster='slurm'")
         if count > 1:
             try:
-                require_sealing("this kernel")
+                require_sealing("this kernel", SEALING_FIX)
             except ImportError as e:
-                raise LaunchError(str(e).replace("Ray run", "run")) from e
+                raise LaunchError(str(e)) from e
         nodes = (environment.get("SLURM_JOB_NODELIST") or "").split(",")
         check_fits(count, environment.get("SLURM_JOB_CPUS_PER_NODE") or "", nodes, job)
         return job
@@ -239,24 +200,16 @@ class SlurmPlacement:
         assert self.step is not None
         for rank in range(len(envs)):
             node, pid = self.step.started.get(rank, ("?", -1))  # known once its task says it (after _accept)
-            reader, writer = os.pipe()
-            self.handles.append(RayWorkerHandle(
-                rank=rank, process=None, events=_unset_connection(), stdout_fd=-1, stderr_fd=-1,
-                device=envs[rank].device or "cpu", exit_fd=reader, pid=pid, node=node, drain_seconds=DRAIN_SECONDS,
-                actor=None, ref=rank, node_id=node, exit_writer=writer))
+            self.handles.append(RemoteWorkerHandle.create(rank, envs[rank].device or "cpu", pid, node, ref=rank,
+                                                          node_id=node))
 
-    def _accept(self, count: int) -> None:
-        """Every rank's four streams; a task that ended before its rank's four arrived (it could not start) fails the
-        launch (one whose rank connected may end first: a short run on a warm task ends while the others connect)."""
+    def _accept(self) -> None:
+        """Every rank's four streams; a task that ended first (its rank could not start) fails the launch."""
         assert self.channel is not None and self.step is not None
-        by_rank = {h.rank: h for h in self.handles}
-        streams = dict.fromkeys(by_rank, 0)
         step = self.step
 
         def alive() -> None:
-            for handle in self.handles:
-                if streams[handle.rank] == 4:
-                    continue
+            for handle in (h for h in self.handles if not h.connected):  # a connected rank may end: it ran
                 node = step.started.get(handle.rank, ("?", -1))[0]
                 try:
                     code = step.code(handle.rank)
@@ -266,9 +219,7 @@ class SlurmPlacement:
                     raise LaunchError(f"rank {handle.rank} on node {node} could not start: {step.messages()}")
 
         try:
-            for dialed in self.channel.accept(4 * count, time.monotonic() + CONNECT_SECONDS, alive):
-                _attach(by_rank[dialed.rank], dialed)
-                streams[dialed.rank] += 1
+            accept_streams(self.channel, self.handles, time.monotonic() + CONNECT_SECONDS, alive)
         except TimeoutError as e:
             raise LaunchError(f"the Slurm tasks did not connect back to this kernel at {self.channel.address[0]}:"
                               f"{self.channel.address[1]} within {CONNECT_SECONDS:.0f} s ({e})") from e
@@ -277,7 +228,7 @@ class SlurmPlacement:
 
     def signal(self, handle: WorkerHandle, sig: signal.Signals) -> None:
         """Send ``sig`` to the rank's process group; SIGKILL also cancels the step (a lost node cannot obey)."""
-        if not isinstance(handle, RayWorkerHandle):
+        if not isinstance(handle, RemoteWorkerHandle):
             return
         handle.send_signal(sig)
         if sig == signal.SIGKILL and self.step is not None:
@@ -315,4 +266,4 @@ class SlurmPlacement:
         for handle in self.handles:
             handle.end(-int(handle.signalled or signal.SIGKILL))
             handle.reap()
-            _close(handle)
+            handle.close_streams()

@@ -1,26 +1,27 @@
 """One task of the Slurm placement's job step (``python -m notebook_accel.launcher.placement.slurm.task``).
 
 It says who it is on its stdout (:func:`.commands.start_line`), imports torch and the worker runtime once when its
-step is to be kept warm (``--warm``, as a Ray actor does), then serves runs: it reads each run's payload from its stdin (srun gives every task
-the kernel's bytes: the back channel's address and secret, the rendezvous, the launch environment, the function and
-each argument pickled once), binds gloo and nccl to the interface it reaches the kernel through (its node's Slurm
-network), and forks the rank as a Ray actor forks one (:func:`notebook_accel.launcher.placement.ray.actor`'s child:
-the same back channel, output and worker runtime). The function and the arguments are unpickled in that child, so
-the task itself runs no user code and the next run's child starts from the same clean state. When the rank's
-process ends it prints its exit code (:func:`.commands.exit_line`) and waits for the next payload: a kernel that
-keeps the step warm (``SlurmCluster(keep_warm=...)``, :mod:`.warm`) sends it there instead of starting a new step.
-When its stdin ends (the kernel is gone, or it released or cancelled the step) it kills the rank's process group
-at once and exits, so a kernel killed mid-run or between runs leaves no task behind.
+step is to be kept warm (``--warm``, as a Ray actor does), then serves runs: it reads each run's payload from its
+stdin (srun gives every task the kernel's bytes: the back channel's address and secret, the rendezvous, the launch
+environment, the function and each argument pickled once), binds gloo and nccl to the interface it reaches the
+kernel through (its node's Slurm network), and forks the rank as a Ray actor forks one
+(:mod:`notebook_accel.launcher.placement.remote.rank`'s child: the same back channel, output and worker runtime).
+The function and the arguments are unpickled in that child, so the task itself runs no user code and the next run's
+child starts from the same clean state. When the rank's process ends it prints its exit code
+(:func:`.commands.exit_line`) and waits for the next payload: a kernel that keeps the step warm
+(``SlurmCluster(keep_warm=...)``, :mod:`.warm`) sends it there instead of starting a new step. When its stdin ends
+(the kernel is gone, or it released or cancelled the step) it kills the rank's process group at once and exits, so
+a kernel killed mid-run or between runs leaves no task behind.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import pickle
 import queue
 import signal
-import socket
 import struct
 import sys
 import threading
@@ -28,16 +29,17 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from notebook_accel import environment
-from notebook_accel.launcher.placement.ray.actor import RankSetup, RankWorker, _child, _interface_of
+from notebook_accel.launcher.placement.remote.interface import interface_toward
+from notebook_accel.launcher.placement.remote.rank import SETUP_FAILED, RankSetup, _child
 from notebook_accel.launcher.placement.slurm.commands import TaskIdentity, exit_line, start_line, task_identity
 
-__all__ = ["main", "read_payload", "SIZE", "VARIABLES"]
+__all__ = ["main", "read_payload", "SIZE", "VARIABLES", "SEALING_FIX"]
 
 SIZE = struct.Struct("!Q")
 VARIABLES = ("SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID",
              "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_STEP_ID",
              "SLURM_CPUS_PER_TASK")
-_SETUP_FAILED = 70
+SEALING_FIX = "pip install 'notebook-accel[slurm]' (it brings it) in the environment the kernel and the tasks run"
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
@@ -61,16 +63,22 @@ def read_payload(fd: int = 0) -> dict[str, Any]:
     return payload
 
 
-@functools.lru_cache(maxsize=4)
-def _interface_toward(address: tuple[str, int]) -> str | None:
-    """The interface this node reaches ``address`` through (its Slurm network), or ``None`` (asked once per kernel
-    address: a warm task's next runs have it at once)."""
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(address)
-            return _interface_of(str(probe.getsockname()[0]))
-    except OSError:
-        return None
+_interface_toward = functools.lru_cache(maxsize=4)(interface_toward)  # a warm task's next runs have it at once
+
+
+def _import_runtime(gpu: bool) -> None:
+    """Import what every run needs (torch, its distributed package and DDP, the Accelerator; on a CPU task also
+    ``torch._dynamo``, which the first DDP imports), once for every run of a warm step; nothing here initialises a
+    GPU, which the fork would break."""
+    import notebook_accel.accelerator  # noqa: F401
+    from notebook_accel.launcher.kernel.warmup import WARM_MODULES
+
+    for name in WARM_MODULES:
+        if not (gpu and name == "torch._dynamo"):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a broken optional part of torch: the child imports what it needs
+                pass
 
 
 class _Inbox:
@@ -108,7 +116,8 @@ def _run(identity: TaskIdentity, payload: dict[str, Any], inbox: _Inbox) -> int:
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         if interface is not None and not environment.get(name):
             environment.set_var(name, interface)
-    setup = RankSetup(env, kernel, payload["secret"], int(environment.get("SLURM_CPUS_PER_TASK") or 1))
+    setup = RankSetup(env, kernel, payload["secret"], int(environment.get("SLURM_CPUS_PER_TASK") or 1),
+                      sealing_fix=SEALING_FIX)
     reader, writer = os.pipe()
     parent = os.getpid()
     with inbox.lock:
@@ -142,7 +151,7 @@ def _rank(setup: RankSetup, payload: dict[str, Any], parent: int, errors: int) -
         try:
             os.write(errors, f"the run could not be read: {type(e).__name__}: {e}".encode()[:4000])
         finally:
-            os._exit(_SETUP_FAILED)
+            os._exit(SETUP_FAILED)
     _child(setup, function, values, parent, errors)
 
 
@@ -152,7 +161,7 @@ def main() -> int:
     print(start_line(identity, os.getpid()), flush=True)
     inbox = _Inbox()
     if "--warm" in sys.argv[1:]:  # torch and the runtime once, for every run (a cold step's child imports its own)
-        RankWorker(gpu=bool(environment.get("SLURM_GPUS_PER_TASK")))
+        _import_runtime(gpu=bool(environment.get("SLURM_GPUS_PER_TASK")))
     try:
         import cloudpickle  # noqa: F401 - every run's function needs it to be unpickled
     except ImportError:
@@ -164,8 +173,8 @@ def main() -> int:
         if isinstance(payload, BaseException):
             print(f"rank {identity.rank} on node {identity.node} could not read the run: "
                   f"{type(payload).__name__}: {payload}", file=sys.stderr, flush=True)
-            print(exit_line(identity.rank, _SETUP_FAILED, identity.node), flush=True)
-            return _SETUP_FAILED
+            print(exit_line(identity.rank, SETUP_FAILED, identity.node), flush=True)
+            return SETUP_FAILED
         print(exit_line(identity.rank, _run(identity, payload, inbox), identity.node), flush=True)
 
 

@@ -1,13 +1,13 @@
-"""The back channel between a Ray worker and the kernel: four TCP streams per rank, each opened by the worker and
-authenticated both ways with the run's secret.
+"""The back channel between a remote worker (a Ray actor's rank, a Slurm task's rank) and the kernel: four TCP
+streams per rank, each opened by the worker and authenticated both ways with the run's secret.
 
 The kernel listens on its address towards the cluster (:class:`BackChannel`); each worker dials in four times, once
 per :data:`KINDS` (``E``: its events, ``O``: its ordered output, fd 1 and ``sys.stderr`` frames, ``2``: C-level
 stderr, ``C``: control, the worker's heartbeats and samples one way and the kernel's stop signals the other). Before
 a stream carries anything, each side proves it holds the run's 32-byte secret with an HMAC over the other's fresh
 nonce (:func:`_prove`), so no other cluster user can inject events into a run or receive its output and signals. The
-secret reaches the workers through Ray with the actors' arguments. Everything after the handshake is what a pipe
-would carry, so the supervisor reads these sockets as it reads a forked worker's pipes.
+secret reaches the workers through the placement (Ray's actor arguments, the Slurm step's stdin). Everything after the
+handshake is what a pipe would carry, so the supervisor reads these sockets as it reads a forked worker's pipes.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ class BackChannel:
     """The kernel's listener for one run's workers.
 
     Args:
-        host: the kernel's address as the cluster's nodes reach it (or the relay's, :mod:`.relay`).
+        host: the kernel's address as the cluster's nodes reach it (or the Ray relay's on the cluster,
+            :mod:`notebook_accel.launcher.placement.ray.relay`).
         secret: the run's secret; a fresh one when not given.
 
     Example:
@@ -97,7 +98,7 @@ class BackChannel:
             self._listener.listen(256)
         except OSError as e:
             self._listener.close()
-            raise LaunchError(f"could not listen on {host} for the Ray workers' back channel ({e}); this kernel must "
+            raise LaunchError(f"could not listen on {host} for the workers' back channel ({e}); this kernel must "
                               "be reachable from the cluster's nodes (run the notebook on a node of the cluster, or "
                               "where the nodes can connect to it)") from e
         self._listener.setblocking(False)

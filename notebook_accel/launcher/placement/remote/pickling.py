@@ -1,5 +1,5 @@
-"""Where, inside a value that cannot be pickled, the object that cannot be pickled is: for the Ray placement's
-refusal of a function or argument that cannot travel to the workers.
+"""Where, inside a value that cannot be pickled, the object that cannot be pickled is: for a remote placement's
+refusal of a function or argument that cannot travel to the workers (:mod:`.payload`).
 
 :func:`find_unpicklable` pickles the value, and while that fails walks into it (attributes in ``__dict__`` and
 ``__slots__``, list, tuple and set items, dict values, a function's closure, referenced globals and defaults, a bound
