@@ -199,3 +199,16 @@ def launch_choices() -> dict[str, Any]:
     return {"mp": first.mixed_precision, "steps": first.gradient_accumulation_steps,
             "type": first.distributed_type.value, "second_mp": second.mixed_precision, "total": total,
             "scaler": first.scaler is not None}
+
+
+def both_ranks_report(steps: int = 150) -> int:
+    """Every rank prints, walks a prepared DataLoader (progress), and the main process logs a curve; 40 ms a step."""
+    import time
+
+    accelerator = Accelerator()
+    loader = accelerator.prepare(DataLoader(torch.arange(float(2 * steps)), batch_size=1))
+    for step, batch in enumerate(loader):
+        print(f"rank {accelerator.process_index} saw {int(batch.item())}", flush=True)
+        accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+        time.sleep(0.04)
+    return accelerator.num_processes

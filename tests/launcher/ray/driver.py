@@ -479,19 +479,3 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-
-
-def both_ranks_report(steps: int = 150) -> int:
-    """Every rank prints, walks a prepared DataLoader (progress), and the main process logs a curve; 40 ms a step."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    from notebook_accel import Accelerator
-
-    accelerator = Accelerator()
-    loader = accelerator.prepare(DataLoader(torch.arange(float(2 * steps)), batch_size=1))
-    for step, batch in enumerate(loader):
-        print(f"rank {accelerator.process_index} saw {int(batch.item())}", flush=True)
-        accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
-        time.sleep(0.04)
-    return accelerator.num_processes

@@ -16,50 +16,21 @@ jupyter_client = pytest.importorskip("jupyter_client")
 from tests.kernel.test_launcher_kernel import execute, running_kernel  # noqa: E402 - after the skip
 
 CELL = """
-import time, ray
+import ray
 from notebook_accel import notebook_launcher, RayCluster
-from notebook_accel.widgets.dashboard import Dashboard
-from tests.launcher.ray.driver import both_ranks_report
+from tests.distributed.workers import both_ranks_report
+from tests.launcher.live_dashboard import Timed
 
 ray.init(address={address!r}, log_to_driver=False, configure_logging=False,
          runtime_env={{"env_vars": {{"PYTHONPATH": {pythonpath!r}}}}})
-
-class Timed(Dashboard):
-    def start(self, info):
-        self.heard = []
-        super().start(info)
-    def handle(self, event):
-        ranks = [r.rank for r in getattr(event, "ranks", ())]
-        self.heard.append((time.monotonic(), type(event).__name__, getattr(event, "rank", None), ranks))
-        super().handle(event)
-    def handle_metrics(self, batch):
-        self.heard.append((time.monotonic(), "MetricsBatch", batch.rank, []))
-        super().handle_metrics(batch)
-    def finish(self, outcome):
-        self.ended = time.monotonic()
-        super().finish(outcome)
-
 dash = Timed(show_all_ranks=True)
 value = notebook_launcher(both_ranks_report, num_processes=2, cluster=RayCluster(placement="spread"), dashboard=dash)
 """
 
 REPORT = """
 import json
-state = dash.state
-early = dash.ended - 2.0  # heard at least 2 s before the end: live, not at the end
-live = lambda kind, rank: any(t < early and k == kind and (r == rank or rank in rs) for t, k, r, rs in dash.heard)
-print("REPORT " + json.dumps({
-    "value": value,
-    "output_live": [live("Log", r) for r in (0, 1)],
-    "samples_live": [live("SystemSample", r) for r in (0, 1)],
-    "progress_live": [live("Progress", r) for r in (0, 1)],
-    "metrics_live": live("MetricsBatch", 0) or live("Metrics", 0),
-    "system_ranks": sorted(state.system.ranks) if state.system else [],
-    "series": sorted(state.series),
-    "status": state.shown_status,
-    "nodes": [state.ranks[r].node for r in (0, 1)],
-    "spans_machines": state.spans_machines,
-}))
+from tests.launcher.live_dashboard import report
+print("REPORT " + json.dumps(report(dash, value)))
 """
 
 
