@@ -3,13 +3,18 @@ launch in the same process (the goal: at most 1.5x).
 
 Brings up the test suite's two-node Slurm (tests/launcher/slurm: n1 this host, n2 a network namespace; needs root and
 Debian's slurm packages), holds a two-node allocation of one CPU a node, and puts this process inside it (its SLURM_*
-variables), as a kernel started in the allocation. Each round, in rotating order: ``slurm`` and ``slurm_again``
-(``cluster="slurm"``, one rank on each node; the latter an A/A control), ``login`` (the same from a login node: no
-SLURM_* but SLURM_CONF, ``SlurmCluster(partition=..., nodes=2)`` asks for an allocation of the two CPUs left, waits
-for it, runs in it and gives it back: what the queue adds when it is empty), ``local`` and ``local_again``
-(``num_processes=2`` forked here; an A/A control). The function makes the process group, takes one DDP step on a
-small MLP and returns the wall-clock time at its end; one warm-up launch of each kind comes first (torch's imports,
-the kernel's warm-up).
+variables), as a kernel started in the allocation. Two phases, each of rounds in rotating order with ``local`` and
+``local_again`` (``num_processes=2`` forked here; the latter an A/A control):
+
+- cold: ``slurm_cold`` (``SlurmCluster(keep_warm=0)``: a new srun step each launch, one rank on each node) and
+  ``login`` (the same from a login node: no SLURM_* but SLURM_CONF, ``SlurmCluster(partition=..., nodes=2)`` asks for
+  an allocation of the two CPUs left, waits for it, runs in it and gives it back: what the queue adds when it is
+  empty);
+- warm: ``slurm_warm`` (``cluster="slurm"``, whose step is kept warm: the 3rd and later launches of the phase; a cold
+  launch would end the kept step, hence the phases).
+
+The function makes the process group, takes one DDP step on a small MLP and returns the wall-clock time at its end;
+one warm-up launch of each kind comes first (torch's imports, the kernel's warm-up; the warm phase has two).
 
 Usage: ``python benchmarks/slurm_launch.py [--rounds N]``
 """
@@ -60,8 +65,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     options = parser.parse_args()
-    from notebook_accel.cluster.slurm import SlurmCluster
+    from notebook_accel import SlurmCluster
     from notebook_accel.launcher import notebook_launcher
+    from notebook_accel.launcher.placement.slurm.warm import release_slurm_steps
     from tests.launcher.slurm.bringup import start_cluster
 
     from notebook_accel.launcher.placement.slurm import placement
@@ -79,8 +85,9 @@ def main() -> None:
     placement.request_allocation = timed  # type: ignore[assignment]
     with start_cluster() as cluster:
         kinds: dict[str, dict[str, Any]] = {
-            "slurm": {"cluster": "slurm"}, "slurm_again": {"cluster": "slurm"},
-            "login": {"cluster": SlurmCluster(partition=cluster.partition, nodes=2)}, "local": {}, "local_again": {}}
+            "slurm_cold": {"cluster": SlurmCluster(keep_warm=0)}, "slurm_warm": {"cluster": "slurm"},
+            "login": {"cluster": SlurmCluster(partition=cluster.partition, nodes=2, keep_warm=0)},
+            "local": {}, "local_again": {}}
         held = cluster.allocate(2, tasks_per_node=1)  # one CPU a node: the login run's job fits beside it at once
         os.environ.update({**cluster.env, **held.env})
 
@@ -90,27 +97,37 @@ def main() -> None:
                 end: float = notebook_launcher(first_step, num_processes=2, dashboard=False, **kinds[kind])
                 return end - start
 
+        phases = {"cold": ["slurm_cold", "login", "local", "local_again"],
+                  "warm": ["slurm_warm", "local", "local_again"]}
         try:
-            times: dict[str, list[float]] = {k: [] for k in kinds}
-            for kind in ("slurm", "login", "local"):
-                launch(kind)
-            for round_ in range(options.rounds):
-                shift = round_ % len(kinds)
-                for kind in list(kinds)[shift:] + list(kinds)[:shift]:
-                    times[kind].append(launch(kind))
-            median = {k: statistics.median(v) for k, v in times.items()}
-            for kind, values in times.items():
-                print(f"{kind:12s} first step after {median[kind]:.2f} s (median of {len(values)}: "
-                      f"{', '.join(f'{v:.2f}' for v in values)})")
-            print(f"slurm / local: {median['slurm'] / median['local']:.2f}x; local_again / local (A/A): "
-                  f"{median['local_again'] / median['local']:.2f}x")
-            print(f"login / slurm: {median['login'] / median['slurm']:.2f}x, the queue (empty) adds "
-                  f"{median['login'] - median['slurm']:+.2f} s; slurm_again / slurm (A/A): "
-                  f"{median['slurm_again'] / median['slurm']:.2f}x")
-            measured = asking[1:]  # less the warm-up's
-            print(f"login: asking for the allocation took {statistics.median(measured):.2f} s (median of "
-                  f"{len(measured)}: {', '.join(f'{v:.2f}' for v in measured)})")
+            times: dict[str, dict[str, list[float]]] = {}
+            launch("local")
+            for name, rotation in phases.items():
+                for kind in rotation[:-2]:  # the warm-ups; the warm phase's second launch is its first warm one
+                    for _ in range(2 if kind == "slurm_warm" else 1):
+                        launch(kind)
+                phase: dict[str, list[float]] = {k: [] for k in rotation}
+                times[name] = phase
+                for round_ in range(options.rounds):
+                    shift = round_ % len(rotation)
+                    for kind in rotation[shift:] + rotation[:shift]:
+                        phase[kind].append(launch(kind))
+            for name, measured in times.items():  # each contender against the local launches of its own phase
+                median = {k: statistics.median(v) for k, v in measured.items()}
+                for kind, values in measured.items():
+                    print(f"{name:4s} {kind:12s} first step after {median[kind]:.2f} s (median of {len(values)}: "
+                          f"{', '.join(f'{v:.2f}' for v in values)})")
+                slurm = phases[name][0]
+                print(f"{slurm} / local: {median[slurm] / median['local']:.2f}x; local_again / local (A/A): "
+                      f"{median['local_again'] / median['local']:.2f}x")
+                if "login" in measured:
+                    print(f"login / slurm_cold: {median['login'] / median['slurm_cold']:.2f}x, the queue (empty) "
+                          f"adds {median['login'] - median['slurm_cold']:+.2f} s")
+            measured_asks = asking[1:]  # less the warm-up's
+            print(f"login: asking for the allocation took {statistics.median(measured_asks):.2f} s (median of "
+                  f"{len(measured_asks)}: {', '.join(f'{v:.2f}' for v in measured_asks)})")
         finally:
+            release_slurm_steps()
             cluster.release(held)
 
 

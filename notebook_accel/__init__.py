@@ -75,6 +75,7 @@ _EXPORTS: dict[str, str] = {
     "SlurmCluster": "notebook_accel.cluster.slurm",
     "ray_leftovers": "notebook_accel.launcher.placement.ray.leftovers",
     "release_ray_workers": "notebook_accel.launcher.placement.ray.warm",
+    "release_slurm_steps": "notebook_accel.launcher.placement.slurm.warm",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -112,6 +113,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from notebook_accel.launcher.debug import debug_launcher
     from notebook_accel.launcher.placement.ray.leftovers import ray_leftovers
     from notebook_accel.launcher.placement.ray.warm import release_ray_workers
+    from notebook_accel.launcher.placement.slurm.warm import release_slurm_steps
     from notebook_accel.local_sgd import LocalSGD
     from notebook_accel.logging import (
         get_logger,

@@ -35,7 +35,8 @@ LOG = logging.getLogger("mkdocs.hooks.reference")
 REFERENCE: dict[str, tuple[str, str, list[str], list[str], list[str]]] = {
     "reference/launching.md": (
         "Launching", "Starting the workers from a notebook or a script, and what a launch returns or raises.",
-        ["notebook_launcher", "debug_launcher", "RayCluster", "SlurmCluster", "ray_leftovers", "release_ray_workers"], [],
+        ["notebook_launcher", "debug_launcher", "RayCluster", "SlurmCluster", "ray_leftovers", "release_ray_workers",
+         "release_slurm_steps"], [],
         ["notebook_accel.launcher.supervision.background.BackgroundRun",
          "notebook_accel.launcher.supervision.failures.WorkerFailure"]),
     "reference/accelerator.md": (

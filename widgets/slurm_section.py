@@ -1,6 +1,7 @@
 """The config picker's controls for Slurm (Slurm's part of "Where it runs", :mod:`.cluster_section`).
 
-With "Slurm" chosen, they show the GPUs to use on each node (one per task) and more ``srun`` options, and, when this
+With "Slurm" chosen, they show the GPUs to use on each node (one per task), the partition, how long a run's step
+stays warm for the next launch (``keep_warm``), and, when this
 kernel runs inside an allocation (``SLURM_JOB_ID``), the allocation's job, nodes, CPUs and GPUs as Slurm gave them.
 """
 
@@ -18,6 +19,7 @@ from notebook_accel.widgets.form_layout import STYLE, labelled
 
 __all__ = ["SlurmSection", "allocation_html"]
 
+_DEFAULT = SlurmCluster()
 _SHOWN = (("SLURM_JOB_ID", "job"), ("SLURM_JOB_NODELIST", "nodes"), ("SLURM_JOB_CPUS_PER_NODE", "CPUs per node"),
           ("SLURM_GPUS_ON_NODE", "GPUs on this node"), ("SLURM_JOB_PARTITION", "partition"))
 
@@ -37,6 +39,7 @@ class SlurmSection(w.VBox):
 
     Attributes:
         gpus: GPUs per node (one per task, 0: CPU); partition: where to ask for an allocation ("" : the kernel's);
+        keep_warm: seconds the step's tasks wait for the next launch (0: the step ends with each run);
         allocation: the kernel's allocation; controls, hint: as every placement's section.
     """
 
@@ -46,10 +49,14 @@ class SlurmSection(w.VBox):
         self.gpus = w.IntText(value=0, description="GPUs per node", style=STYLE)
         self.partition = w.Text(value="", description="Partition", placeholder="empty: the kernel's allocation",
                                 style=STYLE)
+        self.keep_warm = w.BoundedFloatText(value=_DEFAULT.keep_warm, min=0.0, max=86400.0,
+                                            description="Keep warm (s)", style=STYLE)
         self.allocation = w.HTML(allocation_html({name: environment.get(name) for name, _ in _SHOWN}))
-        self.controls: list[w.Widget] = [self.gpus, self.partition]
+        self.controls: list[w.Widget] = [self.gpus, self.partition, self.keep_warm]
         super().__init__([labelled(self.gpus, "one GPU per task, nccl; 0: the CPU with gloo"),
-                          labelled(self.partition, ""), self.allocation])
+                          labelled(self.partition, ""),
+                          labelled(self.keep_warm, "the tasks wait this long for the next launch (0: not at all)"),
+                          self.allocation])
 
     @property
     def uses_gpu(self) -> bool:
@@ -60,8 +67,13 @@ class SlurmSection(w.VBox):
         """Show ``cluster``."""
         self.gpus.value = cluster.gpus_per_node
         self.partition.value = cluster.partition or ""
+        self.keep_warm.value = float(cluster.keep_warm)
 
     def section(self, kept: Mapping[str, Any] | None) -> dict[str, Any]:
         """The ``cluster:`` section the controls describe (keys the form does not show are kept from ``kept``)."""
-        return {**dict(kept or {}), "kind": "slurm", "gpus_per_node": int(self.gpus.value or 0),
-                "partition": self.partition.value.strip() or None}
+        section = {**dict(kept or {}), "kind": "slurm", "gpus_per_node": int(self.gpus.value or 0),
+                   "partition": self.partition.value.strip() or None}
+        section.pop("keep_warm", None)
+        if self.keep_warm.value != _DEFAULT.keep_warm:  # a default is left out of the config
+            section["keep_warm"] = self.keep_warm.value
+        return section

@@ -21,7 +21,7 @@ from notebook_accel.errors import LaunchError, shown
 
 __all__ = ["SlurmCluster", "SLURM", "FIELDS"]
 
-FIELDS = ("partition", "nodes", "gpus_per_node", "time", "account", "extra_args", "node_timeout")
+FIELDS = ("partition", "nodes", "gpus_per_node", "time", "account", "extra_args", "node_timeout", "keep_warm")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,11 @@ class SlurmCluster:
             too (``--constraint=a100``, ``--qos=...``).
         node_timeout: seconds a task may stay silent (its node lost, its link cut) before the run fails naming its
             node.
+        keep_warm: seconds the run's job step (its tasks, torch imported) stays after a run whose every rank
+            returned, for the next launch of the same shape from this kernel to skip ``srun`` and the imports;
+            ``0``: the step ends with each run. It ends after that long without a launch, at a launch of another
+            shape, when the kernel ends, or with :func:`notebook_accel.release_slurm_steps`; a failed or stopped
+            run's ends at once.
 
     Example:
         >>> SlurmCluster(gpus_per_node=4).uses_gpu
@@ -53,6 +58,7 @@ class SlurmCluster:
     account: str | None = None
     extra_args: Sequence[str] = field(default_factory=tuple)
     node_timeout: float = 15.0
+    keep_warm: float = 300.0
 
     def __post_init__(self) -> None:
         for name in ("partition", "time", "account"):
@@ -84,6 +90,11 @@ class SlurmCluster:
                 or not 1.0 <= timeout <= 86400.0:
             raise LaunchError(f"SlurmCluster(node_timeout={shown(timeout)}) is not allowed; give seconds from 1 to "
                               "86400")
+        warm = self.keep_warm
+        if isinstance(warm, bool) or not isinstance(warm, (int, float)) or not math.isfinite(warm) \
+                or not 0.0 <= warm <= 86400.0:
+            raise LaunchError(f"SlurmCluster(keep_warm={shown(warm)}) is not allowed; give seconds from 0 (end the "
+                              "step after each run) to 86400")
 
     @property
     def uses_gpu(self) -> bool:
@@ -116,7 +127,10 @@ def _add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _from_flags(base: SlurmCluster | None, args: argparse.Namespace) -> SlurmCluster:
+    """The config's Slurm request (or the defaults) overridden by the flags; no step kept warm (a script's launch
+    is its process's only one)."""
     fields: dict[str, Any] = {} if base is None else {name: getattr(base, name) for name in FIELDS}
+    fields["keep_warm"] = 0.0
     for flag, name in (("partition", "partition"), ("slurm_nodes", "nodes"), ("gpus_per_node", "gpus_per_node"),
                        ("slurm_time", "time"), ("account", "account")):
         if getattr(args, flag, None) is not None:

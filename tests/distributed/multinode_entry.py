@@ -69,7 +69,10 @@ def keeps_a_secret(out: str) -> tuple[bool, str]:
     while not Path(f"{out}.probed").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     accelerator.wait_for_everyone()
-    return store.check(["injected"]), store.get("secret").decode()
+    seen = store.check(["injected"]), store.get("secret").decode()
+    # the store is served from rank 0's side: rank 0 returning first would take it away while rank 1 still reads
+    accelerator.wait_for_everyone()
+    return seen
 
 
 def main(mode: str, node_rank: int, master_addr: str, port: int, out: str) -> int:

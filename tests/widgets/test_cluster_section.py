@@ -91,3 +91,16 @@ def test_slurm_in_the_form_is_the_configs_cluster_section_and_shows_the_allocati
     assert "not in a Slurm allocation" in allocation_html({})
     shown = allocation_html({"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "gpu[1-2]", "SLURM_JOB_CPUS_PER_NODE": "8(x2)"})
     assert "77" in shown and "gpu[1-2]" in shown and "8(x2)" in shown
+
+
+def test_slurms_keep_warm_is_in_the_form_and_only_a_change_reaches_the_config() -> None:
+    from notebook_accel.cluster.slurm import SlurmCluster
+
+    picker = ConfigPicker(cpu_count=2, gpus=[])
+    picker.cluster.where.value = "Slurm"
+    slurm = picker.cluster.sections["slurm"]
+    assert "keep_warm" not in slurm.section(None) and picker.config.cluster == SlurmCluster()  # the default stays out
+    slurm.keep_warm.value = 0.0
+    config = picker.config
+    assert config.cluster == SlurmCluster(keep_warm=0.0)
+    assert ConfigPicker(config, cpu_count=2, gpus=[]).cluster.sections["slurm"].keep_warm.value == 0.0

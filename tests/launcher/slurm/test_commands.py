@@ -21,13 +21,15 @@ def test_the_forms_of_a_slurm_cluster_and_its_refusals() -> None:
     assert check_cluster({"kind": "slurm", "gpus_per_node": 4, "extra_args": ["--exclusive"]}) == SlurmCluster(
         gpus_per_node=4, extra_args=("--exclusive",))
     assert Config(extra={"cluster": {"kind": "slurm", "partition": "gpu"}}).cluster == SlurmCluster(partition="gpu")
+    assert check_cluster({"kind": "slurm", "keep_warm": 60}) == SlurmCluster(keep_warm=60.0)
     assert cluster_label(SlurmCluster()) == "Slurm" and cluster_label(SlurmCluster(partition="gpu")) == \
         "Slurm partition gpu"
     assert cluster_devices(SlurmCluster(gpus_per_node=2), 3, None, None, 1) == (["cuda:0"] * 3, "nccl")
     assert cluster_devices(SlurmCluster(), 2, None, None, 1) == (["cpu"] * 2, "gloo")
     for bad, words in (({"nodes": 0}, "nodes=0"), ({"gpus_per_node": -1}, "gpus_per_node=-1"),
                        ({"partition": "a b"}, "partition='a b'"), ({"extra_args": "--exclusive"}, "extra_args="),
-                       ({"node_timeout": 0}, "node_timeout=0")):
+                       ({"node_timeout": 0}, "node_timeout=0"), ({"keep_warm": -1}, "keep_warm=-1"),
+                       ({"keep_warm": True}, "keep_warm=True"), ({"keep_warm": float("inf")}, "keep_warm=inf")):
         with pytest.raises(LaunchError, match="is not allowed") as caught:
             SlurmCluster(**bad)  # type: ignore[arg-type]
         assert words in str(caught.value)
@@ -39,7 +41,8 @@ def test_the_cli_flags_make_a_slurm_cluster() -> None:
     parser = argparse.ArgumentParser()
     add_cluster_flags(lambda p, name, **kw: p.add_argument(f"--{name}", dest=name, **kw), parser)
     args = parser.parse_args(["--cluster", "slurm", "--gpus_per_node", "2", "--partition", "gpu"])
-    assert cluster_from_flags(None, args) == SlurmCluster(gpus_per_node=2, partition="gpu")
+    # nothing kept warm: a script's launch is its process's only one
+    assert cluster_from_flags(None, args) == SlurmCluster(gpus_per_node=2, partition="gpu", keep_warm=0)
 
 
 def test_the_srun_command_places_one_task_per_rank_node_by_node() -> None:

@@ -39,8 +39,10 @@ def test_the_dashboard_hears_both_nodes_while_the_run_goes_on(slurm_cluster: Slu
             assert cell.status == "ok", (cell.evalue, cell.stderr[-3000:])
             answer = execute(kc, REPORT, timeout=60)
             assert answer.status == "ok", answer.evalue
-        # nothing of the run is left: no step but the allocation's batch step, no task process on either node
-        assert [e for e in slurm_cluster.squeue() if e not in (held.job_id, f"{held.job_id}.batch")] == []
+        # nothing of the run is left once the kernel ended (its step, kept warm for a next launch, ends with it):
+        # no step but the allocation's batch step, no task process on either node
+        wait_for(lambda: [e for e in slurm_cluster.squeue() if e not in (held.job_id, f"{held.job_id}.batch")] == [],
+                 30, "the kernel's step to leave the queue")
         wait_for(lambda: not slurm_cluster.task_processes(), 20, "task processes to end")
     line = next(x for x in answer.stdout.splitlines() if x.startswith("REPORT "))
     got: dict[str, Any] = json.loads(line[len("REPORT "):])

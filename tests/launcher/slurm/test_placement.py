@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -31,20 +31,6 @@ pytestmark = pytest.mark.timeout(300)
 # Naming what cannot be pickled loads Ray's pickler when Ray is installed, which sets RAY_CLIENT_MODE for the process:
 # load it now, so that no test is seen changing the environment.
 pickling._pickler_class()
-
-
-@pytest.fixture
-def inside(slurm_cluster: SlurmTestCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Allocation]:
-    """This process inside a two-node allocation (its environment is the allocation's batch step's on n1)."""
-    with slurm_cluster.allocation(2) as held:
-        for name in [n for n in os.environ if n.startswith("SLURM")]:
-            monkeypatch.delenv(name)
-        for name, value in {**slurm_cluster.env, **held.env}.items():
-            monkeypatch.setenv(name, value)
-        yield held
-        # nothing of the run is left: no step but the allocation's own batch step (a lost node can end that too), and no task process on either node
-        assert [e for e in slurm_cluster.squeue() if e not in (held.job_id, f"{held.job_id}.batch")] == []
-        wait_for(lambda: not slurm_cluster.task_processes(), 20, "task processes to end")
 
 
 def _flat(values: object) -> list[float]:

@@ -4,6 +4,8 @@ Slurm's time limits."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from notebook_accel.cluster.slurm import SlurmCluster
@@ -95,6 +97,7 @@ def test_a_login_request_reaches_the_cluster_from_the_config_and_the_cli() -> No
     add_cluster_flags(lambda p, name, **kw: p.add_argument(f"--{name}", dest=name, **kw), parser)
     args = parser.parse_args(["--cluster", "slurm", "--partition", "gpu", "--slurm_nodes", "2", "--gpus_per_node",
                               "4", "--slurm_time", "2:00:00", "--account", "lab"])
-    assert cluster_from_flags(None, args) == wanted
+    # a CLI launch is its process's only run: it keeps no step warm
+    assert cluster_from_flags(None, args) == dataclasses.replace(wanted, keep_warm=0.0)
     with pytest.raises(LaunchError, match="time='2h'"):
         cluster_from_flags(None, parser.parse_args(["--cluster", "slurm", "--partition", "gpu", "--slurm_time", "2h"]))

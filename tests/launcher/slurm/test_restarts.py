@@ -12,7 +12,6 @@ import pytest
 from notebook_accel.launcher import LaunchTimeoutError, WorkerError, notebook_launcher
 from tests.launcher.recording import RecordingSink
 from tests.launcher.slurm.cluster import Allocation
-from tests.launcher.slurm.test_placement import inside  # noqa: F401 - the fixture: this process in an allocation
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -45,7 +44,7 @@ def _sleep() -> None:
 
 
 def test_a_run_that_fails_once_restarts_as_a_new_step_and_returns_rank_0s_value(
-        inside: Allocation, tmp_path: Path) -> None:  # noqa: F811
+        inside: Allocation, tmp_path: Path) -> None:
     sink = RecordingSink()
     value = notebook_launcher(_fails_first, args=(str(tmp_path),), num_processes=2, cluster="slurm",
                               max_restarts=2, dashboard=sink)
@@ -59,7 +58,7 @@ def test_a_run_that_fails_once_restarts_as_a_new_step_and_returns_rank_0s_value(
     assert "the first attempt's failure on n2" in restart
 
 
-def test_after_max_restarts_the_error_lists_every_attempt(inside: Allocation, tmp_path: Path) -> None:  # noqa: F811
+def test_after_max_restarts_the_error_lists_every_attempt(inside: Allocation, tmp_path: Path) -> None:
     with pytest.raises(WorkerError) as caught:
         notebook_launcher(_always_fails, args=(str(tmp_path),), num_processes=2, cluster="slurm", max_restarts=1,
                           dashboard=RecordingSink())
@@ -67,7 +66,7 @@ def test_after_max_restarts_the_error_lists_every_attempt(inside: Allocation, tm
     assert "this rank always fails" in str(caught.value) and "n2" in str(caught.value)
 
 
-def test_a_timeout_does_not_restart(inside: Allocation) -> None:  # noqa: F811
+def test_a_timeout_does_not_restart(inside: Allocation) -> None:
     sink = RecordingSink()
     with pytest.raises(LaunchTimeoutError):
         notebook_launcher(_sleep, num_processes=2, cluster="slurm", timeout=8, max_restarts=2, dashboard=sink)

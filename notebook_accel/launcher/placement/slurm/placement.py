@@ -11,6 +11,7 @@ node, are Slurm's (:class:`SlurmResults`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import pickle
 import re
@@ -32,6 +33,7 @@ from notebook_accel.launcher.placement.remote.payload import pickle_each
 from notebook_accel.launcher.placement.remote.rank import require_sealing
 from notebook_accel.launcher.placement.remote.sampler import RemoteSampler
 from notebook_accel.launcher.placement.remote.watch import RunWatch
+from notebook_accel.launcher.placement.slurm import warm
 from notebook_accel.launcher.placement.slurm.allocation import HeldAllocation, request_allocation
 from notebook_accel.launcher.placement.slurm.commands import check_fits, srun_command
 from notebook_accel.launcher.placement.slurm.results import SlurmResults
@@ -74,6 +76,12 @@ def kernel_address() -> str:
                           "on a node of the allocation") from e
 
 
+@functools.lru_cache(maxsize=4)
+def _address(job: str) -> str:
+    """:func:`kernel_address`, asked of Slurm once per allocation."""
+    return kernel_address()
+
+
 def _payload(env: LaunchEnvironment, kernel: tuple[str, int], secret: bytes, function: Callable[..., Any],
              args: tuple[Any, ...]) -> bytes:
     """The length-prefixed payload of every task; what cannot be pickled is named in one line."""
@@ -108,23 +116,31 @@ class SlurmPlacement:
         self.watch: RunWatch | None = None
         self.handles: list[RemoteWorkerHandle] = []
         self.held: HeldAllocation | None = None  # the allocation asked for from a login node
+        self.shape: tuple[Any, ...] = ()
+        self.host = ""
 
     def start(self, envs: Sequence[LaunchEnvironment], function: Callable[..., Any], args: tuple[Any, ...],
               board: SystemBoard | None) -> list[WorkerHandle]:
-        """Start one task per environment; ``board`` is not used (the trackers read no figures across nodes)."""
+        """Start one task per environment, or give the run to the tasks of a step kept warm (:mod:`.warm`);
+        ``board`` is not used (the trackers read no figures across nodes)."""
         job = self._allocation(len(envs))
+        self.shape = warm.shape_of(self.cluster, job, len(envs))
         try:
-            host = self.held.kernel_host if self.held is not None else kernel_address()
-            self.channel = BackChannel(host)
-            listener = bind_listener(host, 0)
+            self.host = self.held.kernel_host if self.held is not None else _address(job)
+            self.channel = BackChannel(self.host)
+            listener = bind_listener(self.host, 0)
             self.store = StoreServer(listener, len(envs))
             self.store.start()
-            env = replace(envs[0], master_addr=host, master_port=int(self.store.port),
+            env = replace(envs[0], master_addr=self.host, master_port=int(self.store.port),
                           extra_vars=(*envs[0].extra_vars, ("TORCHELASTIC_USE_AGENT_STORE", "True"),
                                       ("TORCHELASTIC_RESTART_COUNT", "0")))
             payload = _payload(env, self.channel.address, self.channel.secret, function, args)
-            name = f"notebook-accel-{hashlib.sha256(self.channel.secret).hexdigest()[:8]}"
-            self.step = Step(srun_command(self.cluster, job, len(envs), name, task_program()), payload)
+            self.step = self._warm_step(payload)
+            if self.step is None:  # nothing kept warm of this shape: a new step
+                warm.release_slurm_steps()  # a step kept for another shape holds the tasks' CPUs, GPUs and memory
+                name = f"notebook-accel-{hashlib.sha256(self.channel.secret).hexdigest()[:8]}"
+                self.step = Step(srun_command(self.cluster, job, len(envs), name,
+                                             task_program(self.cluster.keep_warm > 0)), payload)
             if self.descriptors is not None:
                 self.descriptors.sources.append(
                     lambda: [*(fd for h in self.handles for fd in h.open_fds()), *(self.step.fds() if self.step else []),
@@ -149,6 +165,19 @@ class SlurmPlacement:
         self.watch = RunWatch(SlurmResults(self.step), self.handles, self.cluster.node_timeout)
         self.watch.start()
         return list(self.handles)
+
+    def _warm_step(self, payload: bytes) -> Step | None:
+        """The step a run of this shape left warm, given ``payload`` (``None``: none kept, ``keep_warm`` is 0, an
+        allocation asked for from a login node (given back at the run's end), or it ended meanwhile, then released)."""
+        if self.cluster.keep_warm <= 0 or self.held is not None:
+            return None
+        kept = warm.take(self.shape)
+        if kept is None:
+            return None
+        if kept.host != self.host or not kept.step.send(payload):
+            kept.release()
+            return None
+        return kept.step
 
     def _allocation(self, count: int) -> str:
         """The kernel's allocation (its job id), checked to hold ``count`` tasks, before anything starts."""
@@ -215,10 +244,15 @@ class SlurmPlacement:
         return None if self.watch is None else RemoteSampler(self.watch)
 
     def release(self, handles: Sequence[WorkerHandle]) -> None:
-        """End the step (cancelled when a task is still running), the store and the streams. Idempotent."""
+        """Keep the step warm for the next launch when every rank returned 0 (and ``keep_warm`` asks for it), else
+        end it (cancelled when a task is still running); end the store and the streams. Idempotent."""
         for handle in self.handles:
             if not handle.ended.is_set():
                 handle.send_signal(signal.SIGKILL)
+        if self.step is not None and self.held is None and self.cluster.keep_warm > 0 and self.handles \
+                and len(self.step.codes) == len(self.handles) and self.step.idle():  # (asked for: given back below)
+            warm.keep(self.shape, warm.WarmStep(self.step, self.host), self.cluster.keep_warm)
+            self.step = None
         if self.step is not None:
             if len(self.step.codes) < len(self.handles) or not self.handles:
                 self.step.cancel()

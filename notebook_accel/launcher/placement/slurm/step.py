@@ -1,5 +1,6 @@
-"""The kernel's side of one ``srun`` step: start it with the payload on its stdin, read the tasks' lines (who
-started where, who ended how) and srun's own messages from its output, and cancel it (``scancel``)."""
+"""The kernel's side of one ``srun`` step: start it with the first run's payload on its stdin (a step kept warm takes
+the next run's there too, :meth:`Step.send`), read the tasks' lines (who started where, who ended how) and srun's own
+messages from its output, and cancel it (``scancel``)."""
 
 from __future__ import annotations
 
@@ -44,11 +45,35 @@ class Step:
                                           name="notebook-accel-srun-err")]
         for reader in self._readers:
             reader.start()
+        self.runs = 0
+        self.send(payload)
+
+    def send(self, payload: bytes) -> bool:
+        """Start a run: forget the last run's exit codes and srun's messages, and give every task ``payload``.
+        ``False``: srun has ended (or its stdin is closed), so no task will read it.
+
+        stdin stays open: the tasks kill their ranks when it ends (the kernel died, or it released the step).
+        """
+        with self.changed:
+            self.codes.clear()
+            self.tail.clear()
+            self.runs += 1
+        stdin = self.process.stdin
+        if stdin is None or stdin.closed or self.cancelled:
+            return False
         try:
-            self.process.stdin.write(payload)
-            self.process.stdin.flush()  # stdin stays open: the tasks kill their ranks when it ends (the kernel died)
-        except OSError:
-            pass  # srun ended at once: its messages say why
+            stdin.write(payload)
+            stdin.flush()
+        except (OSError, ValueError):
+            return False  # srun ended at once: its messages say why
+        return not self.ended()
+
+    def idle(self) -> bool:
+        """Whether the step can take another run: srun runs, every task said where it runs and how its last run
+        ended, with 0."""
+        with self.changed:
+            done = len(self.codes) == len(self.started) > 0 and all(code == 0 for code in self.codes.values())
+        return done and not self.cancelled and not self.ended()
 
     def fds(self) -> list[int]:
         """The kernel's descriptors of the step (later forks close them)."""
@@ -147,6 +172,7 @@ class Step:
                 pipe.close()
 
 
-def task_program() -> list[str]:
-    """The command each task runs: this Python with the task module."""
-    return [sys.executable, "-m", "notebook_accel.launcher.placement.slurm.task"]
+def task_program(warm: bool = False) -> list[str]:
+    """The command each task runs: this Python with the task module (``warm``: it imports torch and the worker
+    runtime before the first run, for every run after it; else each run's child imports what its function needs)."""
+    return [sys.executable, "-m", "notebook_accel.launcher.placement.slurm.task", *(["--warm"] if warm else [])]
