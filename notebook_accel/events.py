@@ -277,6 +277,7 @@ class RunInfo:
     engine: str = ""  # what the launch config asks for ("DDP", "FSDP FULL_SHARD"...); "" when it says nothing
     cluster: str = ""  # where the workers run when not on this machine ("Ray cluster 10.0.0.1:6379"); "" here
     restart: str = ""  # which restart, from where, after what ("restart 1 of 2 from ckpt after ..."); "" at first
+    function_key: str = ""  # the function's module and qualified name ("__main__.train"); "" when not known
 
 
 @dataclass(frozen=True)

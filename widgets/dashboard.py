@@ -8,11 +8,12 @@ panel per metric group, drawn by the browser: :mod:`notebook_accel.widgets.svg`)
 and the output of the workers (tabs "main process" and "all ranks" with several ranks), and from the first system
 sample on the system panel (:mod:`notebook_accel.widgets.system_panel`), in room kept free for it from the start.
 
-Cost and room: the first frame is one compact line of plain HTML (:meth:`Dashboard._frame`, no widget and no
-comm message); the widgets (:class:`~notebook_accel.widgets.live_view.LiveView`, a handful) replace it in place
-once the run is known to be long (its first metric, or ``grow_after`` seconds; never before ``live_after``), so a
-short launch costs the kernel two display messages, builds no widget and keeps one compact line to its result
-(:mod:`~notebook_accel.widgets.room`: the output grows once, and never shrinks).
+Cost and room (:mod:`~notebook_accel.widgets.room`): the first paint has the size the function's last run in this
+kernel ended in: the widgets at once (:class:`~notebook_accel.widgets.live_view.LiveView`, a handful), or one
+compact line of plain HTML (:meth:`Dashboard._frame`, no widget, no comm message); a function not run before
+paints an empty output until its size is known. The widgets replace a compact or empty output in place once the
+run is known to be long (its first metric, or ``grow_after`` seconds; never before ``live_after``), so a short
+launch costs the kernel two display messages and builds no widget.
 
 Timing: ``handle`` runs on the launcher's loop in the kernel's main thread and updates the pure-Python
 :class:`~notebook_accel.widgets.run_model.RunState` (O(1) per event); the widgets are refreshed at most every
@@ -24,11 +25,10 @@ while the main thread does too; the launcher's loop already wakes for its own de
 nothing.) The curves and the table of values (one message) are redrawn when new metrics came, at most every
 ``plot_interval`` seconds (:class:`~notebook_accel.widgets.live_curves.LiveCurves`).
 
-Layout: in the grown view every part has its place (the curves' row and the output box are reserved before their
-first values, the clock has a fixed width, the stop button a fixed place), so the page below does not jump as the
-run fills in. Before the workers report, the header says what the launch is doing (:meth:`Dashboard.phase`). One
-clock: the live clock, the header's final time and "finished in" are all this dashboard's clock from
-:meth:`start`, stopped when the last rank ends.
+Layout: in the widgets every part has its place (the curves' row and the output box reserved before their first
+values, the clock of a fixed width, the stop button in a fixed place): the page below does not jump as the run
+fills in. Before the workers report, the header says what the launch is doing (:meth:`Dashboard.phase`). One
+clock, this dashboard's from :meth:`start` (live, final time, "finished in"), stopped when the last rank ends.
 
 At ``finish`` the live view is *replaced in place* (its display id) by one static output
 (:class:`~notebook_accel.widgets.snapshot.StaticResult`: the curves as one SVG image, the summary, the error once,
@@ -49,7 +49,7 @@ from notebook_accel.metrics_batch import MetricsBatch
 from notebook_accel.widgets import views
 from notebook_accel.widgets.live_curves import LiveCurves
 from notebook_accel.widgets.live_view import LiveView
-from notebook_accel.widgets.room import GROW_AFTER, compact_html, grows, live_height
+from notebook_accel.widgets.room import GROW_AFTER, KERNEL_MEMORY, PENDING, RoomMemory, compact_html, grows, live_height
 from notebook_accel.widgets.snapshot import StaticResult, Summary, ipython_display
 from notebook_accel.widgets.run_model import RunState
 from notebook_accel.widgets.svg import curves_image, curves_svg
@@ -80,8 +80,10 @@ class Dashboard(BaseSink):
             call.
         live_after: seconds the first frame (static HTML, no widget) stays at least before the widgets replace it;
             ``0``: the widgets at once.
-        grow_after: seconds a run without metrics keeps its compact first frame (a run that ends sooner never
-            builds a widget, and its result keeps that line's room).
+        grow_after: seconds a run without metrics keeps its compact (or empty) first frame (a run that ends sooner
+            never builds a widget, and its result keeps that line's room).
+        memory: the size each function's last run ended in (default: this kernel's); with ``live_after > 0``
+            the first paint takes it.
 
     Example:
         >>> from notebook_accel import notebook_launcher
@@ -105,6 +107,7 @@ class Dashboard(BaseSink):
         display: Callable[[object], Any] | None = None,
         live_after: float = 0.5,
         grow_after: float = GROW_AFTER,
+        memory: RoomMemory | None = None,
     ) -> None:
         self.show_all_ranks = show_all_ranks
         self.refresh_interval = refresh_interval
@@ -114,6 +117,8 @@ class Dashboard(BaseSink):
         self.clock = clock
         self.live_after = live_after
         self.grow_after = grow_after
+        self.memory = memory if memory is not None else KERNEL_MEMORY
+        self._pending = False  # an unseen function's empty output, until its size is known
         self._live_at = 0.0
         self._display = display if display is not None else ipython_display
         self.state: RunState | None = None
@@ -173,12 +178,14 @@ class Dashboard(BaseSink):
         self.frozen = False
         self._failed_at = None
         self._live_at = self._started_at + self.live_after
-        if self.live_after <= 0:
+        size = self.memory.recall(info) if self.live_after > 0 else "full"
+        if size == "full":
             self.display_handle = self._display(self._build_widgets().root)
             return
         self._compose()
         self._frame_clock = format_duration(0.0)
-        self.display_handle = self._display(self._frame())
+        self._pending = size is None
+        self.display_handle = self._display(Summary(PENDING, "") if self._pending else self._frame())
 
     def _frame(self) -> Summary:
         """The first frame: one compact line (no widget, no comm message) until the run is known to be long
@@ -195,7 +202,7 @@ class Dashboard(BaseSink):
         ``refresh_interval``), so a run shorter than :attr:`live_after` shows its time running from the start."""
         clock = format_duration(self._elapsed(now))
         update = getattr(self.display_handle, "update", None)
-        if update is None or now < self._next_refresh or clock == self._frame_clock:
+        if update is None or self._pending or now < self._next_refresh or clock == self._frame_clock:
             return
         self._next_refresh = now + self.refresh_interval
         self._frame_clock = clock
@@ -262,6 +269,8 @@ class Dashboard(BaseSink):
         position = views.position_text(state)
         where = views.ranks_html(state, with_detail=False) + (views.label_html(position) if position else "")
         compact = self.view is None and self.live_after > 0  # never grew: the compact line's room
+        if self.live_after > 0:
+            self.memory.remember(state.info, "compact" if compact else "full", outcome.status)
         result = StaticResult(state, self.image if state.series else None, self._elapsed(self.clock()), where,
                               compact=compact, least_height=0 if compact else live_height(
                                   state.info.num_processes, self._tabbed()))

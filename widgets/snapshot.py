@@ -43,12 +43,14 @@ def node_label(rank: RankState) -> str:
 
 
 def _headline(state: RunState, elapsed: float) -> str:
-    """``train: finished in 00:12 (2 processes, gloo, FSDP FULL_SHARD)``."""
+    """``train: finished in 00:12 (2 processes, gloo, FSDP FULL_SHARD)``, and where the workers ran when not here
+    (``..., Ray cluster 10.0.0.1:6379)``: the saved result says it as the live header did)."""
     info = state.info
     noun = "process" if info.num_processes == 1 else "processes"
     engine = f", {state.engine}" if state.engine else ""
+    where = f", {info.cluster}" if info.cluster else ""
     return (f"{info.function_name}: {state.shown_status} in {format_duration(elapsed)} ({info.num_processes} {noun}, "
-            f"{info.backend}{engine})")
+            f"{info.backend}{engine}{where})")
 
 
 def _last_output(state: RunState, count: int = SNAPSHOT_LOG_LINES) -> list[str]:

@@ -295,7 +295,8 @@ def _attempt(plan: Plan, start: float, attempt: int, resume: str | None, restart
         folder = None if plan.in_process else create_run_folder(name, prune=False)  # pruned once forked
         sink.start(RunInfo(len(plan.devices), tuple(plan.devices), "none" if plan.in_process else plan.backend, name,
                            plan.precision or "no", time.time(), "" if folder is None else display_path(folder),
-                           plan.engine_label, cluster_label(plan.cluster), restart.line))
+                           plan.engine_label, cluster_label(plan.cluster), restart.line,
+                           f"{getattr(plan.function, '__module__', None) or ''}.{name}"))
         if plan.in_process:
             return run_in_process(plan.function, plan.args, resources.envs[0], sink, start)
         placement = _placement(plan, resources, sink, restart.cause)

@@ -9,7 +9,6 @@ from notebook_accel.widgets import Dashboard
 from notebook_accel.widgets import dashboard as dashboard_module
 from notebook_accel.widgets import live_curves as live_curves_module
 from notebook_accel.widgets.snapshot import StaticResult
-from notebook_accel.widgets.room import COMPACT_HEIGHT, GROW_AFTER, live_height
 
 
 class Clock:
@@ -349,44 +348,6 @@ def test_the_live_view_is_a_handful_of_widgets() -> None:
     assert dash.view is not None and len(dash.view.models()) <= 10
 
 
-def test_a_short_run_builds_no_widget_and_a_longer_one_replaces_the_first_frame_in_place() -> None:
-    clock, shown = Clock(), Shown()
-    dash = Dashboard(clock=clock, display=shown, live_after=0.5)
-    dash.start(INFO)
-    (frame,) = shown
-    assert dash.view is None and 'class="nacc-dashboard nacc-compact"' in frame._repr_html_()  # type: ignore[attr-defined]
-    assert 'class="nacc-header"' in frame._repr_html_() and "starting" in repr(frame)  # type: ignore[attr-defined]
-    assert f"height:{COMPACT_HEIGHT}px" in frame._repr_html_()  # type: ignore[attr-defined]  # one compact line
-    dash.handle(Started(0, 1, "cpu"))
-    clock.now += 0.2
-    dash.handle(Finished(0, 1))
-    dash.finish(RunOutcome("finished", 0.2))
-    assert dash.view is None and len(shown.updates) == 1 and isinstance(shown.updates[0], StaticResult)
-    result = shown.updates[0]._repr_html_()  # type: ignore[attr-defined]
-    assert 'class="nacc-compact-result"' in result and "<details " in result and "<details open" not in result
-    clock, shown = Clock(), Shown()
-    dash = Dashboard(clock=clock, display=shown, live_after=0.5)
-    dash.start(INFO)
-    dash.phase("starting 2 worker processes")
-    assert dash.view is None and shown.updates == []  # a short step costs no message
-    clock.now += 0.6
-    dash.tick(clock.now)  # not known to be long yet: the compact line (its clock moved)
-    assert dash.view is None and "starting 2 worker processes" in shown.updates[-1]._repr_html_()  # type: ignore[attr-defined]
-    clock.now += GROW_AFTER
-    dash.tick(clock.now)
-    assert dash.view is not None and shown.updates[-1] is dash.view.root  # the widgets take the frame's place
-    assert "starting 2 worker processes" in dash.view.top.value  # type: ignore[union-attr]
-    dash.finish(RunOutcome("finished", 3.0))
-    assert f"min-height:{live_height(2, True)}px" in shown.updates[-1]._repr_html_()  # type: ignore[attr-defined]
-    clock, shown = Clock(), Shown()
-    dash = Dashboard(clock=clock, display=shown, live_after=0.5)
-    dash.start(INFO)
-    clock.now += 0.6
-    dash.handle(Metrics(0, 0, {"loss": 1.0}, 0.0))  # the first metric: curves will come, the view grows at once
-    dash.tick(clock.now)
-    assert dash.view is not None and shown.updates[-1] is dash.view.root
-
-
 def test_a_run_of_unknown_length_shows_its_label_without_an_empty_bar() -> None:
     dash, clock, _ = _dashboard()
     dash.handle(Started(0, 1, "cpu"))
@@ -395,24 +356,6 @@ def test_a_run_of_unknown_length_shows_its_label_without_an_empty_bar() -> None:
     dash.tick(clock.now)
     assert "run · epoch index 0 · 5 batches" in dash.parts["overall"]
     assert dash.fractions["overall"] is None and "260px" not in dash.parts["overall"]  # no invisible bar
-
-
-def test_the_first_frames_clock_ticks_before_the_widgets_come() -> None:
-    clock, shown = Clock(), Shown()
-    dash = Dashboard(clock=clock, display=shown, live_after=0.5)
-    dash.start(INFO)
-    dash.handle(Started(0, 1, "cpu"))
-    clock.now += 0.3
-    dash.tick(clock.now)  # a run under live_after: its time still runs on the page
-    assert dash.view is None and len(shown.updates) == 1
-    assert "0.3s" in shown.updates[0]._repr_html_()  # type: ignore[attr-defined]
-    clock.now += 0.1
-    dash.tick(clock.now)  # within the refresh interval: no message
-    assert len(shown.updates) == 1
-    clock.now += 0.05
-    dash.handle(Failed(1, "ValueError", "bad", "..."))
-    dash.finish(RunOutcome("failed", 0.45, "rank 1: ValueError: bad", (1,)))
-    assert dash.view is None and repr(shown.updates[-1]).startswith(("train: failed in 0.4s", "train: failed in 0.5s"))
 
 
 def test_the_curves_stay_in_one_row_and_the_result_draws_them_as_the_live_view_did() -> None:

@@ -157,3 +157,12 @@ def test_our_static_outputs_go_to_ipython_as_display_data_without_its_formatters
                      (widget, {})]
     monkeypatch.setattr(IPython.display, "display", lambda obj, **kwargs: None)  # outside IPython: no handle
     assert ipython_display(Summary("a", "b")) is None
+
+
+def test_the_saved_result_says_where_the_workers_ran() -> None:
+    """The live header names the cluster; the result that replaces it (what a saved notebook keeps) did not."""
+    state = RunState(RunInfo(2, ("cpu", "cpu"), "gloo", "train", cluster="Ray cluster 10.0.0.1:6379"))
+    state.finish(RunOutcome("finished", 3.0))
+    result = StaticResult(state, None, 3.0)
+    assert repr(result).splitlines()[0] == "train: finished in 3.0s (2 processes, gloo, Ray cluster 10.0.0.1:6379)"
+    assert "Ray cluster 10.0.0.1:6379)</b>" in result._repr_mimebundle_()["text/html"]

@@ -99,6 +99,9 @@ print(f"evaluated {result['test_images']} test images; accuracy above 90%: {resu
 #
 # Three workers of one CPU each do not fit two CPUs. The launcher checks before it reserves anything and says what
 # the cluster has; a run that fits but finds the CPUs busy waits up to `reserve_timeout` seconds, then says the same.
+# The first run's two workers were kept warm for this kernel's next launch of their shape (`RayCluster(keep_warm=300)`,
+# in seconds; `release_ray_workers()` frees them at once); a launch of another shape releases them first, so the two
+# CPUs show as free.
 
 # %% tags=["raises-exception"]
 notebook_launcher(train, args=(1e-2, 1, test_set), num_processes=3, cluster="ray")

@@ -13,7 +13,7 @@ import pytest
 
 from notebook_accel.cluster import RayCluster
 from notebook_accel.errors import LaunchError
-from notebook_accel.launcher.placement.ray import warm
+from notebook_accel.launcher.placement.ray import reserve, warm
 from tests.launcher.ray.test_parts import _FakeRay, _handle
 from notebook_accel.launcher.placement.ray.watch import RayWatch
 from notebook_accel.launcher.placement.remote.watch import CLOSED_GRACE
@@ -106,3 +106,27 @@ def test_a_rank_process_killed_while_its_actor_lives_is_its_own_failure_with_its
             assert handle.exit_code == -int(signal.SIGKILL)
             assert handle.death_reason == ("its process on node 10.0.0.2 was killed by SIGKILL before the function "
                                            "returned (by another process, or that node's out-of-memory killer)")
+
+
+class _Group:
+    """A placement group as Ray describes its bundles."""
+
+    bundle_specs = [{"CPU": 1.0}, {"CPU": 1.0}]
+
+
+def test_a_refusal_waits_for_the_warm_workers_it_released_or_says_they_held_the_cpus(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tutorial 09: a launch of another shape releases the kernel's warm workers, and Ray frees their CPUs a moment
+    later, so the refusal that followed said "0 free CPUs" with nothing to say why."""
+    ray = _FakeRay([{"Alive": True, "Resources": {"CPU": 2.0}}])  # 1 free CPU of 2, whatever happens
+    warm.keep(warm.shape_of(RayCluster(), 2), warm.WarmWorkers(ray, _Group(), ["a0", "a1"]), 60)
+    assert reserve.held_warm(ray) == {"CPU": 2.0}
+    assert reserve.held_warm(_FakeRay([])) == {}  # workers kept on another cluster: not this one's
+    monkeypatch.setattr(reserve, "SETTLE_SECONDS", 0.3)
+    with pytest.raises(LaunchError) as caught:
+        reserve.reserve(ray, RayCluster(), 3, freed={"CPU": 2.0})  # never shows as free: said after the wait
+    assert ("1 node with 1 free CPU and 0 free GPUs (of 2 CPUs, 0 GPUs; 2 CPUs of them held until a moment ago by "
+            "this kernel's warm workers from its last run, released for this launch)") in str(caught.value)
+    with pytest.raises(LaunchError) as caught:
+        reserve.reserve(ray, RayCluster(), 3, freed={"CPU": 1.0})  # free again: the cluster as it is
+    assert "(of 2 CPUs, 0 GPUs); the run asks" in str(caught.value) and "warm" not in str(caught.value)

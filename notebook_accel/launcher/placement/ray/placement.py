@@ -82,8 +82,9 @@ class RayPlacement:
             probe = self._open_channels(ray, len(envs))
             places = self._warm_places(len(envs), probe)
             if places is None:  # nothing kept warm of this shape: reserve and start the actors
+                freed = reserve.held_warm(ray)  # what the next line gives back (Ray frees it within a moment)
                 warm.release_ray_workers()  # workers kept for another shape would hold the room this run needs
-                self.group = reserve.reserve(ray, self.cluster, len(envs), self.restart_after)
+                self.group = reserve.reserve(ray, self.cluster, len(envs), self.restart_after, freed)
                 self._start_actors(len(envs))
                 places = ray.get([actor.where.remote(i == 0, probe) for i, actor in enumerate(self.actors)],
                                  timeout=CONNECT_SECONDS)

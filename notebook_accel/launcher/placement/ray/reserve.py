@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import secrets
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,9 +18,11 @@ from notebook_accel.cluster import RayCluster
 from notebook_accel.errors import LaunchError
 from notebook_accel.launcher.placement.ray.client import client_head, is_client
 from notebook_accel.launcher.placement.ray.leftovers import group_name
+from notebook_accel.launcher.placement.ray.warm import kept
 
-__all__ = ["require_ray", "connect", "kernel_address", "inventory", "reserve", "release_group"]
+__all__ = ["require_ray", "connect", "kernel_address", "held_warm", "inventory", "reserve", "release_group"]
 
+SETTLE_SECONDS = 3.0  # the most a refusal waits for the warm workers this launch released to show as free
 _STRATEGY = {"pack": "PACK", "spread": "SPREAD", "strict_pack": "STRICT_PACK", "strict_spread": "STRICT_SPREAD"}
 
 
@@ -104,18 +107,49 @@ def kernel_address(ray: Any, cluster: RayCluster) -> str:
     return str(ray.util.get_node_ip_address())
 
 
-def inventory(ray: Any) -> str:
-    """``"2 nodes with 1 free CPU and 0 free GPUs (of 2 CPUs, 0 GPUs)"``: what the cluster has now."""
+def _count(pool: Mapping[str, float], key: str) -> str:
+    """``"2 CPUs"``: the amount of ``key`` in ``pool``."""
+    amount = float(pool.get(key, 0))
+    return f"{amount:g} {key}{'' if amount == 1 else 's'}"
+
+
+def held_warm(ray: Any) -> dict[str, float]:
+    """What this kernel's warm workers (:mod:`.warm`) on the cluster ``ray`` joined hold: their bundles' resources."""
+    held: dict[str, float] = {}
+    for workers in kept():
+        try:  # Ray asks the cluster when it has not cached them
+            bundles = getattr(workers.group, "bundle_specs", None) if workers.ray is ray else None
+        except Exception:  # noqa: BLE001 - the group or the cluster is gone: it holds nothing here
+            bundles = None
+        for bundle in bundles or ():
+            for key, amount in bundle.items():
+                held[key] = held.get(key, 0.0) + float(amount)
+    return held
+
+
+def inventory(ray: Any, freed: Mapping[str, float] | None = None) -> str:
+    """``"2 nodes with 1 free CPU and 0 free GPUs (of 2 CPUs, 0 GPUs)"``: what the cluster has now. ``freed``: what
+    this launch just released of the kernel's warm workers; while Ray has not given it back, the text says so
+    (its "0 free CPUs" is theirs, not another job's)."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     free = ray.available_resources()
     total = ray.cluster_resources()
+    pending = {k: v for k, v in (freed or {}).items() if k in ("CPU", "GPU") and float(free.get(k, 0)) < v}
+    note = (f"; {' and '.join(_count(pending, k) for k in sorted(pending))} of them held until a moment ago by this "
+            "kernel's warm workers from its last run, released for this launch") if pending else ""
+    return (f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} with {_count(free, 'CPU').replace(' ', ' free ')} and "
+            f"{_count(free, 'GPU').replace(' ', ' free ')} (of {_count(total, 'CPU')}, {_count(total, 'GPU')}{note})")
 
-    def count(pool: Mapping[str, float], key: str) -> str:
-        amount = float(pool.get(key, 0))
-        return f"{amount:g} {key}{'' if amount == 1 else 's'}"
 
-    return (f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} with {count(free, 'CPU').replace(' ', ' free ')} and "
-            f"{count(free, 'GPU').replace(' ', ' free ')} (of {count(total, 'CPU')}, {count(total, 'GPU')})")
+def _settle(ray: Any, freed: Mapping[str, float]) -> None:
+    """Wait (at most :data:`SETTLE_SECONDS`) until what this launch released shows as free: Ray frees a removed
+    reservation a moment later, and a refusal that said "0 free CPUs" then would blame no one."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while freed and time.monotonic() < deadline:
+        free = ray.available_resources()
+        if all(float(free.get(k, 0)) >= v for k, v in freed.items()):
+            return
+        time.sleep(0.1)
 
 
 def _fits(ray: Any, workers: int, per_worker: Mapping[str, float], strategy: str) -> bool:
@@ -134,8 +168,10 @@ def _fits(ray: Any, workers: int, per_worker: Mapping[str, float], strategy: str
     return sum(capacity) >= workers
 
 
-def reserve(ray: Any, cluster: RayCluster, workers: int, restart_after: str = "") -> Any:
-    """A ready placement group of ``workers`` bundles of ``cluster.resources_per_worker``.
+def reserve(ray: Any, cluster: RayCluster, workers: int, restart_after: str = "",
+            freed: Mapping[str, float] | None = None) -> Any:
+    """A ready placement group of ``workers`` bundles of ``cluster.resources_per_worker`` (``freed``: what the
+    launch released of the kernel's warm workers just before: see :func:`inventory`).
 
     A restart (``restart_after``: the failure it follows, often a lost node) waits the whole ``reserve_timeout`` for
     the room even when the live nodes cannot hold the run now: a replacement node may join meanwhile.
@@ -148,7 +184,8 @@ def reserve(ray: Any, cluster: RayCluster, workers: int, restart_after: str = ""
     asked = f"the run asks for {workers} x {per_worker} ({cluster.placement})"
     if not restart_after and not _fits(ray, workers, per_worker, cluster.placement):
         bend = "" if cluster.placement == "pack" else ", placement='pack'"
-        raise LaunchError(f"the Ray cluster cannot hold this run: it has {inventory(ray)}; {asked}. Use fewer "
+        _settle(ray, freed or {})
+        raise LaunchError(f"the Ray cluster cannot hold this run: it has {inventory(ray, freed)}; {asked}. Use fewer "
                           f"processes, smaller resources_per_worker{bend}, or add nodes")
     from ray.util.placement_group import placement_group
 
@@ -157,7 +194,7 @@ def reserve(ray: Any, cluster: RayCluster, workers: int, restart_after: str = ""
                             name=name)
     ready, _ = ray.wait([group.ready()], timeout=cluster.reserve_timeout)
     if not ready:
-        have = inventory(ray)
+        have = inventory(ray, freed)
         release_group(ray, group)
         if restart_after:
             fits = _fits(ray, workers, per_worker, cluster.placement)
