@@ -24,6 +24,7 @@ from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.child.main import (become_worker, flush_c_stdio, redirect_output, run_and_report,
                                                  survey_kernel)
+from notebook_accel.launcher.kernel.fds import shut_down
 from notebook_accel.launcher.placement.remote.control import ControlThread
 from notebook_accel.launcher.placement.remote.interface import interface_of
 from notebook_accel.launcher.placement.remote.link import connect_back
@@ -160,13 +161,4 @@ def require_sealing(where: str, fix: str) -> None:
 def _end_output() -> None:
     """Send end of file on the output streams (fd 1 and 2 are the sockets): the kernel then knows it has it all."""
     for fd in (1, 2):
-        try:
-            sock = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        finally:
-            sock.close()
+        shut_down(fd, socket.SHUT_WR)
