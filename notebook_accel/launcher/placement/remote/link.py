@@ -21,6 +21,7 @@ import secrets
 import selectors
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from typing import Any
 
 from notebook_accel.errors import LaunchError
 
-__all__ = ["KINDS", "BackChannel", "Dialed", "connect_back", "send_frame", "FrameReader", "keep_alive"]
+__all__ = ["KINDS", "BackChannel", "Dialed", "connect_back", "connect_all", "send_frame", "FrameReader", "keep_alive"]
 
 KINDS = (b"E", b"O", b"2", b"C")
 _NONCE = 32
@@ -291,6 +292,45 @@ def connect_back(address: tuple[str, int], secret: bytes, rank: int, kind: bytes
     except BaseException:
         sock.close()
         raise
+
+
+def connect_all(address: tuple[str, int], secret: bytes, rank: int, kinds: tuple[bytes, ...] = KINDS,
+                timeout: float = 30.0) -> dict[bytes, socket.socket]:
+    """In a worker: open one stream per kind in ``kinds`` as :func:`connect_back` does, all at once (the kernel
+    drives their handshakes together, so a rank's streams take one handshake's round trips, not one per stream).
+
+    The first kind is dialled in this thread, the others each in a short-lived thread of their own.
+
+    Raises:
+        ConnectionError: as :func:`connect_back` (when several fail, the error of the first in ``kinds`` order);
+        the streams that did open are closed first, so a failure leaves none open.
+    """
+    opened: dict[bytes, socket.socket | BaseException] = {}
+
+    def dial(kind: bytes) -> None:
+        try:
+            opened[kind] = connect_back(address, secret, rank, kind, timeout)
+        except BaseException as e:  # noqa: BLE001 - raised in the calling thread, below
+            opened[kind] = e
+
+    helpers = [threading.Thread(target=dial, args=(kind,), name=f"notebook-accel-dial-{kind.decode()}", daemon=True)
+               for kind in kinds[1:]]
+    for helper in helpers:
+        helper.start()
+    try:
+        dial(kinds[0])
+    finally:  # also when this thread is interrupted: every dial ends (by its timeout at the latest) and is closed
+        for helper in helpers:
+            helper.join()
+        streams = {kind: stream for kind, stream in opened.items() if isinstance(stream, socket.socket)}
+        if len(streams) < len(kinds):
+            for stream in streams.values():
+                stream.close()
+    for kind in kinds:
+        error = opened.get(kind)
+        if not isinstance(error, socket.socket):
+            raise error if error is not None else ConnectionError(f"rank {rank}'s {kind!r} stream did not open")
+    return {kind: streams[kind] for kind in kinds}
 
 
 def send_frame(sock: socket.socket, payload: Any) -> None:
