@@ -1,13 +1,14 @@
 """The back channel between a remote worker (a Ray actor's rank, a Slurm task's rank) and the kernel: four TCP
 streams per rank, each opened by the worker and authenticated both ways with the run's secret.
 
-The kernel listens on its address towards the cluster (:class:`BackChannel`); each worker dials in four times, once
-per :data:`KINDS` (``E``: its events, ``O``: its ordered output, fd 1 and ``sys.stderr`` frames, ``2``: C-level
-stderr, ``C``: control, the worker's heartbeats and samples one way and the kernel's stop signals the other). Before
-a stream carries anything, each side proves it holds the run's 32-byte secret with an HMAC over the other's fresh
-nonce (:func:`_prove`), so no other cluster user can inject events into a run or receive its output and signals. The
-secret reaches the workers through the placement (Ray's actor arguments, the Slurm step's stdin). Everything after the
-handshake is what a pipe would carry, so the supervisor reads these sockets as it reads a forked worker's pipes.
+The kernel listens on its address towards the cluster (:class:`BackChannel`); each worker dials in four times, all
+at once (:mod:`.dial`), once per :data:`KINDS` (``E``: its events, ``O``: its ordered output, fd 1 and ``sys.stderr``
+frames, ``2``: C-level stderr, ``C``: control, the worker's heartbeats and samples one way and the kernel's stop
+signals the other). Before a stream carries anything, each side proves it holds the run's 32-byte secret with an HMAC
+over the other's fresh nonce (:func:`_prove`), so no other cluster user can inject events into a run or receive its
+output and signals. The secret reaches the workers through the placement (Ray's actor arguments, the Slurm step's
+stdin). Everything after the handshake is what a pipe would carry, so the supervisor reads these sockets as it reads a
+forked worker's pipes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import secrets
 import selectors
 import socket
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ from typing import Any
 
 from notebook_accel.errors import LaunchError
 
-__all__ = ["KINDS", "BackChannel", "Dialed", "connect_back", "connect_all", "send_frame", "FrameReader", "keep_alive"]
+__all__ = ["KINDS", "BackChannel", "Dialed", "send_frame", "FrameReader", "keep_alive"]
 
 KINDS = (b"E", b"O", b"2", b"C")
 _NONCE = 32
@@ -44,17 +44,6 @@ _MAX_FRAME = 1 << 20  # a control frame (a heartbeat, a sample) is tiny; anythin
 def _prove(secret: bytes, role: bytes, nonce: bytes, rank: int, kind: bytes) -> bytes:
     """The HMAC that shows ``role`` holds ``secret``, bound to the other side's ``nonce`` and to the stream."""
     return hmac.new(secret, role + nonce + struct.pack("!I", rank) + kind, hashlib.sha256).digest()
-
-
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    """``size`` bytes from ``sock`` (its timeout applies); raises ``ConnectionError`` on an early end."""
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the other side closed the connection during the handshake")
-        data += chunk
-    return data
 
 
 def keep_alive(sock: socket.socket, idle: int = 5, interval: int = 2, count: int = 3) -> None:
@@ -266,71 +255,6 @@ class _Pending:
         self.sock.setblocking(True)
         keep_alive(self.sock)
         return Dialed(self._hello[0], self._hello[1], self.sock)
-
-
-def connect_back(address: tuple[str, int], secret: bytes, rank: int, kind: bytes,
-                 timeout: float = 30.0) -> socket.socket:
-    """In a worker: dial the kernel, prove the secret, check the kernel's proof; return the connected socket.
-
-    Raises:
-        ConnectionError: the kernel cannot be reached, or it could not prove the run's secret.
-    """
-    try:
-        sock = socket.create_connection(address, timeout=timeout)
-    except OSError as e:
-        raise ConnectionError(f"rank {rank} could not reach the kernel at {address[0]}:{address[1]} ({e}); the "
-                              "notebook's machine must accept connections from the cluster's nodes") from e
-    try:
-        nonce = _read_exactly(sock, _NONCE)
-        mine = secrets.token_bytes(_NONCE)
-        sock.sendall(_HELLO.pack(rank, kind, mine) + _prove(secret, b"worker", nonce, rank, kind))
-        proof = _read_exactly(sock, 32)
-        if not hmac.compare_digest(proof, _prove(secret, b"kernel", mine, rank, kind)):
-            raise ConnectionError(f"the listener at {address[0]}:{address[1]} is not this run's kernel")
-        sock.settimeout(None)
-        return sock
-    except BaseException:
-        sock.close()
-        raise
-
-
-def connect_all(address: tuple[str, int], secret: bytes, rank: int, kinds: tuple[bytes, ...] = KINDS,
-                timeout: float = 30.0) -> dict[bytes, socket.socket]:
-    """In a worker: open one stream per kind in ``kinds`` as :func:`connect_back` does, all at once (the kernel
-    drives their handshakes together, so a rank's streams take one handshake's round trips, not one per stream).
-
-    The first kind is dialled in this thread, the others each in a short-lived thread of their own.
-
-    Raises:
-        ConnectionError: as :func:`connect_back` (when several fail, the error of the first in ``kinds`` order);
-        the streams that did open are closed first, so a failure leaves none open.
-    """
-    opened: dict[bytes, socket.socket | BaseException] = {}
-
-    def dial(kind: bytes) -> None:
-        try:
-            opened[kind] = connect_back(address, secret, rank, kind, timeout)
-        except BaseException as e:  # noqa: BLE001 - raised in the calling thread, below
-            opened[kind] = e
-
-    helpers = [threading.Thread(target=dial, args=(kind,), name=f"notebook-accel-dial-{kind.decode()}", daemon=True)
-               for kind in kinds[1:]]
-    for helper in helpers:
-        helper.start()
-    try:
-        dial(kinds[0])
-    finally:  # also when this thread is interrupted: every dial ends (by its timeout at the latest) and is closed
-        for helper in helpers:
-            helper.join()
-        streams = {kind: stream for kind, stream in opened.items() if isinstance(stream, socket.socket)}
-        if len(streams) < len(kinds):
-            for stream in streams.values():
-                stream.close()
-    for kind in kinds:
-        error = opened.get(kind)
-        if not isinstance(error, socket.socket):
-            raise error if error is not None else ConnectionError(f"rank {rank}'s {kind!r} stream did not open")
-    return {kind: streams[kind] for kind in kinds}
 
 
 def send_frame(sock: socket.socket, payload: Any) -> None:

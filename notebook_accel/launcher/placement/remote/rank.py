@@ -27,7 +27,7 @@ from notebook_accel.launcher.child.main import (become_worker, flush_c_stdio, re
 from notebook_accel.launcher.kernel.fds import shut_down
 from notebook_accel.launcher.placement.remote.control import ControlThread
 from notebook_accel.launcher.placement.remote.interface import interface_of
-from notebook_accel.launcher.placement.remote.link import connect_all
+from notebook_accel.launcher.placement.remote.dial import connect_all
 from notebook_accel.launcher.rendezvous.store import use_keyed_store
 
 __all__ = ["RankSetup", "fork_rank", "require_sealing", "SETUP_FAILED"]
