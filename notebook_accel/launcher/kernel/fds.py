@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-__all__ = ["RunDescriptors", "Inherited", "snapshot", "close_inherited"]
+__all__ = ["RunDescriptors", "Inherited", "snapshot", "close_inherited", "shut_down"]
 
 _LOCK = threading.Lock()
 _RUNS: list[RunDescriptors] = []
@@ -122,3 +122,25 @@ def close_inherited(inherited: Inherited, keep: Collection[int]) -> None:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def shut_down(fd: int, how: int, inode: int | None = None) -> None:
+    """Shut down the socket behind descriptor ``fd`` without closing ``fd`` (``socket.SHUT_WR``: the peer reads end
+    of file; ``socket.SHUT_RDWR``: a thread blocked reading it also returns). Left alone: a closed descriptor, one
+    that is no socket, and, with ``inode``, one now naming another file than the socket it named."""
+    try:
+        copy = os.dup(fd)
+    except OSError:
+        return
+    try:
+        sock = socket.socket(fileno=copy)
+    except OSError:  # not a socket
+        os.close(copy)
+        return
+    try:
+        if inode is None or os.fstat(sock.fileno()).st_ino == inode:
+            sock.shutdown(how)
+    except OSError:  # not connected, or already shut down
+        pass
+    finally:
+        sock.close()

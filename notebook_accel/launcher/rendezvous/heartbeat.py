@@ -34,6 +34,8 @@ import threading
 import time
 from typing import Any
 
+from notebook_accel.launcher.kernel.fds import shut_down
+from notebook_accel.launcher.placement.remote.interface import address_toward
 from notebook_accel.launcher.supervision.failures import WorkerFailure
 
 __all__ = ["PeerWatch", "KEY"]
@@ -213,25 +215,12 @@ def _shut_down(connections: set[tuple[int, int]]) -> None:
     """Shut the sockets down (a thread blocked on one returns at once); a number now naming another file is
     left alone."""
     for fd, inode in connections:
-        try:
-            if os.fstat(fd).st_ino != inode:
-                continue
-            sock = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        finally:
-            sock.close()
+        shut_down(fd, socket.SHUT_RDWR, inode)
 
 
 def _own_address(host: str, port: int) -> str:
     """This machine's address on the route to ``host`` (what the other nodes know it by)."""
     try:
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, port))
-            return str(probe.getsockname()[0])
+        return address_toward(host, port)
     except OSError:
         return socket.gethostname()

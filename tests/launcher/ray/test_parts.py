@@ -20,7 +20,8 @@ from notebook_accel.events import RankSystem, SystemSample
 from notebook_accel.launcher.placement.ray import reserve
 from notebook_accel.launcher.placement.remote import link, pickling
 from notebook_accel.launcher.placement.ray.handles import RayWorkerHandle
-from notebook_accel.launcher.placement.remote.link import BackChannel, FrameReader, connect_back, send_frame
+from notebook_accel.launcher.placement.remote.dial import connect_back
+from notebook_accel.launcher.placement.remote.link import BackChannel, FrameReader, send_frame
 from notebook_accel.launcher.placement.ray.placement import _put, _rank_order
 from notebook_accel.launcher.placement.remote.handles import unset_connection
 from notebook_accel.launcher.placement.ray.watch import RayWatch
@@ -129,7 +130,7 @@ def _strangers(address: tuple[str, int]) -> tuple[list[socket.socket], threading
 
     def answer_with_the_wrong_secret(sock: socket.socket) -> None:
         try:
-            nonce = link._read_exactly(sock, 32)
+            nonce = sock.recv(32, socket.MSG_WAITALL)
             sock.sendall(link._HELLO.pack(1, b"O", b"n" * 32) + link._prove(b"x" * 32, b"worker", nonce, 1, b"O"))
         except OSError:
             pass

@@ -20,7 +20,8 @@ import pytest
 pytest.importorskip("ray", reason="the relay runs as a Ray actor: pip install 'notebook-accel[ray]'")
 
 from notebook_accel.launcher.placement.ray import relay as relay_module  # noqa: E402
-from notebook_accel.launcher.placement.remote.link import connect_back, send_frame  # noqa: E402
+from notebook_accel.launcher.placement.remote.dial import connect_back  # noqa: E402
+from notebook_accel.launcher.placement.remote.link import send_frame  # noqa: E402
 from notebook_accel.launcher.placement.ray.relay import RunRelay  # noqa: E402
 from notebook_accel.launcher.placement.ray.relayed import RelayChannel  # noqa: E402
 

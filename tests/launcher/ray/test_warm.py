@@ -49,10 +49,11 @@ def test_a_kept_run_is_taken_once_by_the_same_shape_only() -> None:
     cluster = RayCluster(resources_per_worker={"CPU": 1})
     ray = _Killer()
     kept = warm.WarmWorkers(ray, "group", ["a0", "a1"])
-    warm.keep(warm.shape_of(cluster, 2), kept, 60)
+    warm.keep(warm.shape_of(cluster, 2), kept, 0.3)
     assert warm.take(warm.shape_of(cluster, 3)) is None  # another number of workers
     assert warm.take(warm.shape_of(RayCluster(resources_per_worker={"CPU": 2}), 2)) is None  # other resources
-    assert warm.take(warm.shape_of(cluster, 2)) is kept and kept.timer is None  # its idle timer stopped
+    assert warm.take(warm.shape_of(cluster, 2)) is kept
+    time.sleep(0.6)  # past the idle time: taken, its timer stopped, so it is not released
     assert warm.take(warm.shape_of(cluster, 2)) is None and ray.killed == []
 
 

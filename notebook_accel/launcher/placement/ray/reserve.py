@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import socket
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +18,7 @@ from notebook_accel.errors import LaunchError
 from notebook_accel.launcher.placement.ray.client import client_head, is_client
 from notebook_accel.launcher.placement.ray.leftovers import group_name
 from notebook_accel.launcher.placement.ray.warm import kept
+from notebook_accel.launcher.placement.remote.interface import address_toward
 
 __all__ = ["require_ray", "connect", "kernel_address", "held_warm", "inventory", "reserve", "release_group"]
 
@@ -101,9 +101,7 @@ def kernel_address(ray: Any, cluster: RayCluster) -> str:
     if head is None and is_client(ray):
         head = client_head()
     if head is not None:
-        with socket.socket(socket.AF_INET6 if ":" in head else socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((head, 9))  # no packet is sent: this only asks the routing table
-            return str(probe.getsockname()[0])
+        return address_toward(head)
     return str(ray.util.get_node_ip_address())
 
 

@@ -12,12 +12,11 @@ killed). :func:`~notebook_accel.launcher.placement.ray.leftovers.ray_leftovers` 
 
 from __future__ import annotations
 
-import atexit
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from notebook_accel.cluster import RayCluster
+from notebook_accel.launcher.placement.remote.keep import Kept
 
 __all__ = ["WarmWorkers", "shape_of", "take", "keep", "release_ray_workers", "kept"]
 
@@ -29,19 +28,15 @@ class WarmWorkers:
     Attributes:
         ray: the ``ray`` module the kernel joined with; ``group``: the placement group; ``actors``: one per rank,
             in the order their bundles were reserved.
-        timer: releases them after the idle time (cancelled when a launch takes them).
     """
 
     ray: Any
     group: Any
     actors: list[Any]
-    timer: threading.Timer | None = field(default=None, repr=False)
 
     def release(self) -> None:
         """Kill the actors and free the reservation (gone already is fine; after ``ray.shutdown()`` there is
         nothing to free, and a call would start a new local Ray)."""
-        if self.timer is not None:
-            self.timer.cancel()
         actors, self.actors = self.actors, []
         try:
             if not self.ray.is_initialized():
@@ -53,8 +48,8 @@ class WarmWorkers:
             pass
 
 
-_LOCK = threading.Lock()
-_KEPT: dict[tuple[Any, ...], WarmWorkers] = {}
+# Released at the interpreter's exit too: Ray also ends a dead driver's actors; this frees them before it disconnects.
+_KEPT: Kept[WarmWorkers] = Kept()
 
 
 def shape_of(cluster: RayCluster, workers: int) -> tuple[Any, ...]:
@@ -65,34 +60,12 @@ def shape_of(cluster: RayCluster, workers: int) -> tuple[Any, ...]:
 
 def take(shape: tuple[Any, ...]) -> WarmWorkers | None:
     """The kept workers of that shape, now the caller's (``None``: none kept)."""
-    with _LOCK:
-        kept = _KEPT.pop(shape, None)
-    if kept is not None and kept.timer is not None:
-        kept.timer.cancel()
-        kept.timer = None
-    return kept
+    return _KEPT.take(shape)
 
 
 def keep(shape: tuple[Any, ...], workers: WarmWorkers, seconds: float) -> None:
     """Keep ``workers`` for the next launch of ``shape`` for ``seconds`` (workers kept for it already go first)."""
-    timer = threading.Timer(seconds, _expire, args=(shape, workers))
-    timer.daemon = True
-    workers.timer = timer
-    with _LOCK:
-        before = _KEPT.pop(shape, None)
-        _KEPT[shape] = workers
-    if before is not None:
-        before.release()
-    timer.start()
-
-
-def _expire(shape: tuple[Any, ...], workers: WarmWorkers) -> None:
-    """The idle time passed: release them unless a launch took them meanwhile."""
-    with _LOCK:
-        if _KEPT.get(shape) is not workers:
-            return
-        del _KEPT[shape]
-    workers.release()
+    _KEPT.keep(shape, workers, seconds)
 
 
 def release_ray_workers() -> int:
@@ -103,18 +76,9 @@ def release_ray_workers() -> int:
         >>> release_ray_workers()
         0
     """
-    with _LOCK:
-        kept = list(_KEPT.values())
-        _KEPT.clear()
-    for workers in kept:
-        workers.release()
-    return len(kept)
+    return _KEPT.release_all()
 
 
 def kept() -> list[WarmWorkers]:
     """The workers kept warm now."""
-    with _LOCK:
-        return list(_KEPT.values())
-
-
-atexit.register(release_ray_workers)  # Ray also ends a dead driver's actors; this frees them before it disconnects
+    return _KEPT.kept()

@@ -1,11 +1,28 @@
-"""Which network interface a remote rank's collectives use: the one holding an address (rank 0's, the kernel's
-route), so that gloo and nccl talk over the cluster's network and not over whichever interface they find first."""
+"""Which address and network interface this machine uses toward another: the kernel's address as the cluster's
+nodes reach it (:func:`address_toward`), and the interface holding an address (rank 0's, the kernel's route), so that
+gloo and nccl talk over the cluster's network and not over whichever interface they find first."""
 
 from __future__ import annotations
 
 import socket
 
-__all__ = ["interface_of", "interface_toward"]
+__all__ = ["address_toward", "interface_of", "interface_toward"]
+
+
+def address_toward(host: str, port: int = 9) -> str:
+    """This machine's address on its route to ``host`` (no packet is sent: a UDP socket's ``connect`` only asks the
+    routing table; ``port`` matters only to policy routing).
+
+    Raises:
+        OSError: ``host`` cannot be resolved (``socket.gaierror``) or there is no route to it.
+
+    Example:
+        >>> address_toward("127.0.0.1")
+        '127.0.0.1'
+    """
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, port))
+        return str(probe.getsockname()[0])
 
 
 def interface_of(address: str) -> str | None:
@@ -24,8 +41,6 @@ def interface_of(address: str) -> str | None:
 def interface_toward(address: tuple[str, int]) -> str | None:
     """The interface this node reaches ``address`` through (no packet is sent), or ``None``."""
     try:
-        with socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(address)
-            return interface_of(str(probe.getsockname()[0]))
+        return interface_of(address_toward(*address))
     except OSError:
         return None

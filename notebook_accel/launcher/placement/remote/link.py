@@ -1,13 +1,14 @@
 """The back channel between a remote worker (a Ray actor's rank, a Slurm task's rank) and the kernel: four TCP
 streams per rank, each opened by the worker and authenticated both ways with the run's secret.
 
-The kernel listens on its address towards the cluster (:class:`BackChannel`); each worker dials in four times, once
-per :data:`KINDS` (``E``: its events, ``O``: its ordered output, fd 1 and ``sys.stderr`` frames, ``2``: C-level
-stderr, ``C``: control, the worker's heartbeats and samples one way and the kernel's stop signals the other). Before
-a stream carries anything, each side proves it holds the run's 32-byte secret with an HMAC over the other's fresh
-nonce (:func:`_prove`), so no other cluster user can inject events into a run or receive its output and signals. The
-secret reaches the workers through the placement (Ray's actor arguments, the Slurm step's stdin). Everything after the
-handshake is what a pipe would carry, so the supervisor reads these sockets as it reads a forked worker's pipes.
+The kernel listens on its address towards the cluster (:class:`BackChannel`); each worker dials in four times, all
+at once (:mod:`.dial`), once per :data:`KINDS` (``E``: its events, ``O``: its ordered output, fd 1 and ``sys.stderr``
+frames, ``2``: C-level stderr, ``C``: control, the worker's heartbeats and samples one way and the kernel's stop
+signals the other). Before a stream carries anything, each side proves it holds the run's 32-byte secret with an HMAC
+over the other's fresh nonce (:func:`_prove`), so no other cluster user can inject events into a run or receive its
+output and signals. The secret reaches the workers through the placement (Ray's actor arguments, the Slurm step's
+stdin). Everything after the handshake is what a pipe would carry, so the supervisor reads these sockets as it reads a
+forked worker's pipes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 from notebook_accel.errors import LaunchError
 
-__all__ = ["KINDS", "BackChannel", "Dialed", "connect_back", "send_frame", "FrameReader", "keep_alive"]
+__all__ = ["KINDS", "BackChannel", "Dialed", "send_frame", "FrameReader", "keep_alive"]
 
 KINDS = (b"E", b"O", b"2", b"C")
 _NONCE = 32
@@ -43,17 +44,6 @@ _MAX_FRAME = 1 << 20  # a control frame (a heartbeat, a sample) is tiny; anythin
 def _prove(secret: bytes, role: bytes, nonce: bytes, rank: int, kind: bytes) -> bytes:
     """The HMAC that shows ``role`` holds ``secret``, bound to the other side's ``nonce`` and to the stream."""
     return hmac.new(secret, role + nonce + struct.pack("!I", rank) + kind, hashlib.sha256).digest()
-
-
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    """``size`` bytes from ``sock`` (its timeout applies); raises ``ConnectionError`` on an early end."""
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the other side closed the connection during the handshake")
-        data += chunk
-    return data
 
 
 def keep_alive(sock: socket.socket, idle: int = 5, interval: int = 2, count: int = 3) -> None:
@@ -265,32 +255,6 @@ class _Pending:
         self.sock.setblocking(True)
         keep_alive(self.sock)
         return Dialed(self._hello[0], self._hello[1], self.sock)
-
-
-def connect_back(address: tuple[str, int], secret: bytes, rank: int, kind: bytes,
-                 timeout: float = 30.0) -> socket.socket:
-    """In a worker: dial the kernel, prove the secret, check the kernel's proof; return the connected socket.
-
-    Raises:
-        ConnectionError: the kernel cannot be reached, or it could not prove the run's secret.
-    """
-    try:
-        sock = socket.create_connection(address, timeout=timeout)
-    except OSError as e:
-        raise ConnectionError(f"rank {rank} could not reach the kernel at {address[0]}:{address[1]} ({e}); the "
-                              "notebook's machine must accept connections from the cluster's nodes") from e
-    try:
-        nonce = _read_exactly(sock, _NONCE)
-        mine = secrets.token_bytes(_NONCE)
-        sock.sendall(_HELLO.pack(rank, kind, mine) + _prove(secret, b"worker", nonce, rank, kind))
-        proof = _read_exactly(sock, 32)
-        if not hmac.compare_digest(proof, _prove(secret, b"kernel", mine, rank, kind)):
-            raise ConnectionError(f"the listener at {address[0]}:{address[1]} is not this run's kernel")
-        sock.settimeout(None)
-        return sock
-    except BaseException:
-        sock.close()
-        raise
 
 
 def send_frame(sock: socket.socket, payload: Any) -> None:

@@ -3,8 +3,8 @@ a worker and runs the user's function with the local worker's runtime.
 
 :func:`fork_rank` forks the child and waits for it, as the kernel forks its local workers: the child becomes a
 worker (its own process group, so the kernel's stop signals reach it and whatever it starts; death with its parent;
-fresh random seeds), dials the kernel four times (:mod:`.link`), points fd 1 and 2 at its output streams as a forked
-child points them at its pipes, sets its launch environment, and runs the function through the same
+fresh random seeds), dials the kernel four times at once (:mod:`.link`), points fd 1 and 2 at its output streams as
+a forked child points them at its pipes, sets its launch environment, and runs the function through the same
 :func:`~notebook_accel.launcher.child.main.run_and_report`. Its control stream is served by :mod:`.control`. The
 parent runs no user code itself, so it stays as it started (a warm Ray actor serves the next run from it).
 """
@@ -24,9 +24,10 @@ from notebook_accel.environment import LaunchEnvironment
 from notebook_accel.integrations import add_trainer_callback
 from notebook_accel.launcher.child.main import (become_worker, flush_c_stdio, redirect_output, run_and_report,
                                                  survey_kernel)
+from notebook_accel.launcher.kernel.fds import shut_down
 from notebook_accel.launcher.placement.remote.control import ControlThread
 from notebook_accel.launcher.placement.remote.interface import interface_of
-from notebook_accel.launcher.placement.remote.link import connect_back
+from notebook_accel.launcher.placement.remote.dial import connect_all
 from notebook_accel.launcher.rendezvous.store import use_keyed_store
 
 __all__ = ["RankSetup", "fork_rank", "require_sealing", "SETUP_FAILED"]
@@ -108,7 +109,7 @@ def _fresh_seeds() -> None:
 def _run_rank(setup: RankSetup, function: Callable[..., Any], values: list[Any]) -> int:
     """Connect back, redirect output, run ``function(*values)``, report; the exit code."""
     rank = setup.env.rank
-    streams = {kind: connect_back(setup.kernel, setup.secret, rank, kind) for kind in (b"C", b"E", b"O", b"2")}
+    streams = connect_all(setup.kernel, setup.secret, rank, (b"C", b"E", b"O", b"2"))
     ControlThread(streams[b"C"], setup.env, setup.beat_seconds, setup.sample_seconds).start()
     events = streams[b"E"]
     redirect_output(streams[b"O"].detach(), streams[b"2"].detach(), survey_kernel())
@@ -160,13 +161,4 @@ def require_sealing(where: str, fix: str) -> None:
 def _end_output() -> None:
     """Send end of file on the output streams (fd 1 and 2 are the sockets): the kernel then knows it has it all."""
     for fd in (1, 2):
-        try:
-            sock = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        finally:
-            sock.close()
+        shut_down(fd, socket.SHUT_WR)

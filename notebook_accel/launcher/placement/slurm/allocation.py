@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -27,12 +26,13 @@ from pathlib import Path
 from notebook_accel.cluster.slurm import SlurmCluster
 from notebook_accel.display.phases import LaunchPhase, current_phase
 from notebook_accel.errors import LaunchError
+from notebook_accel.launcher.placement.remote.interface import address_toward
 from notebook_accel.launcher.placement.slurm import hold
 from notebook_accel.launcher.placement.slurm.queue import (SINFO_FORMAT, SQUEUE_FORMAT, JobState, check_request,
                                                            job_state, partitions, sbatch_options)
 from notebook_accel.launcher.supervision.failures import LaunchTimeoutError
 
-__all__ = ["HeldAllocation", "request_allocation", "POLL_SECONDS", "address_toward"]
+__all__ = ["HeldAllocation", "request_allocation", "POLL_SECONDS"]
 
 POLL_SECONDS = 1.0  # how often squeue is asked while the job waits (the queued line follows within this)
 _FIRST_POLL = 0.05
@@ -45,13 +45,6 @@ def _client(*args: str) -> subprocess.CompletedProcess[str] | None:
         return subprocess.run(list(args), capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-def address_toward(host: str) -> str:
-    """This machine's address on its route to ``host`` (no packet is sent: this only asks the routing table)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((host, 9))
-        return str(probe.getsockname()[0])
 
 
 class HeldAllocation:

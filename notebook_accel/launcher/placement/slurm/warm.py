@@ -15,17 +15,16 @@ tasks' stdin, and they exit), with :func:`release_slurm_steps`, and at once afte
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from notebook_accel import environment
 from notebook_accel.cluster.slurm import SlurmCluster
 from notebook_accel.launcher.kernel.fds import RunDescriptors
+from notebook_accel.launcher.placement.remote.keep import Kept
 from notebook_accel.launcher.placement.slurm.step import Step
 
 __all__ = ["WarmStep", "shape_of", "take", "keep", "release_slurm_steps", "kept"]
@@ -39,24 +38,19 @@ class WarmStep:
         step: the running ``srun``; ``host``: the kernel's Slurm address it was started for.
         descriptors: the step's pipes, registered while it is kept (a local run forked meanwhile closes them, so
             that only the kernel holds the tasks' stdin open).
-        timer: ends it after the idle time (cancelled when a launch takes it).
     """
 
     step: Step
     host: str
     descriptors: RunDescriptors = field(default_factory=RunDescriptors)
-    timer: threading.Timer | None = field(default=None, repr=False)
 
     def release(self) -> None:
         """End the step (``scancel``, then srun's end); gone already is fine."""
-        if self.timer is not None:
-            self.timer.cancel()
         self.descriptors.close()
         self.step.cancel()
 
 
-_LOCK = threading.Lock()
-_KEPT: dict[tuple[Any, ...], WarmStep] = {}
+_KEPT: Kept[WarmStep] = Kept()  # ended at the interpreter's exit too
 
 
 def shape_of(cluster: SlurmCluster, job: str, tasks: int) -> tuple[Any, ...]:
@@ -70,13 +64,9 @@ def shape_of(cluster: SlurmCluster, job: str, tasks: int) -> tuple[Any, ...]:
 
 def take(shape: tuple[Any, ...]) -> WarmStep | None:
     """The kept step of that shape, now the caller's (``None``: none kept, or it ended meanwhile)."""
-    with _LOCK:
-        kept_step = _KEPT.pop(shape, None)
+    kept_step = _KEPT.take(shape)
     if kept_step is None:
         return None
-    if kept_step.timer is not None:
-        kept_step.timer.cancel()
-        kept_step.timer = None
     kept_step.descriptors.close()
     if not kept_step.step.idle():
         kept_step.release()
@@ -86,25 +76,8 @@ def take(shape: tuple[Any, ...]) -> WarmStep | None:
 
 def keep(shape: tuple[Any, ...], warm: WarmStep, seconds: float) -> None:
     """Keep ``warm`` for the next launch of ``shape`` for ``seconds`` (a step kept for it already ends first)."""
-    timer = threading.Timer(seconds, _expire, args=(shape, warm))
-    timer.daemon = True
-    warm.timer = timer
     warm.descriptors = RunDescriptors(sources=[warm.step.fds]).open()
-    with _LOCK:
-        before = _KEPT.pop(shape, None)
-        _KEPT[shape] = warm
-    if before is not None:
-        before.release()
-    timer.start()
-
-
-def _expire(shape: tuple[Any, ...], warm: WarmStep) -> None:
-    """The idle time passed: end the step unless a launch took it meanwhile."""
-    with _LOCK:
-        if _KEPT.get(shape) is not warm:
-            return
-        del _KEPT[shape]
-    warm.release()
+    _KEPT.keep(shape, warm, seconds)
 
 
 def release_slurm_steps() -> int:
@@ -115,18 +88,9 @@ def release_slurm_steps() -> int:
         >>> release_slurm_steps()
         0
     """
-    with _LOCK:
-        steps = list(_KEPT.values())
-        _KEPT.clear()
-    for warm in steps:
-        warm.release()
-    return len(steps)
+    return _KEPT.release_all()
 
 
 def kept() -> list[WarmStep]:
     """The steps kept warm now."""
-    with _LOCK:
-        return list(_KEPT.values())
-
-
-atexit.register(release_slurm_steps)
+    return _KEPT.kept()
