@@ -16,8 +16,8 @@ makes redundant: its XXH3-128 covers every byte, and it is checked before anythi
 - the small pieces torch's zip writer hands over (headers, the pickle, the trailer) are gathered and passed on
   together (:class:`Coalescer`): about three writes a record, the storage's bytes in one call that drops the GIL;
 - the file goes through :func:`~notebook_accel.checkpointing.atomic.write_file`: hashed on the way, its writeback
-  started every few MiB, flushed and fsync'd before the function returns (DCP's writer fsyncs before its stream's
-  last flush), its digest recorded for the manifest.
+  started every few MiB (so the fsync waits for the tail, not the whole file), flushed and fsync'd before the
+  function returns, its digest recorded for the manifest.
 
 The records and their offsets follow DCP's layout: the non-tensor records first, then the tensors in plan order,
 each with a ``WriteResult`` whose storage data names the file, the record's offset and its length.

@@ -78,8 +78,8 @@ def test_each_record_is_a_torch_archive_without_crcs(tmp_path: Path) -> None:
         record = data[info.offset:info.offset + info.length]
         value = torch.load(io.BytesIO(record), weights_only=True)
         assert value.untyped_storage().nbytes() == value.nbytes  # a view was written compactly
-        crcs = [struct.unpack_from("<I", record, i + 14)[0] for i in range(len(record) - 4)
-                if record[i:i + 4] == b"PK\x03\x04"]
+        crcs = [struct.unpack_from("<I", record, i + 16)[0] for i in range(len(record) - 4)
+                if record[i:i + 4] == b"PK\x01\x02"]  # the central directory's CRC-32 of each entry
         assert crcs and not any(crcs), fqn
     assert torch.equal(torch.load(io.BytesIO(data[tensors["model.view"].offset:][:tensors["model.view"].length]),
                                   weights_only=True), saved["model"]["view"])
@@ -107,7 +107,7 @@ def test_few_writes_reach_the_file_and_its_digest_is_recorded(tmp_path: Path,
 
 
 def test_the_file_is_fsynced_after_its_last_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fsync comes after every byte reached the file (DCP's own writer fsynced before its last flush)."""
+    """The fsync comes after every byte reached the file (nothing gathered or buffered is left out)."""
     sizes: dict[str, int] = {}
     real = os.fsync
 
