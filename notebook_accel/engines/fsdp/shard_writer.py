@@ -8,8 +8,8 @@ torch operation) may wait; on two busy cores that showed as steps 1.2-1.4x slowe
 written. Measured per rank and save here (50M parameters, 288 records, 288 MiB): the writer's CPU was 0.36 s, of
 which ~0.075 s the zip's CRC-32 and ~0.04 s the small writes, all with the GIL held.
 
-:func:`write_shard_file` writes the same file (the same bytes but the CRC fields, which the checkpoint's manifest
-makes redundant: its XXH3-128 covers every byte, and it is checked before anything is loaded):
+:func:`write_shard_file` writes a file of the same layout, with the CRC fields left zero (the checkpoint's manifest
+makes them redundant: its XXH3-128 covers every byte, and it is checked before anything is loaded):
 
 - each tensor record is a ``torch.save`` archive without CRCs (:func:`~notebook_accel.checkpointing.serialize.
   save_without_crc`), so DCP's own reader, ``torch.load`` and this project's reader read it as before;
