@@ -35,6 +35,7 @@ __all__ = [
     "temp_target",
     "temp_sibling",
     "make_dir",
+    "write_file",
     "write_torch",
     "write_bytes",
     "read_torch",
@@ -132,7 +133,7 @@ def make_dir(path: str, exist_ok: bool = False) -> None:
         raise _os_error("create directory", path, e) from e
 
 
-def _write_with(path: str, writer: Callable[[IO[bytes]], None]) -> None:
+def write_file(path: str, writer: Callable[[IO[bytes]], None]) -> None:
     """Open ``path`` for writing, let ``writer`` fill it (hashing every byte on the way, and starting the disk's
     writeback of every few MiB as they are written: :mod:`~notebook_accel.checkpointing.writeback`), flush and
     fsync, and :func:`~notebook_accel.checkpointing.checksum.record` its size and digest; OS errors become
@@ -169,7 +170,7 @@ def write_torch(path: str, obj: Any, zip_crcs: bool = False) -> None:
     """``torch.save(obj)`` into ``path``, durably (flushed and fsynced before returning), its digest computed
     while it is written. The zip's own CRC-32s are left out (a checkpoint's manifest checks every byte,
     :mod:`.serialize`) unless ``zip_crcs`` (a file other programs read without a manifest)."""
-    _write_with(path, lambda f: torch.save(obj, f) if zip_crcs else serialize.save_without_crc(obj, f))
+    write_file(path, lambda f: torch.save(obj, f) if zip_crcs else serialize.save_without_crc(obj, f))
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -178,7 +179,7 @@ def write_bytes(path: str, data: bytes) -> None:
     def write(f: IO[bytes]) -> None:
         f.write(data)
 
-    _write_with(path, write)
+    write_file(path, write)
 
 
 def read_torch(path: str) -> Any:

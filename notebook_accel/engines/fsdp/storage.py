@@ -6,7 +6,8 @@ reader below give every file the object's name instead: ``<name>_rank<r>_0.distc
 shards) and ``<name>.metadata``. Everything else (planning, resharding) is DCP's own, except what it would
 unpickle in full: the reader reads the metadata, and the planner the non-tensor values, as plain data only, and
 the planner refuses a checkpoint whose keys, shapes or dtypes differ from the live state (see :mod:`.dcp_safety`).
-The writer hashes each shard file (XXH3-128) on its way to disk, so a save reads no shard back for its manifest;
+The writer hashes each shard file (XXH3-128) on its way to disk, so a save reads no shard back for its manifest
+(and writes it with few Python calls and no zip CRCs, :mod:`.shard_writer`);
 the reader reads each file's records in file order, each once, and checks the checksum of a file this rank owes
 on the way, so a load reads no shard twice (:mod:`~notebook_accel.checkpointing.verified_reads`). A tensor record
 is read straight into a fresh tensor (:mod:`.tensor_records`) and a plain value decoded from its opcodes
@@ -24,23 +25,23 @@ import warnings
 import io
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem, SavePlan
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem, SavePlan, SavePlanner
+from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from notebook_accel.checkpointing import writer_group
-from notebook_accel.checkpointing.checksum import HashingWriter, record
 from notebook_accel.checkpointing.errors import CheckpointError
 from notebook_accel.checkpointing.verified_reads import RangeReader, expected_digest
 from notebook_accel.engines.fsdp.dcp_safety import CheckedLoadPlanner, metadata_problems, read_metadata
 from notebook_accel.engines.fsdp.plain_values import Plain, read_value
+from notebook_accel.engines.fsdp.shard_writer import write_shard_file
 from notebook_accel.engines.fsdp.tensor_records import read_tensor
 
 __all__ = ["shard_files", "metadata_file", "save_sharded", "load_sharded"]
@@ -56,55 +57,20 @@ def metadata_file(name: str) -> str:
     return f"{name}.metadata"
 
 
-class _HashedStream(io.IOBase):
-    """The stream DCP writes a shard file through: every byte hashed on its way into ``file``."""
-
-    def __init__(self, file: IO[bytes], hashing: HashingWriter) -> None:
-        super().__init__()
-        self.file = file
-        self.hashing = hashing
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        return self.hashing.write(data)
-
-    def tell(self) -> int:
-        return self.file.tell()
-
-    def fileno(self) -> int:
-        return self.file.fileno()
-
-    def flush(self) -> None:
-        if not self.file.closed:
-            self.file.flush()
-
-
-class _HashingFileSystem(FileSystem):
-    """DCP's file system, whose shard files (``.distcp``) are hashed while DCP writes them: their digests land in
-    the save's ledger (:func:`~notebook_accel.checkpointing.checksum.record`), so no shard is read back to hash."""
-
-    @contextlib.contextmanager
-    def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[io.IOBase]:
-        """A file stream as DCP's own; a shard file opened for writing is hashed on the way."""
-        if mode != "wb" or not os.fspath(path).endswith(".distcp"):
-            with super().create_stream(path, mode) as stream:
-                yield stream
-            return
-        with open(path, "wb") as file, HashingWriter(file) as hashing:
-            yield _HashedStream(file, hashing)
-            file.flush()
-            record(os.fspath(path), hashing.size, hashing.hexdigest())
-
-
 class _NamedWriter(dcp.FileSystemWriter):
-    """DCP's file writer, every file named after the object, each shard hashed while it is written."""
+    """DCP's file writer, every file named after the object, each rank's shard file written by
+    :func:`~.shard_writer.write_shard_file` (hashed while it is written, no zip CRCs, few Python calls)."""
 
     def __init__(self, directory: str, name: str) -> None:
         super().__init__(directory, single_file_per_rank=True, thread_count=1)
-        self.fs = _HashingFileSystem()
         self.object_name = name
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        """Write this rank's records into its one file ``<name>_rank<r>_0.distcp`` (durable when it returns)."""
+        relative = f"{plan.storage_data.prefix}0.distcp"
+        done: Future[list[WriteResult]] = Future()
+        done.set_result(write_shard_file(os.path.join(self.path, relative), relative, plan.items, planner))
+        return done
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         """Each rank's files start with ``<name>_rank<r>_`` (DCP's own prefix is ``__<r>_``)."""
