@@ -134,7 +134,10 @@ def train_case(kind: str) -> None:
         batch = 1
     else:  # straggler, balanced: a small model and a large batch of in-memory rows
         model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(), torch.nn.Linear(256, 1))
-        data = TensorDataset(torch.randn(32, 64, 256), torch.randn(32, 64, 1))
+        # balanced: 48 steps a rank (~3.5 s), so that a burst of the host's noise on one rank (one CI run saw rank 0
+        # lose ~0.3 s of a 1.1 s run of 16 steps: "a straggler, 1.3x") is not the whole measurement
+        rows = 96 if kind == "balanced" else 32
+        data = TensorDataset(torch.randn(rows, 64, 256), torch.randn(rows, 64, 1))
         batch = 1
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     loader = DataLoader(data, batch_size=batch)
